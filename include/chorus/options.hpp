@@ -1,0 +1,73 @@
+// SPDX-License-Identifier: BSD-3-Clause
+// Option aggregates for groups and for each call. Plain data with documented defaults, meant
+// for designated initializers:  pg->allreduce(t, {.op = ReduceOp::avg, .timeout = 30s}).
+// An unset optional timeout means "the group's default". There are no sentinel values.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <optional>
+#include <string>
+
+#include <chorus/deadline.hpp>
+#include <chorus/types.hpp>
+
+namespace chorus {
+
+// The one default from which store, connect and collective deadlines derive, unless
+// CHORUS_TIMEOUT (seconds, or a number with ms/s/m/h suffix) says otherwise.
+inline constexpr Duration kDefaultTimeout = std::chrono::minutes(10);
+
+struct AllreduceOptions {
+  ReduceOp op = ReduceOp::sum;
+  std::optional<Duration> timeout;  // unset: the group's timeout
+};
+struct ReduceScatterOptions {
+  ReduceOp op = ReduceOp::sum;
+  std::optional<Duration> timeout;
+};
+struct ReduceOptions {
+  ReduceOp op = ReduceOp::sum;
+  int root = 0;
+  std::optional<Duration> timeout;
+};
+// broadcast, gather, scatter.
+struct RootOptions {
+  int root = 0;
+  std::optional<Duration> timeout;
+};
+// allgather, all_to_all, barrier, send, recv.
+struct CollectiveOptions {
+  std::optional<Duration> timeout;
+};
+
+// Options shared by every backend. Backend options contain one (composition, not inheritance,
+// so designated initializers work: TcpGroupOptions{.group = {.name = "dp"}}).
+struct GroupOptions {
+  std::string name = "world";    // appears in every log line and error message
+  // Default deadline of each op. Unset: CHORUS_TIMEOUT if set, else kDefaultTimeout.
+  std::optional<Duration> timeout;
+};
+
+struct TcpGroupOptions {
+  GroupOptions group;
+  // Interface to bind ("eth0") or a literal local address ("127.0.0.1", "::1").
+  // Empty: CHORUS_SOCKET_IFNAME if set, else the address this host uses to reach the store.
+  std::string interface;
+  int sockets_per_peer = 1;  // parallel TCP connections per peer pair (1..8)
+  // allreduce payloads up to this many bytes use the latency algorithm (recursive doubling);
+  // larger ones use the pipelined ring. Chosen by measurement; see docs/architecture.md.
+  std::size_t small_allreduce_bytes = 64 * 1024;
+  // Bytes per pipeline slice in ring algorithms (send, receive and reduce overlap per slice).
+  std::size_t slice_bytes = 256 * 1024;
+};
+
+struct NcclGroupOptions {
+  GroupOptions group;
+  int device = -1;  // CUDA device of this rank; -1: the current device
+  // Caller's CUDA stream (a cudaStream_t) that ops are ordered after and that Work::wait()
+  // makes wait. nullptr: the legacy default stream.
+  void* stream = nullptr;
+};
+
+}  // namespace chorus

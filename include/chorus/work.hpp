@@ -1,0 +1,43 @@
+// SPDX-License-Identifier: BSD-3-Clause
+// Work: the handle of one op in flight.
+#pragma once
+
+#include <cstdint>
+#include <exception>
+#include <functional>
+
+#include <chorus/deadline.hpp>
+#include <chorus/export.hpp>
+
+namespace chorus {
+
+// Two timeouts, never confused: the op's deadline (its options; enforced by the backend; fatal
+// to the group) and wait_for()'s bound (harmless to the op). All methods are thread-safe.
+class CHORUS_API Work {
+ public:
+  virtual ~Work();
+
+  // Blocks until the op is done; rethrows its error. For the nccl backend it instead makes the
+  // caller's stream wait for the op (no host block) and throws only if the op already failed.
+  // Calling wait() from a then() callback throws InvalidArgument (it would deadlock).
+  virtual void wait() = 0;
+  // Blocks the host until the op is done (ok or failed) and rethrows its error. Same as wait()
+  // for CPU backends.
+  virtual void synchronize() { wait(); }
+  // True if the op is done (ok or failed) within `bound`; false if it is still running.
+  // Never throws the op's error and never aborts the op.
+  virtual bool wait_for(Duration bound) = 0;
+  virtual bool is_completed() const noexcept = 0;
+  // True if the op completed without error.
+  virtual bool is_success() const noexcept = 0;
+  // The op's error; null while running or after success.
+  virtual std::exception_ptr exception() const = 0;
+  // Runs fn exactly once when the op completes: on the backend's thread, or inline on the
+  // calling thread if it is already done. fn must not block or wait on this group.
+  virtual void then(std::function<void(Work&)> fn) = 0;
+
+  virtual const char* op_name() const noexcept = 0;  // "allreduce", "barrier" ...
+  virtual std::uint64_t seq() const noexcept = 0;    // sequence number in its group (1-based)
+};
+
+}  // namespace chorus

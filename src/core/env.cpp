@@ -1,0 +1,131 @@
+// SPDX-License-Identifier: BSD-3-Clause
+// Environment variables: the only getenv in chorus, plus parsing and validation of CHORUS_*.
+#include "core/env.hpp"
+
+#include <cerrno>
+#include <cstdlib>
+#include <string_view>
+
+#include <fmt/format.h>
+
+#include <chorus/errors.hpp>
+#include <chorus/options.hpp>
+
+namespace chorus::env {
+
+std::optional<std::string> get(const char* name) {
+  const char* value = std::getenv(name);
+  if (value == nullptr || *value == '\0') {
+    return std::nullopt;
+  }
+  return std::string(value);
+}
+
+std::optional<long long> get_int(const char* name, long long min, long long max,
+                                 const char* who_sets_it) {
+  auto text = get(name);
+  if (!text) {
+    return std::nullopt;
+  }
+  errno = 0;
+  char* end = nullptr;
+  const long long value = std::strtoll(text->c_str(), &end, 10);
+  if (errno != 0 || end == text->c_str() || *end != '\0' || value < min || value > max) {
+    throw InvalidArgument(fmt::format(
+        "environment variable {}='{}' is not an integer in [{}, {}]; it is normally set by {}: "
+        "check the launch command",
+        name, *text, min, max, who_sets_it));
+  }
+  return value;
+}
+
+std::optional<Duration> parse_duration(const std::string& text) {
+  errno = 0;
+  char* end = nullptr;
+  const double number = std::strtod(text.c_str(), &end);
+  if (errno != 0 || end == text.c_str() || !(number >= 0) || number > 1e9) {
+    return std::nullopt;
+  }
+  const std::string_view suffix(end);
+  double ms = 0;
+  if (suffix.empty() || suffix == "s") {
+    ms = number * 1000;
+  } else if (suffix == "ms") {
+    ms = number;
+  } else if (suffix == "m" || suffix == "min") {
+    ms = number * 60'000;
+  } else if (suffix == "h") {
+    ms = number * 3'600'000;
+  } else {
+    return std::nullopt;
+  }
+  return Duration(static_cast<Duration::rep>(ms));
+}
+
+std::optional<Duration> default_timeout() {
+  auto text = get("CHORUS_TIMEOUT");
+  if (!text) {
+    return std::nullopt;
+  }
+  auto d = parse_duration(*text);
+  if (!d || *d <= Duration::zero()) {
+    throw InvalidArgument(fmt::format(
+        "CHORUS_TIMEOUT='{}' is not a positive duration; use seconds (\"600\") or a number with "
+        "a unit: 500ms, 30s, 10m, 1h",
+        *text));
+  }
+  return d;
+}
+
+Duration resolve_default_timeout() {
+  auto d = default_timeout();
+  return d ? *d : kDefaultTimeout;
+}
+
+LogLevel debug_level() {
+  auto text = get("CHORUS_DEBUG");
+  if (!text) {
+    return LogLevel::warn;
+  }
+  std::string upper;
+  for (char c : *text) {
+    upper += static_cast<char>(c >= 'a' && c <= 'z' ? c - 'a' + 'A' : c);
+  }
+  if (upper == "NONE" || upper == "OFF") {
+    return LogLevel::none;
+  }
+  if (upper == "WARN") {
+    return LogLevel::warn;
+  }
+  if (upper == "INFO") {
+    return LogLevel::info;
+  }
+  if (upper == "TRACE") {
+    return LogLevel::trace;
+  }
+  throw InvalidArgument(
+      fmt::format("CHORUS_DEBUG='{}' is not one of NONE, WARN, INFO, TRACE; unset it or pick one", *text));
+}
+
+std::optional<std::string> socket_ifname() { return get("CHORUS_SOCKET_IFNAME"); }
+
+}  // namespace chorus::env
+
+namespace chorus {
+
+const char* environment_help() noexcept {
+  return "CHORUS_TIMEOUT        default deadline of store calls, connects and collectives\n"
+         "                      (seconds, or 500ms / 30s / 10m / 1h; default 10m)\n"
+         "CHORUS_DEBUG          log level: NONE, WARN (default), INFO, TRACE\n"
+         "CHORUS_SOCKET_IFNAME  interface name (eth0) or local address used for data sockets\n"
+         "CHORUS_STORE_ADDR     host:port of an already running store (init_from_env); rank 0\n"
+         "                      hosts one at MASTER_ADDR:MASTER_PORT otherwise\n"
+         "MASTER_ADDR, MASTER_PORT, RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE\n"
+         "                      torchrun / chorusrun launch variables (init_from_env)\n"
+         "OMPI_COMM_WORLD_RANK, OMPI_COMM_WORLD_SIZE, OMPI_COMM_WORLD_LOCAL_RANK,\n"
+         "OMPI_COMM_WORLD_LOCAL_SIZE   Open MPI mpirun (init_from_env)\n"
+         "PMI_RANK, PMI_SIZE    MPICH / Hydra (init_from_env)\n"
+         "SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID   Slurm srun (init_from_env)\n";
+}
+
+}  // namespace chorus

@@ -1,0 +1,37 @@
+// SPDX-License-Identifier: BSD-3-Clause
+// The one place chorus reads environment variables: typed, validated, documented.
+#pragma once
+
+#include "core/private.hpp"
+
+#include <optional>
+#include <string>
+
+#include <chorus/deadline.hpp>
+#include <chorus/logging.hpp>
+
+namespace chorus::env {
+
+// Raw value of any variable (launcher variables such as RANK included); nullopt if unset or
+// empty. Every getenv in chorus goes through here.
+std::optional<std::string> get(const char* name);
+
+// Parses an integer variable; throws InvalidArgument naming the variable, its value and
+// `who_sets_it` (e.g. "torchrun") when it is not an integer in [min, max].
+std::optional<long long> get_int(const char* name, long long min, long long max,
+                                 const char* who_sets_it);
+
+// CHORUS_TIMEOUT: default deadline of store calls, connects and collectives. Accepts
+// "600" (seconds) or a number with suffix ms, s, m, h. Throws InvalidArgument on a bad value.
+std::optional<Duration> default_timeout();
+// The timeout to use when a caller gave none: CHORUS_TIMEOUT, else kDefaultTimeout.
+Duration resolve_default_timeout();
+// Parses a duration as CHORUS_TIMEOUT does; nullopt if malformed.
+std::optional<Duration> parse_duration(const std::string& text);
+
+// CHORUS_DEBUG=WARN|INFO|TRACE|NONE (default WARN). Throws InvalidArgument on a bad value.
+LogLevel debug_level();
+// CHORUS_SOCKET_IFNAME: interface name or local address for data sockets.
+std::optional<std::string> socket_ifname();
+
+}  // namespace chorus::env

@@ -1,0 +1,50 @@
+// SPDX-License-Identifier: BSD-3-Clause
+// WorkState: the shared Work implementation. Completes exactly once, with or without an error;
+// wakes waiters and runs then() callbacks on the completing thread.
+#pragma once
+
+#include "core/private.hpp"
+
+#include <condition_variable>
+#include <cstdint>
+#include <exception>
+#include <functional>
+#include <mutex>
+#include <vector>
+
+#include <chorus/work.hpp>
+
+namespace chorus {
+
+class WorkState : public Work {
+ public:
+  WorkState(const char* op_name, std::uint64_t seq) noexcept : op_name_(op_name), seq_(seq) {}
+
+  // Completes the work (error = nullptr for success). Only the first call has an effect;
+  // returns whether this call completed it. Runs callbacks on the calling thread.
+  bool complete(std::exception_ptr error = nullptr) noexcept;
+
+  void wait() override;
+  bool wait_for(Duration bound) override;
+  bool is_completed() const noexcept override;
+  bool is_success() const noexcept override;
+  std::exception_ptr exception() const override;
+  void then(std::function<void(Work&)> fn) override;
+  const char* op_name() const noexcept override { return op_name_; }
+  std::uint64_t seq() const noexcept override { return seq_; }
+
+  // A Work that is already complete (world size 1, count 0 ...).
+  static std::shared_ptr<WorkState> completed(const char* op_name, std::uint64_t seq,
+                                              std::exception_ptr error = nullptr);
+
+ private:
+  const char* op_name_;
+  std::uint64_t seq_;
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  bool done_ = false;                                // guarded by mu_
+  std::exception_ptr error_;                         // guarded by mu_; immutable once done_
+  std::vector<std::function<void(Work&)>> callbacks_;  // guarded by mu_
+};
+
+}  // namespace chorus
