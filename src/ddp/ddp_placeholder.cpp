@@ -1,0 +1,3 @@
+// SPDX-License-Identifier: BSD-3-Clause
+// Placeholder until the DDP toolkit lands.
+namespace chorus::ddp {}
