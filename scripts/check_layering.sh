@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: BSD-3-Clause
+# Fails if any folder includes a layer above it (DESIGN.md: core <- net <- store <- tcp|nccl <- capi),
+# if tcp and nccl include each other, if public headers include anything but std and chorus
+# public headers, or if tools/bench/examples reach past the public API.
+set -u
+root=$(cd "$(dirname "$0")/.." && pwd)
+cd "$root" || exit 2
+status=0
+
+allowed_for() {
+  case "$1" in
+    src/core) echo "core" ;;
+    src/net) echo "core net" ;;
+    src/store) echo "core net store" ;;
+    src/tcp) echo "core net store tcp" ;;
+    src/nccl) echo "core net store nccl" ;;
+    src/init|src/ddp|src/capi) echo "core net store tcp nccl init ddp capi" ;;
+  esac
+}
+
+for dir in src/core src/net src/store src/tcp src/nccl src/init src/ddp src/capi; do
+  [ -d "$dir" ] || continue
+  allowed=$(allowed_for "$dir")
+  while IFS= read -r line; do
+    file=${line%%:*}
+    layer=$(sed -E 's/.*#include "([a-z_]+)\/.*/\1/' <<<"$line")
+    case " $allowed " in
+      *" $layer "*) ;;
+      *) echo "layering: $file includes \"$layer/...\" but $dir may include only: $allowed"; status=1 ;;
+    esac
+  done < <(grep -rHE '^#include "[a-z_]+/' "$dir" --include='*.hpp' --include='*.cpp' --include='*.h' || true)
+done
+
+# Public headers: std headers, chorus public headers, and <dlpack/dlpack.h> only where a user
+# opted in (dlpack.hpp documents it). Never fmt, sockets, CUDA or NCCL.
+while IFS= read -r line; do
+  echo "public header: $line"; status=1
+done < <(grep -HnE '^#include' include/chorus/*.hpp include/chorus/*.h 2>/dev/null |
+  grep -vE '#include <(chorus/[a-z_0-9]+\.(hpp|h)|[a-z_0-9]+(\.h)?)>' |
+  grep -vE '^include/chorus/dlpack\.hpp:.*<dlpack/dlpack\.h>')
+while IFS= read -r line; do
+  echo "public header includes a non-std system header: $line"; status=1
+done < <(grep -HnE '^#include <(sys/|netinet/|arpa/|fmt/|cuda|nccl|unistd|pthread)' include/chorus/ 2>/dev/null -r)
+
+# tools, bench and examples use chorus as a user does: public headers only.
+while IFS= read -r line; do
+  echo "public-API-only folder reaches into src/: $line"; status=1
+done < <(grep -rHnE '^#include "(core|net|store|tcp|nccl|init|ddp|capi)/' tools bench examples 2>/dev/null)
+
+if [ "$status" = 0 ]; then
+  echo "layering OK"
+fi
+exit "$status"
