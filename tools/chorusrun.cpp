@@ -1,7 +1,191 @@
 // SPDX-License-Identifier: BSD-3-Clause
-// Placeholder: replaced when this tool lands.
+// chorusrun: a torchrun-compatible launcher that hosts the chorus store and supervises ranks.
+//
+// Node rank 0 runs the TcpStoreServer inside chorusrun (as torchrun's agent does), so the
+// store outlives a crashed rank 0 and survives restarts; ranks find it through MASTER_ADDR /
+// MASTER_PORT and CHORUS_STORE_ADDR (which tells init_from_env that a server already runs).
+// The attempts themselves are in chorusrun_supervisor.cpp.
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/signalfd.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
 #include <cstdio>
-int main() {
-  std::fputs("not implemented yet\n", stderr);
-  return 2;
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <string>
+
+#include <chorus/chorus.hpp>
+
+#include "chorusrun_args.hpp"
+#include "chorusrun_supervisor.hpp"
+
+extern char** environ;
+
+namespace {
+
+// PATH lookup done before any fork, so the child only calls execve.
+std::string resolve_program(const std::string& name) {
+  auto executable = [](const std::string& p) {
+    struct stat st {};
+    return ::stat(p.c_str(), &st) == 0 && S_ISREG(st.st_mode) && ::access(p.c_str(), X_OK) == 0;
+  };
+  if (name.find('/') != std::string::npos) {
+    return executable(name) ? name : std::string();
+  }
+  const char* path = std::getenv("PATH");
+  std::string dirs = path ? path : "/usr/local/bin:/usr/bin:/bin";
+  std::size_t start = 0;
+  while (start <= dirs.size()) {
+    auto end = dirs.find(':', start);
+    if (end == std::string::npos) {
+      end = dirs.size();
+    }
+    std::string dir = dirs.substr(start, end - start);
+    const std::string candidate = (dir.empty() ? "." : dir) + "/" + name;
+    if (executable(candidate)) {
+      return candidate;
+    }
+    start = end + 1;
+  }
+  return {};
+}
+
+// Variables chorusrun sets for each rank; inherited values of these are dropped.
+bool set_by_chorusrun(const char* entry) {
+  static const char* const kNames[] = {
+      "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK", "GROUP_WORLD_SIZE",
+      "ROLE_RANK", "ROLE_WORLD_SIZE", "ROLE_NAME", "MASTER_ADDR", "MASTER_PORT",
+      "CHORUS_STORE_ADDR", "CHORUS_LAUNCHER", "CHORUS_RESTART_COUNT",
+      "TORCHELASTIC_RESTART_COUNT", "TORCHELASTIC_MAX_RESTARTS"};
+  for (const char* name : kNames) {
+    const std::size_t n = std::strlen(name);
+    if (std::strncmp(entry, name, n) == 0 && entry[n] == '=') {
+      return true;
+    }
+  }
+  return false;
+}
+
+void print_help_env() {
+  std::fputs(chorus::environment_help(), stdout);
+  std::fputs(
+      "\nSet by chorusrun for each rank:\n"
+      "RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, GROUP_RANK, GROUP_WORLD_SIZE,\n"
+      "ROLE_RANK, ROLE_WORLD_SIZE, ROLE_NAME, MASTER_ADDR, MASTER_PORT,\n"
+      "CHORUS_STORE_ADDR     the store chorusrun hosts (init_from_env connects, hosts nothing)\n"
+      "CHORUS_LAUNCHER       chorusrun\n"
+      "CHORUS_RESTART_COUNT, TORCHELASTIC_RESTART_COUNT   0 on the first attempt, +1 per restart\n"
+      "TORCHELASTIC_MAX_RESTARTS                          --max-restarts\n",
+      stdout);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  using namespace chorusrun;
+  LaunchPlan plan;
+  try {
+    plan.args = parse_args(argc, argv);
+  } catch (const UsageError& e) {
+    std::fprintf(stderr, "chorusrun: %s\n", e.what());
+    return 2;
+  }
+  const RunArgs& args = plan.args;
+  if (args.help) {
+    std::fputs(usage(), stdout);
+    return 0;
+  }
+  if (args.help_env) {
+    print_help_env();
+    return 0;
+  }
+  if (args.version) {
+    std::printf("chorusrun (chorus %s)\n", chorus::version());
+    return 0;
+  }
+  plan.program_path = resolve_program(args.program[0]);
+  if (plan.program_path.empty()) {
+    std::fprintf(stderr,
+                 "chorusrun: %s: not found or not executable%s\n", args.program[0].c_str(),
+                 args.program[0].find('/') == std::string::npos
+                     ? " in PATH (give a path, e.g. ./build/bench/all_reduce_perf)"
+                     : "");
+    return 127;
+  }
+  plan.log_dir = args.log_dir;
+  if (plan.log_dir.empty() && (args.tee > 0 || args.redirects > 0)) {
+    char tmpl[] = "/tmp/chorusrun_XXXXXX";
+    if (::mkdtemp(tmpl) == nullptr) {
+      std::fprintf(stderr, "chorusrun: cannot create a log directory in /tmp: %s\n",
+                   std::strerror(errno));
+      return 1;
+    }
+    plan.log_dir = tmpl;
+    std::fprintf(stderr, "chorusrun: per-rank logs in %s\n", tmpl);
+  }
+
+  // Signals are read from a signalfd; they must be blocked in every thread, so before the
+  // store server starts its thread.
+  ::signal(SIGPIPE, SIG_IGN);
+  sigset_t handled;
+  ::sigemptyset(&handled);
+  for (int sig : {SIGCHLD, SIGINT, SIGTERM, SIGHUP}) {
+    ::sigaddset(&handled, sig);
+  }
+  ::sigprocmask(SIG_BLOCK, &handled, nullptr);
+  const int signal_fd = ::signalfd(-1, &handled, SFD_CLOEXEC | SFD_NONBLOCK);
+  if (signal_fd < 0) {
+    std::fprintf(stderr, "chorusrun: signalfd failed: %s\n", std::strerror(errno));
+    return 1;
+  }
+  // Orphans of a rank are reparented to us and reaped (no zombies even under a non-reaping
+  // PID 1 in a container).
+  ::prctl(PR_SET_CHILD_SUBREAPER, 1);
+
+  std::unique_ptr<chorus::TcpStoreServer> server;
+  plan.store_host = args.master_addr;
+  plan.store_port = args.master_port;
+  if (args.node_rank == 0) {
+    try {
+      server = std::make_unique<chorus::TcpStoreServer>(chorus::TcpStoreServerOptions{
+          .host = args.master_addr, .port = static_cast<std::uint16_t>(args.master_port)});
+      plan.store_port = server->port();
+    } catch (const chorus::Error& e) {
+      std::fprintf(stderr,
+                   "chorusrun: cannot host the store on %s:%d: %s\n"
+                   "chorusrun: pick another --master-port, or --standalone for a free port\n",
+                   args.master_addr.c_str(), args.master_port, e.what());
+      return 1;
+    }
+  }
+  for (char** e = environ; *e != nullptr; ++e) {
+    if (!set_by_chorusrun(*e)) {
+      plan.base_env.emplace_back(*e);
+    }
+  }
+
+  for (int attempt = 0;; ++attempt) {
+    const AttemptResult result = run_attempt(plan, attempt, signal_fd);
+    if (result.kind == AttemptResult::Kind::ok) {
+      return 0;
+    }
+    const int status = exit_status_of(result);
+    if (result.kind == AttemptResult::Kind::interrupted || result.interrupt_signal != 0) {
+      std::fprintf(stderr, "chorusrun: stopped by %s; exiting with %d\n",
+                   signal_name(result.interrupt_signal).c_str(), status);
+      return status;
+    }
+    if (attempt < args.max_restarts) {
+      std::fprintf(stderr, "chorusrun: restarting the local ranks (restart %d of %d)\n",
+                   attempt + 1, args.max_restarts);
+      continue;
+    }
+    std::fprintf(stderr, "chorusrun: rank %d failed%s; exiting with %d\n", result.rank,
+                 args.max_restarts > 0 ? " and no restarts are left" : "", status);
+    return status;
+  }
 }

@@ -2,8 +2,11 @@
 // Umbrella header: every public C++ header of chorus.
 #pragma once
 
+#include <chorus/ddp.hpp>
 #include <chorus/deadline.hpp>
+#include <chorus/dlpack.hpp>
 #include <chorus/errors.hpp>
+#include <chorus/init.hpp>
 #include <chorus/logging.hpp>
 #include <chorus/options.hpp>
 #include <chorus/process_group.hpp>

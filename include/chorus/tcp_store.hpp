@@ -50,6 +50,9 @@ struct TcpStoreOptions {
   std::optional<Duration> timeout;
   std::size_t max_key_bytes = 8 * 1024;
   std::size_t max_value_bytes = 8 * 1024 * 1024;
+  // Whether this client counts toward wait_for_clients. Inspection tools (chorus-store
+  // --connect) set false so that looking into a live rendezvous never changes it.
+  bool counts_as_client = true;
 };
 
 // Client of a TcpStoreServer (and optionally its host). Thread-safe: calls from several

@@ -120,12 +120,23 @@ const char* environment_help() noexcept {
          "CHORUS_SOCKET_IFNAME  interface name (eth0) or local address used for data sockets\n"
          "CHORUS_STORE_ADDR     host:port of an already running store (init_from_env); rank 0\n"
          "                      hosts one at MASTER_ADDR:MASTER_PORT otherwise\n"
+         "CHORUS_RUN_ID         names the job inside the store (init_from_env), so jobs sharing\n"
+         "                      one chorus-store never see each other's keys; default: the\n"
+         "                      launcher's job id, else \"default\"\n"
          "MASTER_ADDR, MASTER_PORT, RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE\n"
          "                      torchrun / chorusrun launch variables (init_from_env)\n"
          "OMPI_COMM_WORLD_RANK, OMPI_COMM_WORLD_SIZE, OMPI_COMM_WORLD_LOCAL_RANK,\n"
          "OMPI_COMM_WORLD_LOCAL_SIZE   Open MPI mpirun (init_from_env)\n"
          "PMI_RANK, PMI_SIZE    MPICH / Hydra (init_from_env)\n"
-         "SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID   Slurm srun (init_from_env)\n";
+         "SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID   Slurm srun (init_from_env)\n"
+         "CHORUS_LAUNCHER, CHORUS_RESTART_COUNT, GROUP_RANK   set by chorusrun for each rank;\n"
+         "                      TORCHELASTIC_RESTART_COUNT, TORCHELASTIC_RUN_ID and\n"
+         "                      TORCHELASTIC_USE_AGENT_STORE are read the same way under torchrun\n"
+         "                      (its agent store holds MASTER_PORT: chorus uses MASTER_PORT+1)\n"
+         "MPI_LOCALRANKID, MPI_LOCALNRANKS, PMI_KVSNAME   MPICH / Hydra extras (init_from_env)\n"
+         "SLURM_NODEID, SLURM_STEP_NUM_NODES, SLURM_STEP_TASKS_PER_NODE, SLURM_STEP_NODELIST,\n"
+         "SLURM_JOB_ID, SLURM_STEP_ID   Slurm extras: local size, rendezvous host and port\n"
+         "OMPI_MCA_ess_base_jobid       Open MPI job id: the store port when MASTER_PORT is unset\n";
 }
 
 }  // namespace chorus

@@ -1,0 +1,32 @@
+// SPDX-License-Identifier: BSD-3-Clause
+// reduce_perf: the root ends with the reduction of every rank's buffer.
+#include "common.hpp"
+
+namespace {
+
+bench::Counts counts(std::size_t count, int) { return {count, count, count, 0, 0}; }
+
+std::int64_t input(const bench::Pattern& p, int rank, int, std::size_t i, const bench::Counts&) {
+  return bench::input_value(p, rank, i);
+}
+
+std::optional<std::int64_t> expected(const bench::Pattern& p, int rank, int root, bool,
+                                     std::size_t i, const bench::Counts&) {
+  if (rank != root) {
+    return std::nullopt;  // only the root has a result
+  }
+  return bench::reduced_value(p, i);
+}
+
+void run(const bench::Call& c, std::vector<std::shared_ptr<chorus::Work>>& works) {
+  works.push_back(c.group.reduce(c.send, c.recv, {.op = c.op, .root = c.root}));
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  static const bench::CollBench kBench{"reduce_perf", bench::Coll::reduce,
+                                       /*uses_op=*/true, /*uses_root=*/true,
+                                       /*has_in_place=*/true, counts, input, expected, run};
+  return bench::run_benchmark(argc, argv, kBench);
+}

@@ -1,0 +1,224 @@
+// SPDX-License-Identifier: BSD-3-Clause
+// C ABI: tensors, collectives and work handles.
+#include "capi/capi.hpp"
+
+#include <chorus/dlpack.hpp>
+
+#include "capi/dlpack_abi.hpp"
+
+namespace chorus::capi {
+namespace {
+
+Tensor to_tensor(const chorus_tensor_t* t, const char* function, const char* what) {
+  require(t, function, what);
+  const auto dtype = static_cast<int>(t->dtype);
+  if (dtype < 0 || dtype >= kNumDataTypes) {
+    throw InvalidArgument(fmt::format("{}: {}.dtype is {}, not a chorus_dtype_t (CHORUS_INT8 .. CHORUS_FLOAT64)",
+                                      function, what, dtype));
+  }
+  Device device;
+  if (t->device_type == CHORUS_DEVICE_CUDA) {
+    device = Device::cuda(t->device_index);
+  } else if (t->device_type != CHORUS_DEVICE_CPU) {
+    throw InvalidArgument(fmt::format(
+        "{}: {}.device_type is {}; use CHORUS_DEVICE_CPU or CHORUS_DEVICE_CUDA", function, what,
+        static_cast<int>(t->device_type)));
+  }
+  return Tensor(t->data, t->count, static_cast<DataType>(dtype), device);
+}
+
+struct OpOptions {
+  ReduceOp op = ReduceOp::sum;
+  int root = 0;
+  std::optional<Duration> timeout;
+};
+
+OpOptions op_options(const chorus_op_options_t* options, const char* function) {
+  const chorus_op_options_t defaults = CHORUS_OP_OPTIONS_INITIALIZER;
+  const auto c = read_config(options, defaults, sizeof(chorus_op_options_t), function,
+                             "CHORUS_OP_OPTIONS_INITIALIZER");
+  const auto op = static_cast<int>(c.op);
+  if (op < 0 || op >= kNumReduceOps) {
+    throw InvalidArgument(fmt::format("{}: options.op is {}, not a chorus_reduce_op_t (CHORUS_SUM .. CHORUS_AVG)",
+                                      function, op));
+  }
+  return OpOptions{static_cast<ReduceOp>(op), c.root, timeout_from_ms(c.timeout_ms, function)};
+}
+
+// Runs `launch` (which returns the Work) and hands out the handle.
+template <class Launch>
+chorus_result_t launch_op(const char* function, chorus_group_t* group, chorus_work_t** work,
+                          Launch&& launch) {
+  return guarded(function, [&] {
+    require(work, function, "work (output)");
+    *work = nullptr;
+    require(group, function, "group");
+    auto handle = std::make_unique<chorus_work>();
+    handle->work = launch(*group->group);
+    *work = handle.release();
+  });
+}
+
+}  // namespace
+}  // namespace chorus::capi
+
+using chorus::capi::guarded;
+using chorus::capi::launch_op;
+using chorus::capi::op_options;
+using chorus::capi::require;
+using chorus::capi::to_tensor;
+
+extern "C" {
+
+chorus_result_t chorus_tensor_from_dlpack(const void* dl_tensor, chorus_tensor_t* out) {
+  static const char* fn = "chorus_tensor_from_dlpack";
+  return guarded(fn, [&] {
+    require(out, fn, "out");
+    const auto* dl = static_cast<const chorus::dl::Tensor*>(dl_tensor);
+    const chorus::Tensor t = chorus::from_dlpack(dl);
+    out->data = t.data();
+    out->count = t.count();
+    out->dtype = static_cast<chorus_dtype_t>(t.dtype());
+    out->device_type = t.is_cuda() ? CHORUS_DEVICE_CUDA : CHORUS_DEVICE_CPU;
+    out->device_index = t.is_cuda() ? t.device().index : 0;
+  });
+}
+
+size_t chorus_dtype_size(chorus_dtype_t dtype) {
+  const auto d = static_cast<int>(dtype);
+  return d < 0 || d >= chorus::kNumDataTypes ? 0 : chorus::element_size(static_cast<chorus::DataType>(d));
+}
+
+chorus_result_t chorus_allreduce(chorus_group_t* group, const chorus_tensor_t* in, const chorus_tensor_t* out,
+                                 const chorus_op_options_t* options, chorus_work_t** work) {
+  static const char* fn = "chorus_allreduce";
+  return launch_op(fn, group, work, [&](chorus::ProcessGroup& pg) {
+    const auto o = op_options(options, fn);
+    return pg.allreduce(to_tensor(in, fn, "in"), to_tensor(out, fn, "out"), {.op = o.op, .timeout = o.timeout});
+  });
+}
+
+chorus_result_t chorus_allgather(chorus_group_t* group, const chorus_tensor_t* in, const chorus_tensor_t* out,
+                                 const chorus_op_options_t* options, chorus_work_t** work) {
+  static const char* fn = "chorus_allgather";
+  return launch_op(fn, group, work, [&](chorus::ProcessGroup& pg) {
+    const auto o = op_options(options, fn);
+    return pg.allgather(to_tensor(in, fn, "in"), to_tensor(out, fn, "out"), {.timeout = o.timeout});
+  });
+}
+
+chorus_result_t chorus_reduce_scatter(chorus_group_t* group, const chorus_tensor_t* in,
+                                      const chorus_tensor_t* out, const chorus_op_options_t* options,
+                                      chorus_work_t** work) {
+  static const char* fn = "chorus_reduce_scatter";
+  return launch_op(fn, group, work, [&](chorus::ProcessGroup& pg) {
+    const auto o = op_options(options, fn);
+    return pg.reduce_scatter(to_tensor(in, fn, "in"), to_tensor(out, fn, "out"),
+                             {.op = o.op, .timeout = o.timeout});
+  });
+}
+
+chorus_result_t chorus_broadcast(chorus_group_t* group, const chorus_tensor_t* inout,
+                                 const chorus_op_options_t* options, chorus_work_t** work) {
+  static const char* fn = "chorus_broadcast";
+  return launch_op(fn, group, work, [&](chorus::ProcessGroup& pg) {
+    const auto o = op_options(options, fn);
+    return pg.broadcast(to_tensor(inout, fn, "inout"), {.root = o.root, .timeout = o.timeout});
+  });
+}
+
+chorus_result_t chorus_reduce(chorus_group_t* group, const chorus_tensor_t* in, const chorus_tensor_t* out,
+                              const chorus_op_options_t* options, chorus_work_t** work) {
+  static const char* fn = "chorus_reduce";
+  return launch_op(fn, group, work, [&](chorus::ProcessGroup& pg) {
+    const auto o = op_options(options, fn);
+    return pg.reduce(to_tensor(in, fn, "in"), to_tensor(out, fn, "out"),
+                     {.op = o.op, .root = o.root, .timeout = o.timeout});
+  });
+}
+
+chorus_result_t chorus_gather(chorus_group_t* group, const chorus_tensor_t* in, const chorus_tensor_t* out,
+                              const chorus_op_options_t* options, chorus_work_t** work) {
+  static const char* fn = "chorus_gather";
+  return launch_op(fn, group, work, [&](chorus::ProcessGroup& pg) {
+    const auto o = op_options(options, fn);
+    return pg.gather(to_tensor(in, fn, "in"), to_tensor(out, fn, "out"), {.root = o.root, .timeout = o.timeout});
+  });
+}
+
+chorus_result_t chorus_scatter(chorus_group_t* group, const chorus_tensor_t* in, const chorus_tensor_t* out,
+                               const chorus_op_options_t* options, chorus_work_t** work) {
+  static const char* fn = "chorus_scatter";
+  return launch_op(fn, group, work, [&](chorus::ProcessGroup& pg) {
+    const auto o = op_options(options, fn);
+    return pg.scatter(to_tensor(in, fn, "in"), to_tensor(out, fn, "out"), {.root = o.root, .timeout = o.timeout});
+  });
+}
+
+chorus_result_t chorus_all_to_all(chorus_group_t* group, const chorus_tensor_t* in, const chorus_tensor_t* out,
+                                  const chorus_op_options_t* options, chorus_work_t** work) {
+  static const char* fn = "chorus_all_to_all";
+  return launch_op(fn, group, work, [&](chorus::ProcessGroup& pg) {
+    const auto o = op_options(options, fn);
+    return pg.all_to_all(to_tensor(in, fn, "in"), to_tensor(out, fn, "out"), {.timeout = o.timeout});
+  });
+}
+
+chorus_result_t chorus_barrier(chorus_group_t* group, const chorus_op_options_t* options, chorus_work_t** work) {
+  static const char* fn = "chorus_barrier";
+  return launch_op(fn, group, work, [&](chorus::ProcessGroup& pg) {
+    const auto o = op_options(options, fn);
+    return pg.barrier({.timeout = o.timeout});
+  });
+}
+
+chorus_result_t chorus_send(chorus_group_t* group, const chorus_tensor_t* tensor, int dst, uint32_t tag,
+                            const chorus_op_options_t* options, chorus_work_t** work) {
+  static const char* fn = "chorus_send";
+  return launch_op(fn, group, work, [&](chorus::ProcessGroup& pg) {
+    const auto o = op_options(options, fn);
+    return pg.send(to_tensor(tensor, fn, "tensor"), dst, tag, {.timeout = o.timeout});
+  });
+}
+
+chorus_result_t chorus_recv(chorus_group_t* group, const chorus_tensor_t* tensor, int src, uint32_t tag,
+                            const chorus_op_options_t* options, chorus_work_t** work) {
+  static const char* fn = "chorus_recv";
+  return launch_op(fn, group, work, [&](chorus::ProcessGroup& pg) {
+    const auto o = op_options(options, fn);
+    return pg.recv(to_tensor(tensor, fn, "tensor"), src, tag, {.timeout = o.timeout});
+  });
+}
+
+chorus_result_t chorus_work_wait(chorus_work_t* work) {
+  static const char* fn = "chorus_work_wait";
+  return guarded(fn, [&] { require(work, fn, "work")->work->wait(); });
+}
+
+chorus_result_t chorus_work_wait_for(chorus_work_t* work, int64_t timeout_ms, int* done) {
+  static const char* fn = "chorus_work_wait_for";
+  return guarded(fn, [&] {
+    require(work, fn, "work");
+    require(done, fn, "done (output)");
+    *done = 0;
+    if (timeout_ms < 0) {
+      throw chorus::InvalidArgument(fmt::format(
+          "{}: timeout_ms is {}; pass 0 to poll or a positive bound in milliseconds", fn, timeout_ms));
+    }
+    if (!work->work->wait_for(chorus::Duration(timeout_ms))) {
+      return;
+    }
+    *done = 1;
+    if (auto error = work->work->exception()) {
+      std::rethrow_exception(error);
+    }
+  });
+}
+
+chorus_result_t chorus_work_test(chorus_work_t* work, int* done) { return chorus_work_wait_for(work, 0, done); }
+
+uint64_t chorus_work_seq(const chorus_work_t* work) { return work == nullptr ? 0 : work->work->seq(); }
+
+void chorus_work_free(chorus_work_t* work) { delete work; }
+
+}  // extern "C"

@@ -1,0 +1,138 @@
+// SPDX-License-Identifier: BSD-3-Clause
+// C ABI: process groups (tcp, nccl, split, abort, destroy).
+#include "capi/capi.hpp"
+
+#include <string>
+#include <vector>
+
+namespace chorus::capi {
+namespace {
+
+// Checked here too (the backends check again) so that a bad rank fails at once, before any
+// store traffic, whatever the backend does first.
+void check_rank(int rank, int size, const char* function) {
+  if (size < 1 || rank < 0 || rank >= size) {
+    throw InvalidArgument(fmt::format(
+        "{}: rank {} is not in [0, size = {}); pass this process's rank and the world size (RANK "
+        "and WORLD_SIZE under torchrun)",
+        function, rank, size));
+  }
+}
+
+GroupOptions group_options(const char* name, std::int64_t timeout_ms, const char* function) {
+  GroupOptions g;
+  if (name != nullptr) {
+    g.name = name;
+  }
+  g.timeout = timeout_from_ms(timeout_ms, function);
+  return g;
+}
+
+}  // namespace
+}  // namespace chorus::capi
+
+using chorus::capi::guarded;
+using chorus::capi::require;
+
+extern "C" {
+
+chorus_result_t chorus_group_create_tcp(chorus_store_t* store, int rank, int size,
+                                        const chorus_tcp_group_config_t* config, chorus_group_t** group) {
+  static const char* fn = "chorus_group_create_tcp";
+  return guarded(fn, [&] {
+    require(group, fn, "group (output)");
+    *group = nullptr;
+    require(store, fn, "store");
+    chorus::capi::check_rank(rank, size, fn);
+    const chorus_tcp_group_config_t defaults = CHORUS_TCP_GROUP_CONFIG_INITIALIZER;
+    const auto c = chorus::capi::read_config(config, defaults, sizeof(chorus_tcp_group_config_t), fn,
+                                             "CHORUS_TCP_GROUP_CONFIG_INITIALIZER");
+    chorus::TcpGroupOptions options;
+    options.group = chorus::capi::group_options(c.name, c.timeout_ms, fn);
+    if (c.interface != nullptr) {
+      options.interface = c.interface;
+    }
+    if (c.sockets_per_peer != 0) {
+      options.sockets_per_peer = c.sockets_per_peer;
+    }
+    auto handle = std::make_unique<chorus_group>();
+    handle->group = chorus::make_tcp_group(store->store, rank, size, options);
+    *group = handle.release();
+  });
+}
+
+chorus_result_t chorus_group_create_nccl(chorus_store_t* store, int rank, int size,
+                                         const chorus_nccl_group_config_t* config, chorus_group_t** group) {
+  static const char* fn = "chorus_group_create_nccl";
+  return guarded(fn, [&] {
+    require(group, fn, "group (output)");
+    *group = nullptr;
+    require(store, fn, "store");
+    chorus::capi::check_rank(rank, size, fn);
+    const chorus_nccl_group_config_t defaults = CHORUS_NCCL_GROUP_CONFIG_INITIALIZER;
+    const auto c = chorus::capi::read_config(config, defaults, sizeof(chorus_nccl_group_config_t), fn,
+                                             "CHORUS_NCCL_GROUP_CONFIG_INITIALIZER");
+    chorus::NcclGroupOptions options;
+    options.group = chorus::capi::group_options(c.name, c.timeout_ms, fn);
+    options.device = c.device;
+    options.stream = c.stream;
+    auto handle = std::make_unique<chorus_group>();
+    handle->group = chorus::make_nccl_group(store->store, rank, size, options);
+    *group = handle.release();
+  });
+}
+
+chorus_result_t chorus_group_rank(const chorus_group_t* group, int* rank) {
+  static const char* fn = "chorus_group_rank";
+  return guarded(fn, [&] {
+    require(group, fn, "group");
+    *require(rank, fn, "rank (output)") = group->group->rank();
+  });
+}
+
+chorus_result_t chorus_group_size(const chorus_group_t* group, int* size) {
+  static const char* fn = "chorus_group_size";
+  return guarded(fn, [&] {
+    require(group, fn, "group");
+    *require(size, fn, "size (output)") = group->group->size();
+  });
+}
+
+const char* chorus_group_backend(const chorus_group_t* group) {
+  return group == nullptr ? nullptr : group->group->backend_name();
+}
+
+chorus_result_t chorus_group_split(chorus_group_t* group, const int* ranks, size_t num_ranks,
+                                   const chorus_group_config_t* config, chorus_group_t** subgroup) {
+  static const char* fn = "chorus_group_split";
+  return guarded(fn, [&] {
+    require(subgroup, fn, "subgroup (output)");
+    *subgroup = nullptr;
+    require(group, fn, "group");
+    if (num_ranks > 0) {
+      require(ranks, fn, "ranks");
+    }
+    const chorus_group_config_t defaults = CHORUS_GROUP_CONFIG_INITIALIZER;
+    const auto c = chorus::capi::read_config(config, defaults, sizeof(chorus_group_config_t), fn,
+                                             "CHORUS_GROUP_CONFIG_INITIALIZER");
+    std::vector<int> members(ranks, ranks + num_ranks);
+    auto sub = group->group->split(members, chorus::capi::group_options(c.name, c.timeout_ms, fn));
+    if (sub) {
+      auto handle = std::make_unique<chorus_group>();
+      handle->group = std::move(sub);
+      *subgroup = handle.release();
+    }
+  });
+}
+
+chorus_result_t chorus_group_abort(chorus_group_t* group, const char* reason) {
+  static const char* fn = "chorus_group_abort";
+  return guarded(fn, [&] {
+    require(group, fn, "group");
+    group->group->abort(reason != nullptr ? reason : "aborted through the C ABI (chorus_group_abort)");
+  });
+}
+
+void chorus_group_destroy(chorus_group_t* group) { delete group; }
+
+}  // extern "C"

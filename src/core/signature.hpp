@@ -1,0 +1,64 @@
+// SPDX-License-Identifier: BSD-3-Clause
+// OpSignature: what a rank believes the collective at a sequence number is. Carried in the
+// data path (32 bytes per op and peer) so that ranks disagreeing on op, count, dtype, root or
+// operator fail naming both signatures instead of corrupting data or hanging.
+#pragma once
+
+#include "core/private.hpp"
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include <chorus/types.hpp>
+
+namespace chorus {
+
+enum class OpKind : std::uint8_t {
+  allreduce = 1,
+  allgather,
+  reduce_scatter,
+  broadcast,
+  reduce,
+  gather,
+  scatter,
+  all_to_all,
+  barrier,
+};
+const char* to_string(OpKind kind) noexcept;
+
+// Fields that do not apply to an op (root of allreduce, redop of allgather ...) are zero.
+// count is the per-rank element count the op was called with (the input for allreduce,
+// allgather, reduce, gather and all_to_all; the output for reduce_scatter and scatter; the
+// tensor for broadcast).
+struct OpSignature {
+  OpKind kind = OpKind::barrier;
+  DataType dtype = DataType::uint8;
+  ReduceOp redop = ReduceOp::sum;
+  std::int32_t root = 0;
+  std::uint64_t count = 0;
+  std::uint64_t seq = 0;
+
+  friend bool operator==(const OpSignature&, const OpSignature&) = default;
+};
+
+inline constexpr std::size_t kSignatureBytes = 32;
+using EncodedSignature = std::array<std::uint8_t, kSignatureBytes>;
+
+// Fixed little-endian layout: magic "CHSG", version, kind, dtype, redop, root, reserved,
+// count, seq.
+EncodedSignature encode(const OpSignature& sig) noexcept;
+// nullopt if the bytes are not a signature (bad magic, version or enum value): the stream
+// carrying them is out of step.
+std::optional<OpSignature> decode_signature(const std::uint8_t* bytes) noexcept;
+
+// "allreduce (seq 5, 1024 x float32, sum)"; the fields that apply to the op only.
+std::string describe(const OpSignature& sig);
+// One sentence naming both sides, e.g. "rank 0 issued allreduce (seq 5, 1024 x float32, sum)
+// but rank 2 issued broadcast (seq 5, 1024 x float32, root 0)".
+std::string describe_mismatch(const OpSignature& mine, int my_rank, const OpSignature& theirs,
+                              int their_rank);
+
+}  // namespace chorus

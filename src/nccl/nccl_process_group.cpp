@@ -1,0 +1,598 @@
+// SPDX-License-Identifier: BSD-3-Clause
+// NcclProcessGroup: streams and events around each NCCL call, the collectives (rooted ones and
+// all_to_all as grouped send/recv), split, abort, and the make_nccl_group factory.
+#include "nccl/nccl_process_group.hpp"
+
+#include <algorithm>
+#include <utility>
+
+#include <fmt/format.h>
+
+#include <chorus/errors.hpp>
+
+#include "core/format.hpp"
+#include "core/logging.hpp"
+#include "nccl/device_guard.hpp"
+#include "nccl/nccl_bootstrap.hpp"
+#include "nccl/nccl_check.hpp"
+#include "nccl/nccl_features.hpp"
+#include "nccl/nccl_types.hpp"
+
+namespace chorus::nccl {
+namespace {
+
+// ncclGroupStart/End around grouped send/recv; ends the group on every path (the group state
+// is per thread in NCCL and must not leak into the next op).
+class NcclGroup {
+ public:
+  NcclGroup(ncclComm_t comm, const ErrorContext& context) : comm_(comm) {
+    CHORUS_NCCL_CHECK(ncclGroupStart(), comm_, context);
+    open_ = true;
+  }
+  void end(const ErrorContext& context) {
+    open_ = false;
+    CHORUS_NCCL_CHECK(ncclGroupEnd(), comm_, context);
+  }
+  ~NcclGroup() {
+    if (open_) {
+      (void)ncclGroupEnd();
+    }
+  }
+  NcclGroup(const NcclGroup&) = delete;
+  NcclGroup& operator=(const NcclGroup&) = delete;
+
+ private:
+  ncclComm_t comm_;
+  bool open_ = false;
+};
+
+char* at(void* base, std::size_t index, std::size_t block_bytes) {
+  return static_cast<char*>(base) + index * block_bytes;
+}
+const char* at(const void* base, std::size_t index, std::size_t block_bytes) {
+  return static_cast<const char*>(base) + index * block_bytes;
+}
+
+std::exception_ptr as_exception_ptr(const Error& e) {
+  try {
+    throw_error(e.code(), e.what(), e.context());
+  } catch (...) {
+    return std::current_exception();
+  }
+}
+
+}  // namespace
+
+NcclProcessGroup::NcclProcessGroup(int rank, int size, const GroupOptions& options, int device,
+                                   cudaStream_t caller_stream)
+    : ProcessGroup(rank, size, options), device_(device), caller_stream_(caller_stream) {}
+
+NcclProcessGroup::~NcclProcessGroup() {
+  if (watchdog_) {
+    watchdog_->drain();
+    watchdog_.reset();
+  }
+  if (comm_) {
+    if (is_aborted()) {
+      comm_->abort();
+    } else {
+      comm_->shutdown(Deadline::after(timeout()));
+    }
+  }
+  int previous = -1;
+  const bool switched = cudaGetDevice(&previous) == cudaSuccess && previous != device_ &&
+                        cudaSetDevice(device_) == cudaSuccess;
+  if (barrier_buffer_ != nullptr) {
+    (void)cudaFree(barrier_buffer_);
+  }
+  if (stream_ != nullptr) {
+    (void)cudaStreamDestroy(stream_);
+  }
+  if (switched) {
+    (void)cudaSetDevice(previous);
+  }
+}
+
+ErrorContext NcclProcessGroup::group_context() const {
+  return ErrorContext{.rank = rank(), .size = size(), .group = name()};
+}
+
+ErrorContext NcclProcessGroup::op_context(const OpCall& call) const {
+  ErrorContext ctx = group_context();
+  ctx.op = call.name;
+  ctx.seq = call.seq;
+  ctx.timeout = call.timeout;
+  return ctx;
+}
+
+void NcclProcessGroup::setup_device() {
+  ErrorContext ctx = group_context();
+  ctx.op = "make_nccl_group";
+  DeviceGuard guard(device_, ctx);
+  CHORUS_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), ctx);
+  CHORUS_CUDA_CHECK(cudaMalloc(&barrier_buffer_, sizeof(std::int32_t)), ctx);
+  CHORUS_CUDA_CHECK(cudaMemsetAsync(barrier_buffer_, 0, sizeof(std::int32_t), stream_), ctx);
+  events_ = std::make_shared<EventPool>(device_);
+}
+
+void NcclProcessGroup::start(std::shared_ptr<NcclComm> comm) {
+  comm_ = std::move(comm);
+  watchdog_ = std::make_unique<Watchdog>(
+      comm_, device_, group_context(),
+      [this](std::exception_ptr error) { record_failure(std::move(error)); },
+      [this] {
+        std::lock_guard lock(issue_mu_);
+        comm_->abort();
+      });
+  CHORUS_INFO(nccl, "{}: NCCL communicator ready on cuda:{} (NCCL {}.{}.{})",
+              on_rank(group_context()), device_, NCCL_MAJOR, NCCL_MINOR, NCCL_PATCH);
+}
+
+bool NcclProcessGroup::wait_comm_aborted(Duration bound) {
+  return watchdog_ && watchdog_->wait_comm_aborted(bound);
+}
+
+void NcclProcessGroup::check_device(const Tensor& t, const char* what, const char* op_name) const {
+  if (t.count() == 0) {
+    return;
+  }
+  ErrorContext ctx = group_context();
+  ctx.op = op_name;
+  const std::string site = fmt::format("{} {}", op_name, on_rank(ctx));
+  if (t.is_cpu()) {
+    throw InvalidArgument(
+        fmt::format("{}: {} is a CPU tensor, but the nccl backend needs CUDA tensors on cuda:{}; "
+                    "copy it to the GPU first, or use the tcp backend for CPU tensors",
+                    site, what, device_),
+        ctx);
+  }
+  ProcessGroup::check_device(t, what, op_name);  // device index and null data
+  if (!to_nccl(t.dtype())) {
+    require_nccl_type(t.dtype(), site);
+  }
+  // The label says cuda:N; make sure the memory agrees, since NCCL would fault on host memory
+  // and silently cross devices on another GPU's memory.
+  cudaPointerAttributes attributes{};
+  const cudaError_t result = cudaPointerGetAttributes(&attributes, t.data());
+  if (result != cudaSuccess) {
+    (void)cudaGetLastError();
+    throw InvalidArgument(fmt::format("{}: {} ({} at {}) is not memory CUDA knows ({}); pass "
+                                      "device memory from cudaMalloc or your framework",
+                                      site, what, describe_cuda_failure("cudaPointerGetAttributes",
+                                                                        result),
+                                      t.data(), cudaGetErrorName(result)),
+                          ctx);
+  }
+  if (attributes.type == cudaMemoryTypeUnregistered || attributes.type == cudaMemoryTypeHost) {
+    throw InvalidArgument(fmt::format("{}: {} is labeled cuda:{} but {} is host memory; the nccl "
+                                      "backend needs device memory (cudaMalloc)",
+                                      site, what, t.device().index, t.data()),
+                          ctx);
+  }
+  if (attributes.type == cudaMemoryTypeDevice && attributes.device != device_) {
+    throw InvalidArgument(fmt::format("{}: {} is labeled cuda:{} but its memory is on cuda:{}; "
+                                      "this group uses cuda:{}: copy it there first",
+                                      site, what, t.device().index, attributes.device, device_),
+                          ctx);
+  }
+}
+
+ncclDataType_t NcclProcessGroup::nccl_type(DataType dtype, const OpCall& call) const {
+  if (auto type = to_nccl(dtype)) {
+    return *type;
+  }
+  return require_nccl_type(dtype, where(op_context(call)));
+}
+
+ncclRedOp_t NcclProcessGroup::nccl_op(ReduceOp op, DataType dtype, const OpCall& call) const {
+  if (auto red = to_nccl(op, dtype)) {
+    return *red;
+  }
+  return require_nccl_op(op, dtype, where(op_context(call)));
+}
+
+void NcclProcessGroup::copy_async(void* dst, const void* src, std::size_t bytes,
+                                  cudaStream_t stream, const OpCall& call) const {
+  if (dst == src || bytes == 0) {
+    return;
+  }
+  CHORUS_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream),
+                    op_context(call));
+}
+
+template <class Enqueue>
+std::shared_ptr<Work> NcclProcessGroup::launch(const OpCall& call, OpInfo info,
+                                               Enqueue&& enqueue) {
+  info.name = call.name;
+  info.seq = call.seq;
+  info.timeout = call.timeout;
+  info.deadline = call.deadline;
+  std::shared_ptr<NcclWork> work;
+  std::exception_ptr failed;
+  {
+    std::lock_guard lock(issue_mu_);
+    if (auto error = failure()) {
+      std::rethrow_exception(error);  // failed while this call waited for the lock
+    }
+    try {
+      DeviceGuard guard(device_, op_context(call));
+      // Order after the caller's stream: everything it queued before this call (the kernels
+      // producing the input) runs first. The wait captures the event's state at this point,
+      // so the event can go back to the pool at once.
+      cudaEvent_t ready = events_->acquire(op_context(call));
+      const cudaError_t recorded = cudaEventRecord(ready, caller_stream_);
+      const cudaError_t waited =
+          recorded == cudaSuccess ? cudaStreamWaitEvent(stream_, ready, 0) : recorded;
+      events_->release(ready);
+      CHORUS_CUDA_CHECK(waited, op_context(call));
+
+      cudaEvent_t done = events_->acquire(op_context(call));
+      // The op's age counts from the call (when its deadline was set), so that an op past
+      // its deadline is always at least `timeout` old in messages and contexts.
+      info.issued = call.deadline.is_never() ? Clock::now() : call.deadline.when() - call.timeout;
+      work = std::make_shared<NcclWork>(info, done, events_, caller_stream_, comm_);
+      enqueue(stream_);
+      // A non-blocking communicator may still be enqueueing; the event must come after it.
+      comm_->wait_ready(call.deadline, op_context(call), "enqueueing the op");
+      CHORUS_CUDA_CHECK(cudaEventRecord(done, stream_), op_context(call));
+    } catch (const Error& e) {
+      failed = as_exception_ptr(e);
+    } catch (...) {
+      failed = std::current_exception();
+    }
+  }
+  if (failed) {
+    // The other ranks issued this op and this one could not: the group is out of step.
+    // Poisoned outside issue_mu_, since failing Works runs then() callbacks.
+    watchdog_->poison(failed);
+    std::rethrow_exception(failed);
+  }
+  work->set_context(group_context());
+  watchdog_->track(work);
+  return work;
+}
+
+std::shared_ptr<Work> NcclProcessGroup::do_allreduce(Tensor in, Tensor out, ReduceOp op,
+                                                     const OpCall& call) {
+  const ncclDataType_t type = nccl_type(in.dtype(), call);
+  const ncclRedOp_t red = nccl_op(op, in.dtype(), call);
+  return launch(call, OpInfo{.bytes = in.nbytes(), .dtype = in.dtype(), .op = op},
+                [&](cudaStream_t stream) {
+                  if (in.count() == 0) {
+                    return;
+                  }
+                  CHORUS_NCCL_CHECK(ncclAllReduce(in.data(), out.data(), in.count(), type, red,
+                                                  comm_->get(), stream),
+                                    comm_->get(), op_context(call));
+                });
+}
+
+std::shared_ptr<Work> NcclProcessGroup::do_allgather(Tensor in, Tensor out, const OpCall& call) {
+  const ncclDataType_t type = nccl_type(in.dtype(), call);
+  return launch(call, OpInfo{.bytes = out.nbytes(), .dtype = in.dtype()}, [&](cudaStream_t stream) {
+    if (in.count() == 0) {
+      return;
+    }
+    CHORUS_NCCL_CHECK(
+        ncclAllGather(in.data(), out.data(), in.count(), type, comm_->get(), stream),
+        comm_->get(), op_context(call));
+  });
+}
+
+std::shared_ptr<Work> NcclProcessGroup::do_reduce_scatter(Tensor in, Tensor out, ReduceOp op,
+                                                          const OpCall& call) {
+  const ncclDataType_t type = nccl_type(in.dtype(), call);
+  const ncclRedOp_t red = nccl_op(op, in.dtype(), call);
+  return launch(call, OpInfo{.bytes = in.nbytes(), .dtype = in.dtype(), .op = op},
+                [&](cudaStream_t stream) {
+                  if (out.count() == 0) {
+                    return;
+                  }
+                  CHORUS_NCCL_CHECK(ncclReduceScatter(in.data(), out.data(), out.count(), type,
+                                                      red, comm_->get(), stream),
+                                    comm_->get(), op_context(call));
+                });
+}
+
+std::shared_ptr<Work> NcclProcessGroup::do_broadcast(Tensor inout, int root, const OpCall& call) {
+  const ncclDataType_t type = nccl_type(inout.dtype(), call);
+  return launch(call, OpInfo{.bytes = inout.nbytes(), .dtype = inout.dtype(), .peer = root},
+                [&](cudaStream_t stream) {
+                  if (inout.count() == 0) {
+                    return;
+                  }
+                  CHORUS_NCCL_CHECK(ncclBroadcast(inout.data(), inout.data(), inout.count(), type,
+                                                  root, comm_->get(), stream),
+                                    comm_->get(), op_context(call));
+                });
+}
+
+std::shared_ptr<Work> NcclProcessGroup::do_reduce(Tensor in, Tensor out, ReduceOp op, int root,
+                                                  const OpCall& call) {
+  const ncclDataType_t type = nccl_type(in.dtype(), call);
+  const ncclRedOp_t red = nccl_op(op, in.dtype(), call);
+  // NCCL ignores recvbuff off the root; pass the input rather than a possibly empty output.
+  void* recv = rank() == root ? out.data() : in.data();
+  return launch(call, OpInfo{.bytes = in.nbytes(), .dtype = in.dtype(), .op = op, .peer = root},
+                [&](cudaStream_t stream) {
+                  if (in.count() == 0) {
+                    return;
+                  }
+                  CHORUS_NCCL_CHECK(ncclReduce(in.data(), recv, in.count(), type, red, root,
+                                               comm_->get(), stream),
+                                    comm_->get(), op_context(call));
+                });
+}
+
+std::shared_ptr<Work> NcclProcessGroup::do_gather(Tensor in, Tensor out, int root,
+                                                  const OpCall& call) {
+  const ncclDataType_t type = nccl_type(in.dtype(), call);
+  const std::size_t n = in.count();
+  const std::size_t block = in.nbytes();
+  return launch(call, OpInfo{.bytes = block, .dtype = in.dtype(), .peer = root},
+                [&](cudaStream_t stream) {
+                  if (n == 0) {
+                    return;
+                  }
+                  ncclComm_t comm = comm_->get();
+                  if (rank() != root) {
+                    CHORUS_NCCL_CHECK(ncclSend(in.data(), n, type, root, comm, stream), comm,
+                                      op_context(call));
+                    return;
+                  }
+                  copy_async(at(out.data(), root, block), in.data(), block, stream, call);
+                  NcclGroup group(comm, op_context(call));
+                  for (int r = 0; r < size(); ++r) {
+                    if (r != root) {
+                      CHORUS_NCCL_CHECK(ncclRecv(at(out.data(), r, block), n, type, r, comm, stream),
+                                        comm, op_context(call));
+                    }
+                  }
+                  group.end(op_context(call));
+                });
+}
+
+std::shared_ptr<Work> NcclProcessGroup::do_scatter(Tensor in, Tensor out, int root,
+                                                   const OpCall& call) {
+  const ncclDataType_t type = nccl_type(out.dtype(), call);
+  const std::size_t n = out.count();
+  const std::size_t block = out.nbytes();
+  return launch(call, OpInfo{.bytes = block, .dtype = out.dtype(), .peer = root},
+                [&](cudaStream_t stream) {
+                  if (n == 0) {
+                    return;
+                  }
+                  ncclComm_t comm = comm_->get();
+                  if (rank() != root) {
+                    CHORUS_NCCL_CHECK(ncclRecv(out.data(), n, type, root, comm, stream), comm,
+                                      op_context(call));
+                    return;
+                  }
+                  copy_async(out.data(), at(in.data(), root, block), block, stream, call);
+                  NcclGroup group(comm, op_context(call));
+                  for (int r = 0; r < size(); ++r) {
+                    if (r != root) {
+                      CHORUS_NCCL_CHECK(ncclSend(at(in.data(), r, block), n, type, r, comm, stream),
+                                        comm, op_context(call));
+                    }
+                  }
+                  group.end(op_context(call));
+                });
+}
+
+std::shared_ptr<Work> NcclProcessGroup::do_all_to_all(Tensor in, Tensor out, const OpCall& call) {
+  const ncclDataType_t type = nccl_type(in.dtype(), call);
+  const std::size_t n = in.count() / static_cast<std::size_t>(size());
+  const std::size_t block = n * in.element_size();
+  return launch(call, OpInfo{.bytes = in.nbytes(), .dtype = in.dtype()}, [&](cudaStream_t stream) {
+    if (n == 0) {
+      return;
+    }
+    const bool in_place = in.same_view(out);
+    if (in_place && size() == 1) {
+      return;
+    }
+    ncclComm_t comm = comm_->get();
+    // In place, block r of the buffer is sent and overwritten by the same grouped step, so
+    // the input is first copied to a stream-ordered scratch buffer.
+    const void* src = in.data();
+    void* scratch = nullptr;
+    if (in_place) {
+      CHORUS_CUDA_CHECK(cudaMallocAsync(&scratch, in.nbytes(), stream), op_context(call));
+      copy_async(scratch, in.data(), in.nbytes(), stream, call);
+      src = scratch;
+    } else {
+      copy_async(at(out.data(), rank(), block), at(src, rank(), block), block, stream, call);
+    }
+    std::exception_ptr failed;
+    try {
+      NcclGroup group(comm, op_context(call));
+      for (int r = 0; r < size(); ++r) {
+        if (r == rank()) {
+          continue;
+        }
+        CHORUS_NCCL_CHECK(ncclSend(at(src, r, block), n, type, r, comm, stream), comm,
+                          op_context(call));
+        CHORUS_NCCL_CHECK(ncclRecv(at(out.data(), r, block), n, type, r, comm, stream), comm,
+                          op_context(call));
+      }
+      group.end(op_context(call));
+    } catch (...) {
+      failed = std::current_exception();
+    }
+    if (scratch != nullptr) {
+      (void)cudaFreeAsync(scratch, stream);
+    }
+    if (failed) {
+      std::rethrow_exception(failed);
+    }
+  });
+}
+
+std::shared_ptr<Work> NcclProcessGroup::do_barrier(const OpCall& call) {
+  return launch(call, OpInfo{}, [&](cudaStream_t stream) {
+    CHORUS_NCCL_CHECK(ncclAllReduce(barrier_buffer_, barrier_buffer_, 1, ncclInt32, ncclSum,
+                                    comm_->get(), stream),
+                      comm_->get(), op_context(call));
+  });
+}
+
+// NCCL matches point-to-point ops by issue order per peer pair; it has no tags. Tags are
+// accepted for API parity with the tcp backend and must follow that order.
+std::shared_ptr<Work> NcclProcessGroup::do_send(Tensor tensor, int dst, std::uint32_t /*tag*/,
+                                                const OpCall& call) {
+  const ncclDataType_t type = nccl_type(tensor.dtype(), call);
+  return launch(call, OpInfo{.bytes = tensor.nbytes(), .dtype = tensor.dtype(), .peer = dst},
+                [&](cudaStream_t stream) {
+                  if (tensor.count() == 0) {
+                    return;
+                  }
+                  CHORUS_NCCL_CHECK(
+                      ncclSend(tensor.data(), tensor.count(), type, dst, comm_->get(), stream),
+                      comm_->get(), op_context(call));
+                });
+}
+
+std::shared_ptr<Work> NcclProcessGroup::do_recv(Tensor tensor, int src, std::uint32_t /*tag*/,
+                                                const OpCall& call) {
+  const ncclDataType_t type = nccl_type(tensor.dtype(), call);
+  return launch(call, OpInfo{.bytes = tensor.nbytes(), .dtype = tensor.dtype(), .peer = src},
+                [&](cudaStream_t stream) {
+                  if (tensor.count() == 0) {
+                    return;
+                  }
+                  CHORUS_NCCL_CHECK(
+                      ncclRecv(tensor.data(), tensor.count(), type, src, comm_->get(), stream),
+                      comm_->get(), op_context(call));
+                });
+}
+
+void NcclProcessGroup::abort(const std::string& reason) {
+  ErrorContext ctx = group_context();
+  ctx.op = "abort";
+  auto error = std::make_exception_ptr(
+      Error(ErrorCode::aborted,
+            fmt::format("{}: the group was aborted by the application ({}); create a new group to "
+                        "continue",
+                        on_rank(ctx), reason),
+            ctx));
+  if (watchdog_) {
+    watchdog_->poison(error);  // fails pending Works; the watchdog then aborts the communicator
+  } else {
+    record_failure(error);
+  }
+}
+
+std::shared_ptr<ProcessGroup> NcclProcessGroup::split(const std::vector<int>& ranks,
+                                                      GroupOptions options) {
+  if (auto error = failure()) {
+    std::rethrow_exception(error);
+  }
+  ErrorContext ctx = group_context();
+  ctx.op = "split";
+  bool valid = !ranks.empty();
+  for (std::size_t i = 0; i < ranks.size() && valid; ++i) {
+    valid = ranks[i] >= 0 && ranks[i] < size() && (i == 0 || ranks[i - 1] < ranks[i]);
+  }
+  if (!valid) {
+    throw InvalidArgument(fmt::format("split {}: ranks [{}] must be non-empty, sorted, distinct "
+                                      "and in [0, {})",
+                                      on_rank(ctx), format_ranks(ranks), size()),
+                          ctx);
+  }
+  const auto it = std::find(ranks.begin(), ranks.end(), rank());
+  const bool member = it != ranks.end();
+  const int key = member ? static_cast<int>(it - ranks.begin()) : 0;
+  const Deadline deadline = Deadline::after(timeout());
+  std::shared_ptr<NcclComm> child_comm;
+  std::exception_ptr failed;
+  {
+    std::lock_guard lock(issue_mu_);
+    if (auto error = failure()) {
+      std::rethrow_exception(error);
+    }
+    try {
+      child_comm = comm_->split(member ? 0 : NCCL_SPLIT_NOCOLOR, key, deadline, ctx);
+    } catch (const TimeoutError& e) {
+      ErrorContext tctx = e.context();
+      failed = std::make_exception_ptr(TimeoutError(
+          fmt::format("{}; every rank of the parent group must call split with the same ranks "
+                      "(a rank that never calls it stalls the others). The parent group was "
+                      "aborted",
+                      e.what()),
+          tctx));
+    } catch (const Error& e) {
+      failed = as_exception_ptr(e);
+    }
+  }
+  if (failed) {
+    watchdog_->poison(failed);  // the parent's bootstrap is now out of step on this rank
+    std::rethrow_exception(failed);
+  }
+  if (!member) {
+    return nullptr;
+  }
+  if (options.name == GroupOptions{}.name) {
+    options.name = name() + "/split";
+  }
+  auto child = std::make_shared<NcclProcessGroup>(key, static_cast<int>(ranks.size()), options,
+                                                  device_, caller_stream_);
+  child->setup_device();
+  child->start(std::move(child_comm));
+  return child;
+}
+
+}  // namespace chorus::nccl
+
+namespace chorus {
+
+std::shared_ptr<ProcessGroup> make_nccl_group(std::shared_ptr<Store> store, int rank, int size,
+                                              NcclGroupOptions options) {
+  ErrorContext ctx{.rank = rank, .size = size, .group = options.group.name,
+                   .op = "make_nccl_group"};
+  if (!store) {
+    throw InvalidArgument(fmt::format("{}: store is null; pass the store every rank shares",
+                                      nccl::where(ctx)),
+                          ctx);
+  }
+  int count = 0;
+  const cudaError_t counted = cudaGetDeviceCount(&count);
+  if (counted != cudaSuccess || count == 0) {
+    (void)cudaGetLastError();
+    throw BackendError(
+        fmt::format("{}: no CUDA device was found ({}); the nccl backend needs one GPU per rank. "
+                    "Run on a GPU machine, check the driver (nvidia-smi) and "
+                    "CUDA_VISIBLE_DEVICES, or use the tcp backend",
+                    nccl::where(ctx),
+                    counted != cudaSuccess
+                        ? nccl::describe_cuda_failure("cudaGetDeviceCount", counted)
+                        : std::string("cudaGetDeviceCount returned 0")),
+        ctx);
+  }
+  int device = options.device;
+  if (device == -1) {
+    CHORUS_CUDA_CHECK(cudaGetDevice(&device), ctx);
+  } else if (device < 0 || device >= count) {
+    throw InvalidArgument(fmt::format("{}: device {} is not a CUDA device index in [0, {}) (or -1 "
+                                      "for the current device); check NcclGroupOptions.device and "
+                                      "CUDA_VISIBLE_DEVICES",
+                                      nccl::where(ctx), options.device, count),
+                          ctx);
+  }
+  auto group = std::make_shared<nccl::NcclProcessGroup>(
+      rank, size, options.group, device, static_cast<cudaStream_t>(options.stream));
+  ctx.group = group->name();
+  group->setup_device();
+  const Deadline deadline = Deadline::after(group->timeout());
+  nccl::NcclBootstrap bootstrap(store, rank, size, group->name());
+  const ncclUniqueId id = bootstrap.exchange_unique_id(deadline, ctx);
+  bootstrap.mark_joined();
+  auto comm = nccl::NcclComm::init(id, rank, size, device, deadline, ctx,
+                                   [&] { bootstrap.throw_init_timeout(group->timeout(), ctx); });
+  group->start(std::move(comm));
+  return group;
+}
+
+bool nccl_available() noexcept { return true; }
+
+}  // namespace chorus

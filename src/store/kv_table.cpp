@@ -1,0 +1,174 @@
+// SPDX-License-Identifier: BSD-3-Clause
+// Key map and parked watches of the TcpStore server.
+#include "store/kv_table.hpp"
+
+#include <algorithm>
+#include <charconv>
+
+namespace chorus::store {
+
+std::optional<std::int64_t> parse_counter(const Bytes& value) {
+  if (value.empty()) {
+    return std::nullopt;
+  }
+  std::int64_t v = 0;
+  const char* first = reinterpret_cast<const char*>(value.data());
+  const char* last = first + value.size();
+  const auto [ptr, ec] = std::from_chars(first, last, v);
+  if (ec != std::errc() || ptr != last) {
+    return std::nullopt;
+  }
+  return v;
+}
+
+const Bytes* KvTable::find(const std::string& key) const {
+  auto it = map_.find(key);
+  return it == map_.end() ? nullptr : &it->second;
+}
+
+std::vector<std::string> KvTable::keys() const {
+  std::vector<std::string> out;
+  out.reserve(map_.size());
+  for (const auto& [k, v] : map_) {
+    out.push_back(k);
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+void KvTable::on_key_created(const std::string& key) {
+  auto it = waiting_.find(key);
+  if (it == waiting_.end()) {
+    return;
+  }
+  std::unordered_set<WatchId> ids = std::move(it->second);
+  waiting_.erase(it);
+  for (WatchId id : ids) {
+    auto w = watches_.find(id);
+    if (w == watches_.end() || --w->second.pending > 0) {
+      continue;
+    }
+    // Every awaited key was created at some point; one may have been deleted since.
+    park(id, w->second);
+  }
+}
+
+void KvTable::park(WatchId id, Watch& watch) {
+  watch.pending = 0;
+  for (const auto& key : watch.keys) {
+    if (!contains(key)) {
+      auto& set = waiting_[key];
+      if (set.insert(id).second) {
+        ++watch.pending;
+      }
+    }
+  }
+  if (watch.pending == 0) {
+    ready_.push_back(id);
+    watches_.erase(id);
+  }
+}
+
+void KvTable::set(const std::string& key, Bytes value) {
+  auto [it, created] = map_.insert_or_assign(key, std::move(value));
+  if (created) {
+    on_key_created(key);
+  }
+}
+
+std::optional<std::int64_t> KvTable::add(const std::string& key, std::int64_t delta) {
+  auto it = map_.find(key);
+  std::int64_t current = 0;
+  if (it != map_.end()) {
+    auto parsed = parse_counter(it->second);
+    if (!parsed) {
+      return std::nullopt;
+    }
+    current = *parsed;
+  }
+  // Wraps like two's complement instead of overflowing (UB); counters never get there.
+  const auto next = static_cast<std::int64_t>(static_cast<std::uint64_t>(current) +
+                                              static_cast<std::uint64_t>(delta));
+  set(key, to_bytes(std::to_string(next)));
+  return next;
+}
+
+Bytes KvTable::compare_set(const std::string& key, const Bytes& expected, Bytes desired) {
+  auto it = map_.find(key);
+  if (it == map_.end()) {
+    if (expected.empty()) {
+      Bytes copy = desired;
+      set(key, std::move(desired));
+      return copy;
+    }
+    return {};
+  }
+  if (it->second == expected) {
+    it->second = std::move(desired);
+  }
+  return it->second;
+}
+
+void KvTable::append(const std::string& key, const Bytes& value) {
+  auto it = map_.find(key);
+  if (it == map_.end()) {
+    set(key, value);
+    return;
+  }
+  it->second.insert(it->second.end(), value.begin(), value.end());
+}
+
+bool KvTable::erase(const std::string& key) { return map_.erase(key) != 0; }
+
+KvTable::WatchId KvTable::add_watch(const std::vector<std::string>& keys) {
+  if (std::all_of(keys.begin(), keys.end(), [&](const std::string& k) { return contains(k); })) {
+    return 0;
+  }
+  const WatchId id = next_id_++;
+  Watch& w = watches_[id];
+  w.keys = keys;
+  park(id, w);
+  return id;
+}
+
+bool KvTable::remove_watch(WatchId id) {
+  auto w = watches_.find(id);
+  if (w == watches_.end()) {
+    // It may be queued in ready_ (became ready, not yet taken).
+    auto r = std::find(ready_.begin(), ready_.end(), id);
+    if (r != ready_.end()) {
+      ready_.erase(r);
+      return true;
+    }
+    return false;
+  }
+  for (const auto& key : w->second.keys) {
+    auto it = waiting_.find(key);
+    if (it != waiting_.end()) {
+      it->second.erase(id);
+      if (it->second.empty()) {
+        waiting_.erase(it);
+      }
+    }
+  }
+  watches_.erase(w);
+  return true;
+}
+
+std::vector<std::string> KvTable::missing(const std::vector<std::string>& keys) const {
+  std::vector<std::string> out;
+  for (const auto& k : keys) {
+    if (!contains(k)) {
+      out.push_back(k);
+    }
+  }
+  return out;
+}
+
+std::vector<KvTable::WatchId> KvTable::take_ready() {
+  std::vector<WatchId> out;
+  out.swap(ready_);
+  return out;
+}
+
+}  // namespace chorus::store

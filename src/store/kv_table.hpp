@@ -1,0 +1,66 @@
+// SPDX-License-Identifier: BSD-3-Clause
+// KvTable: the TcpStore server's state — the key map and the parked watches of waiting
+// get/wait/multi_get calls. No I/O and no clock: unit-testable on its own. Not thread-safe
+// (the server's loop thread owns it).
+#pragma once
+
+#include "core/private.hpp"
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <unordered_set>
+#include <vector>
+
+#include <chorus/store.hpp>
+
+namespace chorus::store {
+
+class KvTable {
+ public:
+  using WatchId = std::uint64_t;  // 0 = none
+
+  const Bytes* find(const std::string& key) const;
+  bool contains(const std::string& key) const { return map_.count(key) != 0; }
+  std::size_t size() const noexcept { return map_.size(); }
+  std::vector<std::string> keys() const;  // sorted
+
+  // Mutations. Any watch whose keys all exist afterwards is queued for take_ready().
+  void set(const std::string& key, Bytes value);
+  // Adds delta to the decimal integer at key (missing = 0) and returns the new value; nullopt
+  // (nothing changed) if the stored value is not a decimal integer.
+  std::optional<std::int64_t> add(const std::string& key, std::int64_t delta);
+  // See Store::compare_set. Returns the value stored afterwards (empty if the key is missing).
+  Bytes compare_set(const std::string& key, const Bytes& expected, Bytes desired);
+  void append(const std::string& key, const Bytes& value);
+  bool erase(const std::string& key);
+
+  // Parks a watch on keys. Returns 0 if every key exists already (nothing parked).
+  WatchId add_watch(const std::vector<std::string>& keys);
+  // Removes a parked watch (timed out, or its connection closed). False if unknown.
+  bool remove_watch(WatchId id);
+  std::vector<std::string> missing(const std::vector<std::string>& keys) const;
+  // Watches that became ready since the last call; they are no longer parked.
+  std::vector<WatchId> take_ready();
+  std::size_t num_watches() const noexcept { return watches_.size(); }
+
+ private:
+  struct Watch {
+    std::vector<std::string> keys;
+    std::size_t pending = 0;  // keys still awaited in waiting_
+  };
+  void on_key_created(const std::string& key);
+  void park(WatchId id, Watch& watch);
+
+  std::unordered_map<std::string, Bytes> map_;
+  std::unordered_map<WatchId, Watch> watches_;
+  std::unordered_map<std::string, std::unordered_set<WatchId>> waiting_;  // key -> watches
+  std::vector<WatchId> ready_;
+  WatchId next_id_ = 1;
+};
+
+// Parses a stored counter ("-12"); nullopt if it is not a decimal int64.
+std::optional<std::int64_t> parse_counter(const Bytes& value);
+
+}  // namespace chorus::store

@@ -1,0 +1,272 @@
+// SPDX-License-Identifier: BSD-3-Clause
+// TcpStore client connection: handshake, multiplexed framed request/response with deadlines.
+#include "store/tcp_store_client.hpp"
+
+#include <poll.h>
+#include <sys/socket.h>
+
+#include <cerrno>
+
+#include <fmt/format.h>
+
+#include <chorus/errors.hpp>
+
+#include "core/format.hpp"
+#include "net/address.hpp"
+#include "net/connect.hpp"
+
+namespace chorus::store {
+namespace {
+// Waiting ops are timed out by the server at their deadline; the client waits this much longer
+// for that answer before it declares the server unresponsive.
+constexpr Duration kReplyGrace = std::chrono::seconds(5);
+// Largest reply the client accepts (a multi_get of many large values).
+constexpr std::size_t kMaxReplyFrame = std::size_t{1} << 31;
+
+int do_hello(net::Socket& s, Deadline deadline, bool member) {
+  std::uint8_t hello[kHelloBytes];
+  encode_hello({kProtocolVersion, member ? kHelloFlagMember : std::uint16_t{0}}, hello);
+  net::IoResult w = net::send_all(s, hello, kHelloBytes, deadline);
+  if (!w.ok()) {
+    return w.error() ? w.os_error : (w.timed_out() ? ETIMEDOUT : ECONNRESET);
+  }
+  std::uint8_t answer[kHelloBytes];
+  net::IoResult r = net::recv_exact(s, answer, kHelloBytes, deadline);
+  if (!r.ok()) {
+    // A reset or EOF here is what a flooded listen backlog looks like: retry.
+    return r.error() ? r.os_error : (r.timed_out() ? ETIMEDOUT : ECONNRESET);
+  }
+  const auto h = decode_hello(answer);
+  if (!h) {
+    throw StoreError(fmt::format(
+        "the server at {} is not a chorus store (its handshake starts with other bytes); check "
+        "the address and port",
+        s.peer_address().to_string()));
+  }
+  if (h->flags != static_cast<std::uint16_t>(HelloStatus::accepted)) {
+    throw StoreError(fmt::format(
+        "the store server at {} speaks protocol version {} and refused our version {}; use the "
+        "same chorus version on clients and server",
+        s.peer_address().to_string(), h->version, kProtocolVersion));
+  }
+  return 0;
+}
+
+}  // namespace
+
+Client::Client(std::string host, std::uint16_t port, Limits limits, Deadline connect_deadline,
+               bool member)
+    : host_(std::move(host)), port_(port), limits_(limits), member_(member),
+      reader_(kMaxReplyFrame) {
+  std::lock_guard<std::mutex> lock(mu_);
+  connect_locked(connect_deadline);
+}
+
+Client::~Client() = default;
+
+std::string Client::address() const { return net::format_host_port(host_, port_); }
+
+void Client::connect_locked(Deadline deadline) {
+  net::ConnectOptions o;
+  o.what = "the store server";
+  const bool member = member_;
+  o.after_connect = [member](net::Socket& s, Deadline d) { return do_hello(s, d, member); };
+  net::Socket s = net::connect(host_, port_, deadline, o);
+  socket_ = std::move(s);
+  reader_ = net::FrameReader(kMaxReplyFrame);
+  ++generation_;
+  broken_ = false;
+  broken_why_.clear();
+  broken_errno_ = 0;
+  pending_.clear();
+}
+
+void Client::fail_connection_locked(const std::string& why, int os_error) {
+  if (broken_) {
+    return;
+  }
+  broken_ = true;
+  broken_why_ = why;
+  broken_errno_ = os_error;
+  // shutdown, not close: another thread may be inside send() on this fd right now.
+  socket_.shutdown_write();
+  ::shutdown(socket_.fd(), SHUT_RDWR);
+  cv_.notify_all();
+}
+
+bool Client::read_one_frame(std::unique_lock<std::mutex>& lock, Deadline deadline) {
+  // Reader role: the socket and reader_ are used without mu_ held.
+  lock.unlock();
+  std::vector<std::uint8_t> frame;
+  std::string failure;
+  int failure_errno = 0;
+  bool timed_out = false;
+  for (;;) {
+    std::span<const std::uint8_t> payload;
+    const auto status = reader_.next(payload);
+    if (status == net::FrameReader::Status::frame) {
+      frame.assign(payload.begin(), payload.end());
+      reader_.shrink_if_idle();
+      break;
+    }
+    if (status == net::FrameReader::Status::too_large) {
+      failure = fmt::format("reply of {} bytes exceeds {} bytes", reader_.announced(), kMaxReplyFrame);
+      break;
+    }
+    net::IoResult r = reader_.read_from(socket_);
+    if (r.ok()) {
+      continue;
+    }
+    if (r.would_block()) {
+      const int ready = net::poll_until(socket_.fd(), POLLIN, deadline);
+      if (ready == 0) {
+        timed_out = true;
+        break;
+      }
+      if (ready < 0) {
+        failure = net::errno_name(-ready);
+        failure_errno = -ready;
+        break;
+      }
+      continue;
+    }
+    failure = r.describe();
+    failure_errno = r.os_error;
+    break;
+  }
+  lock.lock();
+  if (timed_out) {
+    return false;
+  }
+  if (!failure.empty()) {
+    fail_connection_locked(failure, failure_errno);
+    return true;
+  }
+  if (frame.size() < 5) {
+    fail_connection_locked("malformed reply (shorter than its header)", 0);
+    return true;
+  }
+  const std::uint32_t id = net::get_u32(frame.data() + 1);
+  auto it = pending_.find(id);
+  if (it == pending_.end()) {
+    fail_connection_locked(fmt::format("reply for unknown request id {}", id), 0);
+    return true;
+  }
+  Reply reply;
+  DecodeError err;
+  if (!decode_reply(it->second.op, frame, reply, err)) {
+    fail_connection_locked(fmt::format("malformed reply: {}", err.message), 0);
+    return true;
+  }
+  if (it->second.abandoned) {
+    pending_.erase(it);
+  } else {
+    it->second.reply = std::move(reply);
+    it->second.done = true;
+  }
+  cv_.notify_all();
+  return true;
+}
+
+Reply Client::call(Request& q, Deadline deadline) {
+  const auto start = Clock::now();
+  const bool waits = q.op == Op::get || q.op == Op::wait || q.op == Op::multi_get ||
+                     q.op == Op::wait_clients;
+  const Deadline reply_deadline =
+      waits && !deadline.is_never() ? Deadline::at(deadline.when() + kReplyGrace) : deadline;
+  auto context = [&] {
+    ErrorContext ctx;
+    ctx.op = fmt::format("store.{}", to_string(q.op));
+    ctx.peer_address = address();
+    ctx.elapsed = std::chrono::duration_cast<Duration>(Clock::now() - start);
+    return ctx;
+  };
+
+  std::unique_lock<std::mutex> lock(mu_);
+  if (broken_ || !socket_.valid()) {
+    // Reconnect once nobody is still using the old socket.
+    cv_.wait_until(lock, reply_deadline.when(), [&] { return !reading_; });
+    if (reading_) {
+      throw TimeoutError(fmt::format("store {} to {}: could not reconnect within the deadline",
+                                     to_string(q.op), address()),
+                         context());
+    }
+    if (broken_ || !socket_.valid()) {
+      connect_locked(deadline);
+    }
+  }
+  const std::uint64_t generation = generation_;
+  q.id = next_id_++;
+  if (next_id_ == 0) {
+    next_id_ = 1;
+  }
+  Pending& mine = pending_[q.id];
+  mine.op = q.op;
+  const std::uint32_t id = q.id;
+  const int fd = socket_.fd();
+  lock.unlock();
+
+  std::vector<std::uint8_t> out;
+  encode_request(q, out);
+  net::IoResult w;
+  {
+    std::lock_guard<std::mutex> send_lock(send_mu_);
+    net::Socket borrowed(fd);  // the fd stays owned by socket_
+    w = net::send_all(borrowed, out.data(), out.size(), reply_deadline);
+    (void)borrowed.release();
+  }
+  lock.lock();
+  if (!w.ok() && generation_ == generation) {
+    if (w.timed_out() && w.bytes == 0) {
+      pending_.erase(id);
+      throw TimeoutError(
+          fmt::format("store {} to {}: could not send the request within {}; the server is not "
+                      "reading (overloaded or stopped): check it, or raise the timeout",
+                      to_string(q.op), address(), format_duration(context().elapsed)),
+          context());
+    }
+    // A partially sent frame leaves the stream unusable.
+    fail_connection_locked(fmt::format("sending the request failed: {}", w.describe()), w.os_error);
+  }
+
+  for (;;) {
+    if (generation_ != generation || broken_) {
+      pending_.erase(id);
+      ErrorContext ctx = context();
+      ctx.os_error = broken_errno_;
+      throw NetworkError(
+          fmt::format("store {} to {}: connection lost: {}; the store server stopped or closed "
+                      "this connection (see its log); the next call reconnects",
+                      to_string(q.op), address(),
+                      broken_why_.empty() ? std::string("reconnected by another thread") : broken_why_),
+          ctx);
+    }
+    auto it = pending_.find(id);
+    if (it != pending_.end() && it->second.done) {
+      Reply reply = std::move(it->second.reply);
+      pending_.erase(it);
+      return reply;
+    }
+    if (reply_deadline.expired()) {
+      if (it != pending_.end()) {
+        it->second.abandoned = true;
+      }
+      throw TimeoutError(
+          fmt::format("store {} to {}: no reply within {}; the server is overloaded, stopped "
+                      "(SIGSTOP) or unreachable: check it, or raise the timeout",
+                      to_string(q.op), address(), format_duration(context().elapsed)),
+          context());
+    }
+    if (!reading_) {
+      reading_ = true;
+      const bool got = read_one_frame(lock, reply_deadline);
+      reading_ = false;
+      cv_.notify_all();  // hand the reader role to another waiter if our reply came
+      (void)got;
+    } else {
+      cv_.wait_until(lock, reply_deadline.when());
+    }
+  }
+}
+
+}  // namespace chorus::store

@@ -1,0 +1,73 @@
+// SPDX-License-Identifier: BSD-3-Clause
+// One TcpStore connection shared by every thread of a TcpStore: requests carry ids and may be
+// outstanding together (a thread parked in get() never blocks another thread's set()). Whichever
+// waiting thread finds nobody reading becomes the reader and hands replies to their callers.
+#pragma once
+
+#include "core/private.hpp"
+
+#include <condition_variable>
+#include <cstdint>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+
+#include <chorus/deadline.hpp>
+
+#include "net/frame.hpp"
+#include "net/socket.hpp"
+#include "store/protocol.hpp"
+
+namespace chorus::store {
+
+class Client {
+ public:
+  // Connects (with backoff) before returning; throws TimeoutError/NetworkError/StoreError.
+  Client(std::string host, std::uint16_t port, Limits limits, Deadline connect_deadline,
+         bool member);
+  ~Client();
+
+  // Sends q and waits for its reply until `deadline` (+ a grace period for waiting ops, whose
+  // timeout the server enforces). Thread-safe; calls from several threads proceed concurrently.
+  // Throws: NetworkError (connection lost: the next call reconnects), TimeoutError (no reply in
+  // time), StoreError (protocol broken). Replies with status timeout/error are returned, not
+  // thrown: the caller words the error.
+  Reply call(Request& q, Deadline deadline);
+
+  const std::string& host() const noexcept { return host_; }
+  std::uint16_t port() const noexcept { return port_; }
+  std::string address() const;
+  const Limits& limits() const noexcept { return limits_; }
+
+ private:
+  struct Pending {
+    Op op = Op::ping;
+    bool done = false;
+    bool abandoned = false;  // the caller gave up; a late reply is dropped
+    Reply reply;
+  };
+  void connect_locked(Deadline deadline);
+  void fail_connection_locked(const std::string& why, int os_error);
+  // Reads until one frame arrives or `deadline`; called by the thread holding the reader role.
+  // Returns false on timeout; throws nothing: failures are recorded with fail_connection_locked.
+  bool read_one_frame(std::unique_lock<std::mutex>& lock, Deadline deadline);
+
+  std::string host_;
+  std::uint16_t port_;
+  Limits limits_;
+  bool member_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  net::Socket socket_;                     // replaced only under mu_ with no reader active
+  std::uint64_t generation_ = 0;           // guarded by mu_; bumped per (re)connection
+  bool broken_ = false;                    // guarded by mu_
+  std::string broken_why_;                 // guarded by mu_
+  int broken_errno_ = 0;                   // guarded by mu_
+  bool reading_ = false;                   // guarded by mu_: a thread holds the reader role
+  net::FrameReader reader_;                // used only by the reader-role thread
+  std::unordered_map<std::uint32_t, Pending> pending_;  // guarded by mu_
+  std::uint32_t next_id_ = 1;              // guarded by mu_
+  std::mutex send_mu_;                     // serializes writes of whole frames
+};
+
+}  // namespace chorus::store

@@ -1,0 +1,79 @@
+// SPDX-License-Identifier: BSD-3-Clause
+// The collective algorithms: each builds a Schedule for one rank. They see only the
+// Schedule (and through it the Transport contract), never sockets.
+#pragma once
+
+#include "core/private.hpp"
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+
+#include "core/signature.hpp"
+#include "tcp/schedule.hpp"
+
+namespace chorus::tcp {
+
+// Validated arguments of one collective. Counts follow OpSignature::count.
+struct CollectiveArgs {
+  OpKind kind = OpKind::barrier;
+  const void* in = nullptr;
+  void* out = nullptr;
+  std::size_t count = 0;
+  DataType dtype = DataType::uint8;
+  ReduceOp op = ReduceOp::sum;
+  int root = 0;
+  // Thresholds (TcpGroupOptions): latency algorithms up to small_bytes, pipelined rings above;
+  // slice_bytes per pipeline slice.
+  std::size_t small_bytes = 64 * 1024;
+  std::size_t slice_bytes = 256 * 1024;
+};
+
+// Chooses the algorithm for (op, bytes, world size) and builds it into `s` (not finalized).
+void build_schedule(Schedule& s, const CollectiveArgs& a);
+
+void build_ring_allreduce(Schedule& s, const CollectiveArgs& a);
+void build_rd_allreduce(Schedule& s, const CollectiveArgs& a);
+void build_ring_allgather(Schedule& s, const CollectiveArgs& a);
+void build_ring_reduce_scatter(Schedule& s, const CollectiveArgs& a);
+void build_chain_broadcast(Schedule& s, const CollectiveArgs& a);
+void build_tree_broadcast(Schedule& s, const CollectiveArgs& a);
+void build_chain_reduce(Schedule& s, const CollectiveArgs& a);
+void build_tree_reduce(Schedule& s, const CollectiveArgs& a);
+void build_gather(Schedule& s, const CollectiveArgs& a);
+void build_scatter(Schedule& s, const CollectiveArgs& a);
+void build_all_to_all(Schedule& s, const CollectiveArgs& a);
+void build_barrier(Schedule& s, const CollectiveArgs& a);
+
+// ---- helpers shared by the algorithm files ----
+
+// Block c of `count` elements split into n near-equal blocks (the first count % n get one more).
+struct Span {
+  std::size_t offset = 0;  // elements
+  std::size_t count = 0;
+};
+inline Span block_of(std::size_t count, int n, int c) {
+  const auto un = static_cast<std::size_t>(n);
+  const auto uc = static_cast<std::size_t>(c);
+  const std::size_t base = count / un;
+  const std::size_t extra = count % un;
+  return {uc * base + std::min(uc, extra), base + (uc < extra ? 1 : 0)};
+}
+// Elements per pipeline slice (at least one).
+inline std::size_t slice_elems(const CollectiveArgs& a) {
+  return std::max<std::size_t>(1, a.slice_bytes / element_size(a.dtype));
+}
+inline std::size_t num_slices(std::size_t count, std::size_t per_slice) {
+  return (count + per_slice - 1) / per_slice;
+}
+inline int mod(int x, int n) { return ((x % n) + n) % n; }
+inline std::byte* at(void* base, std::size_t elems, DataType dt) {
+  return static_cast<std::byte*>(base) + elems * element_size(dt);
+}
+inline const std::byte* at(const void* base, std::size_t elems, DataType dt) {
+  return static_cast<const std::byte*>(base) + elems * element_size(dt);
+}
+// Receive slots of the pipelined algorithms: enough to keep a few slices in flight.
+inline constexpr std::size_t kPipelineSlots = 4;
+
+}  // namespace chorus::tcp

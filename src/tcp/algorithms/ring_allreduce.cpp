@@ -1,0 +1,94 @@
+// SPDX-License-Identifier: BSD-3-Clause
+// Pipelined ring allreduce: a ring reduce-scatter followed by a ring allgather.
+//
+// The count is cut into n chunks (chunk c = block_of(count, n, c)) and each chunk into slices
+// of slice_bytes. Rank r sends to next = r+1 and receives from prev = r-1 (mod n).
+//   reduce-scatter step s = 0..n-2: send chunk r-s (step 0: straight from `in`; later: the
+//     slice this rank reduced at step s-1), receive chunk r-s-1 into a scratch slot and reduce
+//     out[c] = in[c] op slot. After n-1 steps rank r holds the full reduction of chunk r+1.
+//     The last reduction also divides for avg, so float16/bfloat16 round once there.
+//   allgather step s = 0..n-2: send chunk r+1-s, receive chunk r-s straight into `out`.
+// Per slice, the graph links recv -> reduce -> next step's send, so slices pipeline: while
+// slice j is reduced, slice j+1 is arriving and slice j-1 is leaving. kPipelineSlots scratch
+// slots bound the memory; a receive waits for the reduction that last used its slot. An
+// allgather receive into chunk c waits for the reduce-scatter send that read chunk c
+// (in-place, that memory is about to be overwritten).
+// Every chunk reaches every rank through one chain of reductions in a fixed order, so all
+// ranks end with identical bits.
+#include <vector>
+
+#include "tcp/algorithms/algorithms.hpp"
+
+namespace chorus::tcp {
+
+void build_ring_allreduce(Schedule& s, const CollectiveArgs& a) {
+  const int n = s.size();
+  const int r = s.rank();
+  const int next = mod(r + 1, n);
+  const int prev = mod(r - 1, n);
+  const DataType dt = a.dtype;
+  const std::size_t es = element_size(dt);
+  const std::size_t per = slice_elems(a);
+  const int divisor = a.op == ReduceOp::avg ? n : 0;
+
+  auto slices = [&](int c) { return num_slices(block_of(a.count, n, c).count, per); };
+  // Element range of slice j of chunk c.
+  auto slice = [&](int c, std::size_t j) {
+    const Span b = block_of(a.count, n, c);
+    const std::size_t off = j * per;
+    return Span{b.offset + off, std::min(per, b.count - off)};
+  };
+
+  auto* slots = static_cast<std::byte*>(s.scratch(kPipelineSlots * per * es));
+  std::vector<TaskId> slot_user(kPipelineSlots, kNoTask);
+  std::size_t next_slot = 0;
+
+  std::vector<std::vector<TaskId>> reduced(static_cast<std::size_t>(n));   // chunk -> per slice
+  std::vector<std::vector<TaskId>> rs_sent(static_cast<std::size_t>(n));
+  std::vector<std::vector<TaskId>> gathered(static_cast<std::size_t>(n));
+
+  for (int step = 0; step < n - 1; ++step) {
+    const int sc = mod(r - step, n);
+    const int rc = mod(r - step - 1, n);
+    auto& sent = rs_sent[static_cast<std::size_t>(sc)];
+    for (std::size_t j = 0; j < slices(sc); ++j) {
+      const Span sp = slice(sc, j);
+      if (step == 0) {
+        sent.push_back(s.send(next, at(a.in, sp.offset, dt), sp.count * es));
+      } else {
+        sent.push_back(s.send(next, at(a.out, sp.offset, dt), sp.count * es,
+                              {reduced[static_cast<std::size_t>(sc)][j]}));
+      }
+    }
+    auto& red = reduced[static_cast<std::size_t>(rc)];
+    for (std::size_t j = 0; j < slices(rc); ++j) {
+      const Span sp = slice(rc, j);
+      const std::size_t k = next_slot++ % kPipelineSlots;
+      std::byte* slot = slots + k * per * es;
+      const TaskId rv = s.recv(prev, slot, sp.count * es, {slot_user[k]});
+      const TaskId rd = s.reduce(at(a.out, sp.offset, dt), at(a.in, sp.offset, dt), slot, sp.count,
+                                 step == n - 2 ? divisor : 0, {rv});
+      slot_user[k] = rd;
+      red.push_back(rd);
+    }
+  }
+  for (int step = 0; step < n - 1; ++step) {
+    const int sc = mod(r + 1 - step, n);
+    const int rc = mod(r - step, n);
+    for (std::size_t j = 0; j < slices(sc); ++j) {
+      const Span sp = slice(sc, j);
+      const TaskId dep = step == 0 ? reduced[static_cast<std::size_t>(sc)][j]
+                                   : gathered[static_cast<std::size_t>(sc)][j];
+      s.send(next, at(a.out, sp.offset, dt), sp.count * es, {dep});
+    }
+    auto& got = gathered[static_cast<std::size_t>(rc)];
+    const auto& readers = rs_sent[static_cast<std::size_t>(rc)];
+    for (std::size_t j = 0; j < slices(rc); ++j) {
+      const Span sp = slice(rc, j);
+      got.push_back(s.recv(prev, at(a.out, sp.offset, dt), sp.count * es,
+                           {j < readers.size() ? readers[j] : kNoTask}));
+    }
+  }
+}
+
+}  // namespace chorus::tcp

@@ -1,0 +1,562 @@
+// SPDX-License-Identifier: BSD-3-Clause
+// Engine: the progress loop, deadlines and the failure protocol (see engine.hpp).
+#include "tcp/engine.hpp"
+
+#include <algorithm>
+
+#include <fmt/format.h>
+
+#include <chorus/errors.hpp>
+
+#include "core/format.hpp"
+#include "core/logging.hpp"
+
+namespace chorus::tcp {
+namespace {
+
+constexpr std::uint64_t kP2pTokenBit = 1ull << 63;
+
+std::exception_ptr make_error(ErrorCode code, const std::string& message, ErrorContext ctx) {
+  try {
+    throw_error(code, message, std::move(ctx));
+  } catch (...) {
+    return std::current_exception();
+  }
+}
+
+// How long a timed-out rank waits for its peers' status replies before naming the silent
+// ones. Long enough for a loaded machine to answer, short next to the op's timeout.
+Duration probe_grace(Duration timeout) {
+  return std::clamp<Duration>(timeout / 10, std::chrono::milliseconds(100), std::chrono::seconds(2));
+}
+
+}  // namespace
+
+Engine::Engine(EngineConfig config, Mesh mesh) : config_(std::move(config)) {
+  local_address_ = mesh.local_address;
+  for (int r = 0; r < config_.size; ++r) {
+    addresses_.push_back(r == config_.rank ? mesh.local_address : mesh.peers[static_cast<std::size_t>(r)].address);
+  }
+  transport_ = std::make_unique<SocketTransport>(config_.rank, config_.size, std::move(mesh), loop_);
+  thread_ = std::thread([this] { run(); });
+}
+
+Engine::~Engine() {
+  {
+    std::lock_guard lock(mu_);
+    stop_ = true;
+  }
+  loop_.wakeup();
+  if (thread_.joinable()) {
+    thread_.join();
+  }
+}
+
+std::string Engine::peer_address(int rank) const { return addresses_[static_cast<std::size_t>(rank)]; }
+
+std::string Engine::rank_name(int rank) const {
+  return fmt::format("rank {} ({})", rank, addresses_[static_cast<std::size_t>(rank)]);
+}
+
+std::string Engine::prefix(const Op* op) const {
+  return fmt::format("{} on rank {}/{} [{}]", op ? op->what : std::string("tcp group"), config_.rank,
+                     config_.size, config_.group);
+}
+
+ErrorContext Engine::context(const Op* op, std::vector<int> peers) const {
+  ErrorContext c;
+  c.rank = config_.rank;
+  c.size = config_.size;
+  c.group = config_.group;
+  if (op) {
+    c.op = op->call.name;
+    c.seq = op->call.seq;
+    c.bytes = op->bytes;
+    c.timeout = op->call.timeout;
+    c.elapsed = std::chrono::duration_cast<Duration>(Clock::now() - (op->call.deadline.when() - op->call.timeout));
+  }
+  if (!peers.empty()) {
+    c.peer_address = addresses_[static_cast<std::size_t>(peers.front())];
+  }
+  c.peers = std::move(peers);
+  return c;
+}
+
+void Engine::submit(std::unique_ptr<Op> op) {
+  if (op->kind == Op::Kind::collective) {
+    std::uint64_t seen = issued_seq_.load();
+    while (seen < op->call.seq && !issued_seq_.compare_exchange_weak(seen, op->call.seq)) {
+    }
+  }
+  std::exception_ptr failed;
+  {
+    std::lock_guard lock(mu_);
+    if (failed_) {
+      failed = failed_;
+    } else {
+      submitted_.push_back(std::move(op));
+    }
+  }
+  if (failed) {
+    op->work->complete(failed);
+    return;
+  }
+  loop_.wakeup();
+}
+
+void Engine::abort(std::exception_ptr error) {
+  if (std::this_thread::get_id() == thread_.get_id()) {
+    fail_group(std::move(error), true);
+    return;
+  }
+  std::unique_lock lock(mu_);
+  abort_request_ = std::move(error);
+  abort_done_ = false;
+  lock.unlock();
+  loop_.wakeup();
+  lock.lock();
+  // The engine answers within one loop iteration (it never blocks on a peer); the bound only
+  // guards against a bug turning abort() into a hang.
+  cv_.wait_for(lock, std::chrono::seconds(10), [&] { return abort_done_ || stop_; });
+}
+
+void Engine::run() noexcept {
+  log::set_thread_context(fmt::format("{} r{}/{}", config_.group, config_.rank, config_.size));
+  for (;;) {
+    take_submitted();
+    {
+      std::lock_guard lock(mu_);
+      if (stop_) {
+        break;
+      }
+    }
+    start_next();
+    try {
+      transport_->poll(nearest_deadline(), completed_, events_);
+    } catch (const std::exception& e) {
+      fail_group(make_error(ErrorCode::internal, fmt::format("{}: event loop failed: {}", prefix(nullptr), e.what()),
+                            context(nullptr, {})),
+                 true);
+    }
+    for (std::uint64_t token : completed_) {
+      on_completion(token);
+    }
+    completed_.clear();
+    for (auto& ev : events_) {
+      on_event(ev);
+    }
+    events_.clear();
+    check_deadlines();
+  }
+  shutdown();
+}
+
+void Engine::take_submitted() {
+  std::deque<std::unique_ptr<Op>> ops;
+  std::exception_ptr abort_request;
+  {
+    std::lock_guard lock(mu_);
+    ops.swap(submitted_);
+    abort_request = std::move(abort_request_);
+    abort_request_ = nullptr;
+  }
+  if (abort_request) {
+    fail_group(abort_request, true);
+    {
+      std::lock_guard lock(mu_);
+      abort_done_ = true;
+    }
+    cv_.notify_all();
+  }
+  for (auto& op : ops) {
+    if (failure_) {
+      op->work->complete(failure_);
+      continue;
+    }
+    if (op->kind == Op::Kind::collective) {
+      queue_.push_back(std::move(op));
+      continue;
+    }
+    const std::uint64_t token = kP2pTokenBit | next_p2p_token_++;
+    Op& p = *op;
+    p2p_.emplace(token, std::move(op));
+    if (p.kind == Op::Kind::send) {
+      transport_->send_p2p(p.peer, p.tag, p.data, p.bytes, token);
+    } else {
+      transport_->recv_p2p(p.peer, p.tag, p.data, p.bytes, token);
+    }
+  }
+}
+
+void Engine::start_next() {
+  while (!current_ && !queue_.empty() && !failure_) {
+    current_ = std::move(queue_.front());
+    queue_.pop_front();
+    schedule_ = std::make_unique<Schedule>(config_.rank, config_.size, current_->args.dtype,
+                                           current_->args.op, arena_);
+    build_schedule(*schedule_, current_->args);
+    schedule_->finalize(current_->sig);
+    executor_ = std::make_unique<Executor>(*transport_, *schedule_, (++epoch_) << 32);
+    executor_->start();
+    if (executor_->done()) {
+      finish_current(nullptr);
+    }
+  }
+}
+
+void Engine::finish_current(std::exception_ptr error) {
+  std::unique_ptr<Op> op = std::move(current_);
+  executor_.reset();
+  schedule_.reset();
+  arena_.reset();
+  if (probe_ && probe_->op == op.get()) {
+    probe_.reset();  // it made it after all, within the probe's grace
+  }
+  op->work->complete(std::move(error));
+}
+
+void Engine::on_completion(std::uint64_t token) {
+  if (!executor_ || !executor_->owns(token)) {
+    return;  // a transfer of an op that already failed
+  }
+  executor_->complete(token);
+  if (executor_->failed()) {
+    const SignatureMismatch& m = *executor_->mismatch();
+    const Op* op = current_.get();
+    std::string what;
+    if (m.theirs) {
+      what = describe_mismatch(op->sig, config_.rank, *m.theirs, m.peer);
+    } else {
+      what = fmt::format("the data from rank {} is not a signature header: its stream is out of step", m.peer);
+    }
+    fail_group(make_error(ErrorCode::invalid_argument,
+                          fmt::format("{}: collective mismatch with {}: {}; every rank must issue the same "
+                                      "collectives, with the same count, dtype, op and root, in the same order",
+                                      prefix(op), rank_name(m.peer), what),
+                          context(op, {m.peer})),
+               true);
+  } else if (executor_->done()) {
+    finish_current(nullptr);
+  }
+}
+
+void Engine::on_event(TransportEvent& ev) {
+  switch (ev.kind) {
+    case TransportEvent::Kind::p2p_done: {
+      auto it = p2p_.find(ev.token);
+      if (it == p2p_.end()) {
+        return;
+      }
+      std::unique_ptr<Op> op = std::move(it->second);
+      p2p_.erase(it);
+      if (probe_ && probe_->op == op.get()) {
+        probe_.reset();
+      }
+      std::exception_ptr error;
+      if (!ev.error.empty()) {
+        error = make_error(ErrorCode::invalid_argument, fmt::format("{}: {}", prefix(op.get()), ev.error),
+                           context(op.get(), {ev.peer}));
+      }
+      op->work->complete(error);
+      return;
+    }
+    case TransportEvent::Kind::peer_failed: {
+      if (failure_) {
+        return;
+      }
+      const Op* op = current_.get();
+      std::string what;
+      if (ev.left) {
+        what = fmt::format("{} left the group (destroyed it) while this rank still needed it: {}; the "
+                           "ranks issued different numbers of collectives",
+                           rank_name(ev.peer), ev.error);
+      } else {
+        what = fmt::format("lost the connection to {}: {}; check that rank's log for why it stopped", rank_name(ev.peer),
+                           ev.error);
+      }
+      ErrorContext c = context(op, {ev.peer});
+      c.os_error = ev.os_error;
+      fail_group(make_error(ErrorCode::network, fmt::format("{}: {}", prefix(op), what), c), true);
+      return;
+    }
+    case TransportEvent::Kind::control:
+      on_control(ev);
+      return;
+  }
+}
+
+void Engine::on_control(TransportEvent& ev) {
+  switch (ev.frame) {
+    case FrameType::abort: {
+      if (failure_) {
+        return;
+      }
+      const auto notice = decode_abort(ev.payload);
+      const Op* op = current_.get();
+      ErrorContext c = context(op, notice ? notice->peers : std::vector<int>{ev.peer});
+      const int code = notice ? notice->code : static_cast<int>(ErrorCode::network);
+      const auto error_code = code >= static_cast<int>(ErrorCode::invalid_argument) &&
+                                      code <= static_cast<int>(ErrorCode::internal)
+                                  ? static_cast<ErrorCode>(code)
+                                  : ErrorCode::network;
+      fail_group(make_error(error_code,
+                            fmt::format("{}: {} failed and aborted the group: {}", prefix(op), rank_name(ev.peer),
+                                        notice ? notice->message : std::string("(unreadable notice)")),
+                            c),
+                 false);
+      return;
+    }
+    case FrameType::status_request: {
+      StatusReply reply;
+      reply.issued_seq = issued_seq_.load();
+      reply.running_seq = current_ ? current_->call.seq : 0;
+      transport_->send_control(ev.peer, FrameType::status_reply, encode(reply));
+      return;
+    }
+    case FrameType::status_reply:
+      if (probe_) {
+        probe_->replies[static_cast<std::size_t>(ev.peer)] = decode_status(ev.payload);
+      }
+      return;
+    case FrameType::goodbye:
+    case FrameType::p2p:
+      return;
+  }
+}
+
+Deadline Engine::nearest_deadline() const {
+  if (failure_) {
+    return Deadline::never();
+  }
+  if (probe_) {
+    return probe_->until;
+  }
+  Deadline d = Deadline::never();
+  if (current_) {
+    d = earliest(d, current_->call.deadline);
+  }
+  for (const auto& op : queue_) {
+    d = earliest(d, op->call.deadline);
+  }
+  for (const auto& [token, op] : p2p_) {
+    d = earliest(d, op->call.deadline);
+  }
+  return d;
+}
+
+void Engine::check_deadlines() {
+  if (failure_) {
+    return;
+  }
+  if (probe_) {
+    bool all = true;
+    for (std::size_t p = 0; p < probe_->asked.size(); ++p) {
+      if (probe_->asked[p] && !probe_->replies[p]) {
+        all = false;
+      }
+    }
+    if (all || probe_->until.expired()) {
+      conclude_probe();
+    }
+    return;
+  }
+  Op* expired = nullptr;
+  auto consider = [&](Op* op) {
+    if (op->call.deadline.expired() && (!expired || op->call.deadline.when() < expired->call.deadline.when())) {
+      expired = op;
+    }
+  };
+  if (current_) {
+    consider(current_.get());
+  }
+  for (auto& op : queue_) {
+    consider(op.get());
+  }
+  for (auto& [token, op] : p2p_) {
+    consider(op.get());
+  }
+  if (expired) {
+    start_probe(expired);
+  }
+}
+
+void Engine::start_probe(Op* op) {
+  Probe probe;
+  probe.op = op;
+  probe.until = Deadline::after(probe_grace(op->call.timeout));
+  probe.replies.resize(static_cast<std::size_t>(config_.size));
+  probe.asked.resize(static_cast<std::size_t>(config_.size), false);
+  for (int p = 0; p < config_.size; ++p) {
+    const bool relevant = op->kind == Op::Kind::collective || p == op->peer;
+    if (p != config_.rank && relevant && transport_->peer_connected(p)) {
+      transport_->send_control(p, FrameType::status_request, encode_u64(op->call.seq));
+      probe.asked[static_cast<std::size_t>(p)] = true;
+    }
+  }
+  probe_ = std::move(probe);
+  check_deadlines();
+}
+
+void Engine::conclude_probe() {
+  Probe probe = std::move(*probe_);
+  probe_.reset();
+  const Op* op = probe.op;
+  std::vector<int> direct;
+  std::string waiting;
+  if (op == current_.get() && executor_) {
+    direct = executor_->waiting_for_recv();
+    if (!direct.empty()) {
+      waiting = " waiting for data from ";
+    } else {
+      direct = executor_->waiting_for_send();
+      waiting = direct.empty() ? "" : " waiting for these ranks to read what it sent: ";
+    }
+  } else if (op->kind != Op::Kind::collective) {
+    direct = {op->peer};
+    waiting = op->kind == Op::Kind::recv ? " waiting for a message from " : " waiting for this send to be read by ";
+  } else if (current_) {
+    waiting = fmt::format(" queued behind {}, which was still running", current_->what);
+  }
+  std::string details;
+  for (std::size_t i = 0; i < direct.size(); ++i) {
+    waiting += (i ? ", " : "") + rank_name(direct[i]);
+  }
+  std::vector<int> culprits;
+  const Duration grace = probe_grace(op->call.timeout);
+  for (int p = 0; p < config_.size; ++p) {
+    const auto up = static_cast<std::size_t>(p);
+    if (!probe.asked[up]) {
+      continue;
+    }
+    if (!probe.replies[up]) {
+      culprits.push_back(p);
+      details += fmt::format("; {} did not answer a status probe within {}: it is stopped, hung or overloaded",
+                             rank_name(p), format_duration(grace));
+    } else if (op->kind == Op::Kind::collective && probe.replies[up]->issued_seq < op->call.seq) {
+      culprits.push_back(p);
+      details += fmt::format("; {} has not issued this op yet (its last collective is seq {})", rank_name(p),
+                             probe.replies[up]->issued_seq);
+    }
+  }
+  if (culprits.empty()) {
+    culprits = direct;
+  }
+  const std::string message =
+      fmt::format("{} timed out after {}{}{}; check the named ranks (log, stack), or raise the timeout "
+                  "(per-call option, GroupOptions::timeout or CHORUS_TIMEOUT) if the op is legitimately slow",
+                  prefix(op), format_duration(op->call.timeout), waiting, details);
+  fail_group(make_error(ErrorCode::timeout, message, context(op, culprits)), true);
+}
+
+void Engine::fail_group(std::exception_ptr error, bool notify_peers) {
+  if (failure_) {
+    return;
+  }
+  failure_ = error;
+  {
+    std::lock_guard lock(mu_);
+    failed_ = error;
+  }
+  if (config_.on_failure) {
+    config_.on_failure(error);
+  }
+  AbortNotice notice;
+  try {
+    std::rethrow_exception(error);
+  } catch (const Error& e) {
+    notice.code = static_cast<int>(e.code());
+    notice.seq = e.context().seq;
+    notice.peers = e.context().peers;
+    notice.message = e.what();
+  } catch (const std::exception& e) {
+    notice.code = static_cast<int>(ErrorCode::internal);
+    notice.message = e.what();
+  }
+  // A background thread has no caller to throw to: it logs the failure once, here.
+  CHORUS_WARN(coll, "group failed: {}", notice.message);
+  transport_->drop_all();
+  if (notify_peers) {
+    const std::vector<std::uint8_t> payload = encode(notice);
+    for (int p = 0; p < config_.size; ++p) {
+      if (p != config_.rank) {
+        transport_->send_control(p, FrameType::abort, payload);
+      }
+    }
+  }
+  std::vector<std::unique_ptr<Op>> failed;
+  if (current_) {
+    failed.push_back(std::move(current_));
+  }
+  executor_.reset();
+  schedule_.reset();
+  arena_.reset();
+  probe_.reset();
+  for (auto& op : queue_) {
+    failed.push_back(std::move(op));
+  }
+  queue_.clear();
+  for (auto& [token, op] : p2p_) {
+    failed.push_back(std::move(op));
+  }
+  p2p_.clear();
+  {
+    std::lock_guard lock(mu_);
+    for (auto& op : submitted_) {
+      failed.push_back(std::move(op));
+    }
+    submitted_.clear();
+  }
+  for (auto& op : failed) {
+    op->work->complete(error);
+  }
+}
+
+void Engine::shutdown() {
+  std::exception_ptr gone = failure_;
+  if (!gone) {
+    gone = make_error(ErrorCode::aborted,
+                      fmt::format("{}: the group was destroyed while this op was pending", prefix(nullptr)),
+                      context(nullptr, {}));
+  }
+  // Pending ops fail and their buffers are released; peers hear a goodbye, not an abort:
+  // they fail only if they still needed this rank.
+  std::vector<std::unique_ptr<Op>> pending;
+  if (current_) {
+    pending.push_back(std::move(current_));
+  }
+  executor_.reset();
+  schedule_.reset();
+  for (auto& op : queue_) {
+    pending.push_back(std::move(op));
+  }
+  queue_.clear();
+  for (auto& [token, op] : p2p_) {
+    pending.push_back(std::move(op));
+  }
+  p2p_.clear();
+  {
+    std::lock_guard lock(mu_);
+    for (auto& op : submitted_) {
+      pending.push_back(std::move(op));
+    }
+    submitted_.clear();
+  }
+  transport_->drop_all();
+  for (auto& op : pending) {
+    op->work->complete(gone);
+  }
+  for (int p = 0; p < config_.size; ++p) {
+    if (p != config_.rank) {
+      transport_->send_control(p, FrameType::goodbye, encode_u64(issued_seq_.load()));
+    }
+  }
+  transport_->flush_control(Deadline::after(std::chrono::seconds(2)));
+  transport_->close_all();
+  {
+    std::lock_guard lock(mu_);
+    abort_done_ = true;
+  }
+  cv_.notify_all();
+}
+
+}  // namespace chorus::tcp

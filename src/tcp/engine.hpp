@@ -1,0 +1,127 @@
+// SPDX-License-Identifier: BSD-3-Clause
+// Engine: the progress thread of one TcpProcessGroup.
+//
+// User threads only submit() ops and wait on their Work. The engine thread owns the
+// transport, the event loop and every op: it runs collectives one at a time in issue order
+// (tagged send/recv run alongside, they never block the collective queue), sleeps in
+// epoll_wait until the nearest deadline, and is woken through the loop's eventfd on submit,
+// abort and shutdown.
+//
+// Failure model: the first failure poisons the group. A timeout first probes the peers
+// (status request on the control channel, bounded grace period) so the error can name the
+// rank that is really stuck: the one that does not answer, or that has not issued the op.
+// Then, for any failure (timeout, dead peer, mismatched signatures, abort()), every pending
+// op fails with the same error, the transport drops all posted buffers, and an abort notice
+// tells every peer, so all ranks fail at once with the original cause.
+#pragma once
+
+#include "core/private.hpp"
+
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <exception>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include <chorus/errors.hpp>
+
+#include "net/event_loop.hpp"
+#include "tcp/executor.hpp"
+#include "tcp/mesh.hpp"
+#include "tcp/op.hpp"
+#include "tcp/schedule.hpp"
+#include "tcp/socket_transport.hpp"
+#include "tcp/wire.hpp"
+
+namespace chorus::tcp {
+
+struct EngineConfig {
+  int rank = 0;
+  int size = 1;
+  std::string group;
+  // Called on the engine thread with the first failure (the group records it for fast-fail).
+  std::function<void(std::exception_ptr)> on_failure;
+};
+
+class Engine {
+ public:
+  Engine(EngineConfig config, Mesh mesh);
+  ~Engine();  // fails pending ops, says goodbye to the peers, joins the thread
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
+
+  // Any thread. The op's Work completes on the engine thread (or here, if the group failed).
+  void submit(std::unique_ptr<Op> op);
+  // Any thread: fail everything with `error` (unless the group already failed) and notify
+  // the peers. Returns once the engine has dropped every user buffer (bounded: the engine
+  // never blocks for long), or at once when called on the engine thread.
+  void abort(std::exception_ptr error);
+
+  const std::string& local_address() const { return local_address_; }
+  std::string peer_address(int rank) const;
+
+ private:
+  struct Probe {
+    Op* op = nullptr;  // the op that timed out
+    Deadline until = Deadline::never();
+    std::vector<std::optional<StatusReply>> replies;
+    std::vector<bool> asked;
+  };
+
+  void run() noexcept;
+  void take_submitted();
+  void start_next();
+  void finish_current(std::exception_ptr error);
+  void on_completion(std::uint64_t token);
+  void on_event(TransportEvent& ev);
+  void on_control(TransportEvent& ev);
+  void check_deadlines();
+  void start_probe(Op* op);
+  void conclude_probe();
+  void fail_group(std::exception_ptr error, bool notify_peers);
+  Deadline nearest_deadline() const;
+  ErrorContext context(const Op* op, std::vector<int> peers) const;
+  std::string prefix(const Op* op) const;
+  std::string rank_name(int rank) const;
+  void shutdown();
+
+  EngineConfig config_;
+  net::EventLoop loop_;
+  std::unique_ptr<SocketTransport> transport_;
+  std::string local_address_;
+  std::vector<std::string> addresses_;
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::unique_ptr<Op>> submitted_;  // guarded by mu_
+  std::exception_ptr abort_request_;           // guarded by mu_
+  bool abort_done_ = false;                    // guarded by mu_
+  bool stop_ = false;                          // guarded by mu_
+  std::exception_ptr failed_;                  // guarded by mu_ (written by the engine thread)
+  std::atomic<std::uint64_t> issued_seq_{0};
+
+  // Engine thread only.
+  std::deque<std::unique_ptr<Op>> queue_;
+  std::unique_ptr<Op> current_;
+  std::unique_ptr<Schedule> schedule_;
+  std::unique_ptr<Executor> executor_;
+  ScratchArena arena_;
+  std::uint64_t epoch_ = 0;
+  std::unordered_map<std::uint64_t, std::unique_ptr<Op>> p2p_;
+  std::uint64_t next_p2p_token_ = 1;
+  std::optional<Probe> probe_;
+  std::exception_ptr failure_;  // engine's copy of the first failure
+  std::vector<std::uint64_t> completed_;
+  std::vector<TransportEvent> events_;
+
+  std::thread thread_;
+};
+
+}  // namespace chorus::tcp

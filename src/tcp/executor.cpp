@@ -1,0 +1,156 @@
+// SPDX-License-Identifier: BSD-3-Clause
+// Executor: dependency counting, FIFO posting per peer, inline copies and reductions.
+#include "tcp/executor.hpp"
+
+#include <cstring>
+
+#include "core/check.hpp"
+#include "core/reduce.hpp"
+
+namespace chorus::tcp {
+namespace {
+constexpr std::uint8_t kWaiting = 0;
+constexpr std::uint8_t kReady = 1;
+constexpr std::uint8_t kPosted = 2;
+constexpr std::uint8_t kDone = 3;
+}  // namespace
+
+Executor::Executor(Transport& transport, Schedule& schedule, std::uint64_t token_base)
+    : transport_(transport),
+      schedule_(schedule),
+      token_base_(token_base),
+      state_(schedule.tasks().size(), kWaiting),
+      send_pos_(static_cast<std::size_t>(schedule.size()), 0),
+      recv_pos_(static_cast<std::size_t>(schedule.size()), 0),
+      remaining_(schedule.tasks().size()) {}
+
+void Executor::start() {
+  auto& tasks = schedule_.tasks();
+  for (std::size_t i = 0; i < tasks.size(); ++i) {
+    if (tasks[i].deps == 0) {
+      ready(static_cast<TaskId>(i));
+    }
+  }
+  while (!worklist_.empty() && !mismatch_) {
+    const TaskId id = worklist_.back();
+    worklist_.pop_back();
+    run_local(id);
+  }
+}
+
+void Executor::ready(TaskId id) {
+  Task& t = schedule_.tasks()[static_cast<std::size_t>(id)];
+  state_[static_cast<std::size_t>(id)] = kReady;
+  switch (t.kind) {
+    case TaskKind::send:
+      pump_send(t.peer);
+      break;
+    case TaskKind::recv:
+      pump_recv(t.peer);
+      break;
+    case TaskKind::copy:
+    case TaskKind::reduce:
+      worklist_.push_back(id);
+      break;
+  }
+}
+
+// Posts the head of the peer's send FIFO while it is ready: later sends never overtake it.
+void Executor::pump_send(int peer) {
+  const auto& fifo = schedule_.send_fifo(peer);
+  auto& pos = send_pos_[static_cast<std::size_t>(peer)];
+  while (pos < fifo.size() && state_[static_cast<std::size_t>(fifo[pos])] == kReady) {
+    const TaskId id = fifo[pos++];
+    state_[static_cast<std::size_t>(id)] = kPosted;
+    const Task& t = schedule_.tasks()[static_cast<std::size_t>(id)];
+    transport_.post_send(peer, t.src, t.size, token_base_ + static_cast<std::uint64_t>(id));
+  }
+}
+
+void Executor::pump_recv(int peer) {
+  const auto& fifo = schedule_.recv_fifo(peer);
+  auto& pos = recv_pos_[static_cast<std::size_t>(peer)];
+  while (pos < fifo.size() && state_[static_cast<std::size_t>(fifo[pos])] == kReady) {
+    const TaskId id = fifo[pos++];
+    state_[static_cast<std::size_t>(id)] = kPosted;
+    const Task& t = schedule_.tasks()[static_cast<std::size_t>(id)];
+    transport_.post_recv(peer, t.dst, t.size, token_base_ + static_cast<std::uint64_t>(id));
+  }
+}
+
+void Executor::run_local(TaskId id) {
+  const Task& t = schedule_.tasks()[static_cast<std::size_t>(id)];
+  if (t.kind == TaskKind::copy) {
+    if (t.size > 0) {
+      std::memcpy(t.dst, t.src, t.size);
+    }
+  } else {
+    reduce(t.dst, t.src, t.src2, t.size, schedule_.dtype(), schedule_.op(), t.divisor);
+  }
+  finish(id);
+}
+
+void Executor::finish(TaskId id) {
+  auto& tasks = schedule_.tasks();
+  state_[static_cast<std::size_t>(id)] = kDone;
+  --remaining_;
+  const Task& t = tasks[static_cast<std::size_t>(id)];
+  if (t.header && t.kind == TaskKind::recv) {
+    const auto theirs = decode_signature(schedule_.received_header(t.peer));
+    if (!theirs || !(*theirs == schedule_.signature())) {
+      mismatch_ = SignatureMismatch{t.peer, theirs};
+      return;
+    }
+  }
+  const auto& succ = schedule_.successors();
+  for (std::uint32_t i = 0; i < t.succ_count; ++i) {
+    const TaskId s = succ[t.succ_begin + i];
+    if (--tasks[static_cast<std::size_t>(s)].deps == 0) {
+      ready(s);
+    }
+  }
+}
+
+void Executor::complete(std::uint64_t token) {
+  if (mismatch_) {
+    return;
+  }
+  const auto id = static_cast<TaskId>(token - token_base_);
+  CHORUS_CHECK(id >= 0 && static_cast<std::size_t>(id) < state_.size() &&
+                   state_[static_cast<std::size_t>(id)] == kPosted,
+               "completion of task {} which is not in flight", id);
+  finish(id);
+  while (!worklist_.empty() && !mismatch_) {
+    const TaskId next = worklist_.back();
+    worklist_.pop_back();
+    run_local(next);
+  }
+}
+
+std::vector<int> Executor::waiting_for_recv() const {
+  std::vector<int> peers;
+  for (int p = 0; p < schedule_.size(); ++p) {
+    for (TaskId id : schedule_.recv_fifo(p)) {
+      if (state_[static_cast<std::size_t>(id)] != kDone) {
+        peers.push_back(p);
+        break;
+      }
+    }
+  }
+  return peers;
+}
+
+std::vector<int> Executor::waiting_for_send() const {
+  std::vector<int> peers;
+  for (int p = 0; p < schedule_.size(); ++p) {
+    for (TaskId id : schedule_.send_fifo(p)) {
+      if (state_[static_cast<std::size_t>(id)] != kDone) {
+        peers.push_back(p);
+        break;
+      }
+    }
+  }
+  return peers;
+}
+
+}  // namespace chorus::tcp

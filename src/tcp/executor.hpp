@@ -1,0 +1,62 @@
+// SPDX-License-Identifier: BSD-3-Clause
+// Executor: runs one Schedule on a Transport. A pure state machine (no I/O, no clock, no
+// threads): whoever drives the transport feeds completions back with complete(token).
+#pragma once
+
+#include "core/private.hpp"
+
+#include <cstdint>
+#include <optional>
+#include <vector>
+
+#include "core/signature.hpp"
+#include "tcp/schedule.hpp"
+#include "tcp/transport.hpp"
+
+namespace chorus::tcp {
+
+// A peer's signature header did not match ours.
+struct SignatureMismatch {
+  int peer = -1;
+  std::optional<OpSignature> theirs;  // nullopt: the bytes were not a signature at all
+};
+
+class Executor {
+ public:
+  // Tokens are token_base + task index; token_base must leave the low 32 bits zero.
+  Executor(Transport& transport, Schedule& schedule, std::uint64_t token_base);
+
+  // Posts everything that is ready and runs ready local work.
+  void start();
+  // A transfer of this executor completed. Runs what became ready.
+  void complete(std::uint64_t token);
+  bool owns(std::uint64_t token) const noexcept { return (token >> 32) == (token_base_ >> 32); }
+
+  bool done() const noexcept { return remaining_ == 0 && !mismatch_; }
+  bool failed() const noexcept { return mismatch_.has_value(); }
+  const std::optional<SignatureMismatch>& mismatch() const noexcept { return mismatch_; }
+
+  // Peers with receives not yet complete (posted or not): whom this op is waiting for.
+  std::vector<int> waiting_for_recv() const;
+  // Peers with sends not yet complete (they are not reading).
+  std::vector<int> waiting_for_send() const;
+
+ private:
+  void finish(TaskId id);
+  void ready(TaskId id);
+  void run_local(TaskId id);
+  void pump_send(int peer);
+  void pump_recv(int peer);
+
+  Transport& transport_;
+  Schedule& schedule_;
+  std::uint64_t token_base_;
+  std::vector<std::uint8_t> state_;      // per task: 0 waiting, 1 ready, 2 posted, 3 done
+  std::vector<std::uint32_t> send_pos_;  // per peer: next FIFO index to post
+  std::vector<std::uint32_t> recv_pos_;
+  std::vector<TaskId> worklist_;         // ready local tasks
+  std::size_t remaining_ = 0;
+  std::optional<SignatureMismatch> mismatch_;
+};
+
+}  // namespace chorus::tcp

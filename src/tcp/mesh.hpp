@@ -1,0 +1,47 @@
+// SPDX-License-Identifier: BSD-3-Clause
+// The connection mesh of a group, built through the store: every rank listens on port 0 of
+// the chosen local address and publishes "host:port"; the lower rank of each pair connects
+// (one control socket plus sockets_per_peer data sockets); both ends verify a hello.
+#pragma once
+
+#include "core/private.hpp"
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <chorus/deadline.hpp>
+#include <chorus/store.hpp>
+
+#include "net/socket.hpp"
+
+namespace chorus::tcp {
+
+struct PeerLink {
+  std::string address;            // "host:port" the peer listens on (for messages)
+  net::Socket control;            // channel 0: control frames and tagged send/recv
+  std::vector<net::Socket> data;  // channels 1..: the collective streams
+};
+
+struct Mesh {
+  std::uint64_t group_id = 0;
+  std::string local_address;    // this rank's "host:port"
+  std::vector<PeerLink> peers;  // indexed by rank; this rank's entry is empty
+};
+
+struct MeshOptions {
+  int rank = 0;
+  int size = 1;
+  int sockets_per_peer = 1;
+  std::string interface;  // TcpGroupOptions::interface (empty: CHORUS_SOCKET_IFNAME, ...)
+  std::string group_name;
+  Duration timeout{0};
+  Deadline deadline = Deadline::never();
+};
+
+// Collective over the group. Blocks until every connection is up and verified, or throws:
+// TimeoutError naming the ranks that never published an address or never connected (within
+// the deadline), NetworkError for a bad address or a refused handshake.
+Mesh build_mesh(Store& store, const MeshOptions& options);
+
+}  // namespace chorus::tcp

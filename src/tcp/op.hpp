@@ -1,0 +1,35 @@
+// SPDX-License-Identifier: BSD-3-Clause
+// Op: one queued call of a TcpProcessGroup: what to run (a collective's arguments and
+// signature, or a tagged send/recv), its sequence number and deadline, and the Work to
+// complete. Built on the user's thread, owned by the engine afterwards.
+#pragma once
+
+#include "core/private.hpp"
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include <chorus/process_group.hpp>
+
+#include "core/signature.hpp"
+#include "core/work_state.hpp"
+#include "tcp/algorithms/algorithms.hpp"
+
+namespace chorus::tcp {
+
+struct Op {
+  enum class Kind : std::uint8_t { collective, send, recv };
+  Kind kind = Kind::collective;
+  CollectiveArgs args;  // collective
+  OpSignature sig;      // collective
+  int peer = -1;        // send/recv
+  std::uint32_t tag = 0;
+  void* data = nullptr;
+  std::size_t bytes = 0;  // payload bytes of this rank (for messages)
+  OpCall call;
+  std::string what;  // "allreduce (seq 5, 4 MiB float32 sum)", for messages
+  std::shared_ptr<WorkState> work;
+};
+
+}  // namespace chorus::tcp

@@ -1,0 +1,196 @@
+// SPDX-License-Identifier: BSD-3-Clause
+// Schedule construction: tasks, edges, per-peer FIFOs, signature headers.
+#include "tcp/schedule.hpp"
+
+#include <algorithm>
+
+#include "core/check.hpp"
+
+namespace chorus::tcp {
+
+void* ScratchArena::alloc(std::size_t bytes) {
+  constexpr std::size_t kAlign = 64;
+  bytes = (bytes + kAlign - 1) / kAlign * kAlign;
+  if (bytes == 0) {
+    bytes = kAlign;
+  }
+  while (block_ < blocks_.size()) {
+    Block& b = blocks_[block_];
+    if (b.size - used_ >= bytes) {
+      void* p = b.data.get() + used_;
+      used_ += bytes;
+      return p;
+    }
+    ++block_;
+    used_ = 0;
+  }
+  // Grow geometrically so that a group settles on one block after a few ops.
+  std::size_t size = std::max<std::size_t>(bytes, 1 << 20);
+  if (!blocks_.empty()) {
+    size = std::max(size, blocks_.back().size * 2);
+  }
+  // operator new[] of std::byte is aligned to __STDCPP_DEFAULT_NEW_ALIGNMENT__ (16); ask for
+  // cache-line alignment explicitly.
+  Block b;
+  b.data.reset(static_cast<std::byte*>(::operator new[](size, std::align_val_t{kAlign})));
+  b.size = size;
+  blocks_.push_back(std::move(b));
+  block_ = blocks_.size() - 1;
+  used_ = bytes;
+  return blocks_.back().data.get();
+}
+
+void ScratchArena::reset() noexcept {
+  // Keep only the largest block once several were needed: the next op of this size fits in one.
+  if (blocks_.size() > 1) {
+    std::size_t total = 0;
+    for (auto& b : blocks_) {
+      total += b.size;
+    }
+    blocks_.clear();
+    Block b;
+    b.data.reset(static_cast<std::byte*>(::operator new[](total, std::align_val_t{64})));
+    b.size = total;
+    blocks_.push_back(std::move(b));
+  }
+  block_ = 0;
+  used_ = 0;
+}
+
+Schedule::Schedule(int rank, int size, DataType dtype, ReduceOp op, ScratchArena& arena)
+    : rank_(rank),
+      size_(size),
+      dtype_(dtype),
+      op_(op),
+      arena_(arena),
+      send_fifo_(static_cast<std::size_t>(size)),
+      recv_fifo_(static_cast<std::size_t>(size)) {}
+
+TaskId Schedule::add(Task t, std::initializer_list<TaskId> deps) {
+  const auto id = static_cast<TaskId>(tasks_.size());
+  tasks_.push_back(t);
+  for (TaskId d : deps) {
+    depend(id, d);
+  }
+  return id;
+}
+
+void Schedule::depend(TaskId later, TaskId earlier) {
+  if (earlier == kNoTask || later == kNoTask) {
+    return;
+  }
+  CHORUS_CHECK(earlier < later, "task {} depends on later task {}", later, earlier);
+  edges_.emplace_back(earlier, later);
+}
+
+TaskId Schedule::send(int peer, const void* data, std::size_t bytes, std::initializer_list<TaskId> deps) {
+  if (bytes == 0) {
+    return kNoTask;
+  }
+  CHORUS_CHECK(peer >= 0 && peer < size_ && peer != rank_, "send to peer {}", peer);
+  Task t;
+  t.kind = TaskKind::send;
+  t.peer = peer;
+  t.src = data;
+  t.size = bytes;
+  const TaskId id = add(t, deps);
+  send_fifo_[static_cast<std::size_t>(peer)].push_back(id);
+  return id;
+}
+
+TaskId Schedule::recv(int peer, void* data, std::size_t bytes, std::initializer_list<TaskId> deps) {
+  if (bytes == 0) {
+    return kNoTask;
+  }
+  CHORUS_CHECK(peer >= 0 && peer < size_ && peer != rank_, "recv from peer {}", peer);
+  Task t;
+  t.kind = TaskKind::recv;
+  t.peer = peer;
+  t.dst = data;
+  t.size = bytes;
+  const TaskId id = add(t, deps);
+  recv_fifo_[static_cast<std::size_t>(peer)].push_back(id);
+  return id;
+}
+
+TaskId Schedule::copy(void* dst, const void* src, std::size_t bytes, std::initializer_list<TaskId> deps) {
+  // A copy onto itself moves nothing but still carries its dependencies when it has any.
+  if (bytes == 0 || (dst == src && deps.size() == 0)) {
+    return kNoTask;
+  }
+  Task t;
+  t.kind = TaskKind::copy;
+  t.dst = dst;
+  t.src = src;
+  t.size = dst == src ? 0 : bytes;
+  return add(t, deps);
+}
+
+TaskId Schedule::reduce(void* dst, const void* a, const void* b, std::size_t count, int divisor,
+                        std::initializer_list<TaskId> deps) {
+  if (count == 0) {
+    return kNoTask;
+  }
+  Task t;
+  t.kind = TaskKind::reduce;
+  t.dst = dst;
+  t.src = a;
+  t.src2 = b;
+  t.size = count;
+  t.divisor = divisor;
+  return add(t, deps);
+}
+
+void Schedule::finalize(const OpSignature& sig) {
+  sig_ = sig;
+  header_out_ = encode(sig);
+  headers_in_.assign(static_cast<std::size_t>(size_), EncodedSignature{});
+  // Every peer the op talks to, in either direction, gets and sends a header: the peer set is
+  // made symmetric so that the other side checks too even where data flows one way.
+  for (int p = 0; p < size_; ++p) {
+    auto& sf = send_fifo_[static_cast<std::size_t>(p)];
+    auto& rf = recv_fifo_[static_cast<std::size_t>(p)];
+    if (sf.empty() && rf.empty()) {
+      continue;
+    }
+    Task hs;
+    hs.kind = TaskKind::send;
+    hs.header = true;
+    hs.peer = p;
+    hs.src = header_out_.data();
+    hs.size = kSignatureBytes;
+    const auto hs_id = static_cast<TaskId>(tasks_.size());
+    tasks_.push_back(hs);
+    sf.insert(sf.begin(), hs_id);
+
+    Task hr;
+    hr.kind = TaskKind::recv;
+    hr.header = true;
+    hr.peer = p;
+    hr.dst = headers_in_[static_cast<std::size_t>(p)].data();
+    hr.size = kSignatureBytes;
+    const auto hr_id = static_cast<TaskId>(tasks_.size());
+    tasks_.push_back(hr);
+    rf.insert(rf.begin(), hr_id);
+  }
+  // Successor lists in CSR form.
+  std::vector<std::uint32_t> count(tasks_.size() + 1, 0);
+  for (auto& [from, to] : edges_) {
+    ++count[static_cast<std::size_t>(from)];
+    ++tasks_[static_cast<std::size_t>(to)].deps;
+  }
+  std::uint32_t offset = 0;
+  for (std::size_t i = 0; i < tasks_.size(); ++i) {
+    tasks_[i].succ_begin = offset;
+    tasks_[i].succ_count = 0;
+    offset += count[i];
+  }
+  succ_.assign(offset, kNoTask);
+  for (auto& [from, to] : edges_) {
+    Task& t = tasks_[static_cast<std::size_t>(from)];
+    succ_[t.succ_begin + t.succ_count++] = to;
+  }
+  edges_.clear();
+}
+
+}  // namespace chorus::tcp

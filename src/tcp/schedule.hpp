@@ -1,0 +1,120 @@
+// SPDX-License-Identifier: BSD-3-Clause
+// Schedule: one collective as a dependency graph of sends, receives, copies and reductions,
+// plus the scratch memory it uses. Algorithms build schedules; an Executor runs them.
+//
+// Why a graph: pipelining falls out of it. A ring step's send of slice j depends only on the
+// reduction of slice j, so send, receive and reduce of different slices overlap without each
+// algorithm writing its own state machine. Per peer and direction, transfers are posted in
+// the order they were added (FIFO), which is what makes the two ends of a stream agree.
+//
+// finalize() adds the op's signature header as the first message in both directions with
+// every peer the op talks to, so a rank running a different op at the same sequence number
+// is caught at its first message.
+#pragma once
+
+#include "core/private.hpp"
+
+#include <cstddef>
+#include <cstdint>
+#include <initializer_list>
+#include <memory>
+#include <utility>
+#include <vector>
+
+#include <chorus/types.hpp>
+
+#include "core/signature.hpp"
+
+namespace chorus::tcp {
+
+using TaskId = std::int32_t;
+inline constexpr TaskId kNoTask = -1;
+
+enum class TaskKind : std::uint8_t { send, recv, copy, reduce };
+
+struct Task {
+  TaskKind kind = TaskKind::copy;
+  bool header = false;  // a signature header (send or receive-and-verify)
+  int peer = -1;        // send/recv
+  void* dst = nullptr;
+  const void* src = nullptr;
+  const void* src2 = nullptr;  // reduce: dst = src op src2
+  std::size_t size = 0;        // send/recv/copy: bytes; reduce: elements
+  int divisor = 0;             // reduce with avg: divide the result by this (0: don't)
+  std::uint32_t deps = 0;      // unfinished predecessors (the executor counts down)
+  std::uint32_t succ_begin = 0;
+  std::uint32_t succ_count = 0;
+};
+
+// Scratch memory reused across the ops of one group (the progress thread only). Allocations
+// are 64-byte aligned and stay valid until reset().
+class ScratchArena {
+ public:
+  void* alloc(std::size_t bytes);
+  void reset() noexcept;
+
+ private:
+  struct Block {
+    std::unique_ptr<std::byte[]> data;
+    std::size_t size = 0;
+  };
+  std::vector<Block> blocks_;
+  std::size_t block_ = 0;  // current block
+  std::size_t used_ = 0;   // bytes used in it
+};
+
+class Schedule {
+ public:
+  Schedule(int rank, int size, DataType dtype, ReduceOp op, ScratchArena& arena);
+
+  int rank() const noexcept { return rank_; }
+  int size() const noexcept { return size_; }
+  DataType dtype() const noexcept { return dtype_; }
+  ReduceOp op() const noexcept { return op_; }
+
+  // Each returns the new task, or kNoTask when there is nothing to do (zero bytes). Entries
+  // of `deps` equal to kNoTask are ignored. Deps must be tasks added earlier.
+  TaskId send(int peer, const void* data, std::size_t bytes, std::initializer_list<TaskId> deps = {});
+  TaskId recv(int peer, void* data, std::size_t bytes, std::initializer_list<TaskId> deps = {});
+  TaskId copy(void* dst, const void* src, std::size_t bytes, std::initializer_list<TaskId> deps = {});
+  // dst = a op b over `count` elements of the schedule's dtype; divisor as in core/reduce.hpp.
+  TaskId reduce(void* dst, const void* a, const void* b, std::size_t count, int divisor,
+                std::initializer_list<TaskId> deps = {});
+  void depend(TaskId later, TaskId earlier);
+
+  // Scratch for this op (valid until the op ends).
+  void* scratch(std::size_t bytes) { return arena_.alloc(bytes); }
+
+  // Adds the signature headers and freezes the graph.
+  void finalize(const OpSignature& sig);
+
+  // ---- for the Executor ----
+  std::vector<Task>& tasks() noexcept { return tasks_; }
+  const std::vector<TaskId>& successors() const noexcept { return succ_; }
+  const std::vector<TaskId>& send_fifo(int peer) const { return send_fifo_[static_cast<std::size_t>(peer)]; }
+  const std::vector<TaskId>& recv_fifo(int peer) const { return recv_fifo_[static_cast<std::size_t>(peer)]; }
+  const OpSignature& signature() const noexcept { return sig_; }
+  // The header received from peer (valid once its header task completed).
+  const std::uint8_t* received_header(int peer) const {
+    return headers_in_[static_cast<std::size_t>(peer)].data();
+  }
+
+ private:
+  TaskId add(Task t, std::initializer_list<TaskId> deps);
+
+  int rank_;
+  int size_;
+  DataType dtype_;
+  ReduceOp op_;
+  ScratchArena& arena_;
+  std::vector<Task> tasks_;
+  std::vector<std::pair<TaskId, TaskId>> edges_;  // (earlier, later) until finalize
+  std::vector<TaskId> succ_;                      // CSR after finalize
+  std::vector<std::vector<TaskId>> send_fifo_;
+  std::vector<std::vector<TaskId>> recv_fifo_;
+  OpSignature sig_{};
+  EncodedSignature header_out_{};
+  std::vector<EncodedSignature> headers_in_;
+};
+
+}  // namespace chorus::tcp

@@ -1,0 +1,176 @@
+// SPDX-License-Identifier: BSD-3-Clause
+// SocketTransport: the Transport over the group's mesh, plus the control channel.
+//
+// Per peer pair: sockets_per_peer data sockets carry the collective streams (no framing: both
+// ends post the same messages in the same order, see transport.hpp; a message of at least
+// kStripeBytes per socket is cut into one part per socket, smaller ones go whole to socket
+// (message index mod sockets)), and one control socket carries framed messages (wire.hpp):
+// tagged send/recv and the failure notices. The control socket is always read, so a peer's
+// death (EOF without a goodbye, or a reset) is seen at once even when no op involves it;
+// data sockets are read only while a receive is posted (unread data stays in the kernel and
+// throttles the sender, which is the flow control).
+//
+// Progress thread only: every method runs on the engine's thread (the EventLoop's).
+#pragma once
+
+#include "core/private.hpp"
+
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <chorus/deadline.hpp>
+
+#include "net/event_loop.hpp"
+#include "net/socket.hpp"
+#include "tcp/mesh.hpp"
+#include "tcp/transport.hpp"
+#include "tcp/wire.hpp"
+
+namespace chorus::tcp {
+
+struct TransportEvent {
+  enum class Kind : std::uint8_t {
+    p2p_done,     // a tagged send/recv finished (error set if it failed on its own)
+    control,      // a control frame arrived (abort, goodbye, status)
+    peer_failed,  // a connection to `peer` broke: reset, or closed without a goodbye
+  };
+  Kind kind = Kind::control;
+  int peer = -1;
+  std::uint64_t token = 0;
+  FrameType frame = FrameType::abort;
+  std::vector<std::uint8_t> payload;
+  std::string error;  // p2p_done: why it failed; peer_failed: what happened
+  int os_error = 0;
+  bool left = false;  // peer_failed: the peer had said goodbye (left the group)
+};
+
+class SocketTransport final : public Transport {
+ public:
+  static constexpr std::size_t kStripeBytes = 64 * 1024;
+
+  SocketTransport(int rank, int size, Mesh mesh, net::EventLoop& loop);
+  ~SocketTransport() override;
+
+  void post_send(int peer, const void* data, std::size_t bytes, std::uint64_t token) override;
+  void post_recv(int peer, void* data, std::size_t bytes, std::uint64_t token) override;
+
+  // Tagged point-to-point on the control channel. The recv matches the first frame from
+  // `peer` with `tag`; a frame that arrives before its recv is buffered.
+  void send_p2p(int peer, std::uint32_t tag, const void* data, std::size_t bytes, std::uint64_t token);
+  void recv_p2p(int peer, std::uint32_t tag, void* data, std::size_t bytes, std::uint64_t token);
+  // Queues a control frame (best effort: dropped if the peer is gone).
+  void send_control(int peer, FrameType type, std::vector<std::uint8_t> payload);
+
+  // Runs the event loop once (until `until`, or not at all if results are pending) and hands
+  // over what happened: completed collective tokens, and other events.
+  void poll(Deadline until, std::vector<std::uint64_t>& completed, std::vector<TransportEvent>& events);
+
+  // Forgets every posted transfer (the group failed): no user buffer is touched afterwards.
+  void drop_all() noexcept;
+  // Writes queued control frames until none is left or `until` passes (for goodbyes/aborts).
+  void flush_control(Deadline until);
+  void close_all() noexcept;
+
+  bool peer_connected(int peer) const;
+  const std::string& address(int peer) const { return peers_[static_cast<std::size_t>(peer)].address; }
+  const std::string& local_address() const { return local_address_; }
+
+ private:
+  struct Part {
+    std::byte* data;
+    std::size_t len;
+    std::uint32_t req;
+  };
+  struct Stream {
+    net::Socket sock;
+    int peer = -1;
+    std::deque<Part> sendq;
+    std::size_t send_off = 0;  // bytes of sendq.front() already written
+    std::deque<Part> recvq;
+    std::size_t recv_off = 0;
+    std::uint32_t interest = 0;
+    bool registered = false;
+    bool eof = false;   // orderly EOF seen
+    bool dead = false;  // error, or closed by us
+  };
+  struct OutFrame {
+    std::array<std::uint8_t, kFrameHeaderBytes> header;
+    std::vector<std::uint8_t> owned;
+    const std::byte* data = nullptr;  // p2p payload (borrowed) or owned.data()
+    std::size_t len = 0;
+    std::size_t off = 0;  // bytes of header + payload written
+    std::uint64_t token = 0;  // p2p send to complete, 0 for control frames
+  };
+  struct P2pRecv {
+    std::uint32_t tag;
+    std::byte* data;
+    std::size_t bytes;
+    std::uint64_t token;
+  };
+  struct Unexpected {
+    std::uint32_t tag;
+    std::vector<std::uint8_t> bytes;
+  };
+  struct Control {
+    net::Socket sock;
+    std::uint32_t interest = 0;
+    bool registered = false;
+    bool dead = false;
+    std::deque<OutFrame> sendq;
+    std::array<std::uint8_t, kFrameHeaderBytes> header{};
+    std::size_t header_got = 0;
+    bool in_body = false;
+    FrameHeader frame{};
+    std::size_t body_got = 0;
+    std::byte* body_dst = nullptr;  // where the body goes (user buffer, body_buf, or discard)
+    std::vector<std::uint8_t> body_buf;
+    std::uint64_t body_token = 0;   // matched p2p recv
+    std::string body_error;         // matched recv failed (size mismatch): discard the body
+    std::deque<P2pRecv> posted;
+    std::deque<Unexpected> unexpected;
+  };
+  struct Peer {
+    std::string address;
+    std::vector<std::unique_ptr<Stream>> data;
+    std::unique_ptr<Control> control;
+    std::uint64_t sends = 0;  // messages posted, for striping
+    std::uint64_t recvs = 0;
+    bool goodbye = false;
+    bool failed = false;
+  };
+  struct Req {
+    std::uint64_t token = 0;
+    std::uint32_t parts = 0;
+  };
+
+  std::uint32_t new_req(std::uint64_t token, std::uint32_t parts);
+  void part_done(std::uint32_t req);
+  void on_stream(Stream& s, std::uint32_t events);
+  void on_control(int peer, std::uint32_t events);
+  bool write_stream(Stream& s);
+  bool read_stream(Stream& s);
+  void write_control(int peer);
+  void read_control(int peer);
+  void control_frame_complete(int peer);
+  void update_interest(Stream& s);
+  void update_control_interest(int peer);
+  void stream_failed(Stream& s, const std::string& what, int os_error);
+  void peer_failed(int peer, const std::string& what, int os_error);
+  void close_peer(int peer) noexcept;
+
+  int rank_;
+  int size_;
+  net::EventLoop& loop_;
+  std::string local_address_;
+  std::vector<Peer> peers_;
+  std::vector<Req> reqs_;
+  std::vector<std::uint32_t> free_reqs_;
+  std::vector<std::uint64_t> completed_;
+  std::vector<TransportEvent> events_;
+  std::vector<std::byte> discard_;
+};
+
+}  // namespace chorus::tcp

@@ -1,0 +1,204 @@
+// SPDX-License-Identifier: BSD-3-Clause
+// TcpProcessGroup: the tcp backend's ProcessGroup. The public methods (in the base) have
+// checked the arguments; each do_<op>() here only builds an Op and hands it to the engine.
+#include <algorithm>
+#include <atomic>
+#include <memory>
+
+#include <fmt/format.h>
+
+#include <chorus/errors.hpp>
+#include <chorus/process_group.hpp>
+
+#include "core/check.hpp"
+#include "core/env.hpp"
+#include "core/format.hpp"
+#include "core/logging.hpp"
+#include "tcp/engine.hpp"
+#include "tcp/mesh.hpp"
+
+namespace chorus {
+namespace tcp {
+namespace {
+
+class TcpProcessGroup final : public ProcessGroup {
+ public:
+  TcpProcessGroup(std::shared_ptr<Store> store, int rank, int size, const TcpGroupOptions& options)
+      : ProcessGroup(rank, size, options.group), store_(std::move(store)), options_(options) {
+    MeshOptions mo;
+    mo.rank = rank;
+    mo.size = size;
+    mo.sockets_per_peer = options.sockets_per_peer;
+    mo.interface = options.interface;
+    mo.group_name = name();
+    mo.timeout = timeout();
+    mo.deadline = Deadline::after(timeout());
+    Mesh mesh = build_mesh(*store_, mo);
+    EngineConfig ec;
+    ec.rank = rank;
+    ec.size = size;
+    ec.group = name();
+    ec.on_failure = [this](std::exception_ptr e) { record_failure(std::move(e)); };
+    engine_ = std::make_unique<Engine>(std::move(ec), std::move(mesh));
+  }
+
+  ~TcpProcessGroup() override { engine_.reset(); }
+
+  const char* backend_name() const noexcept override { return "tcp"; }
+  Device device() const noexcept override { return Device::cpu(); }
+
+  void abort(const std::string& reason) override {
+    auto error = std::make_exception_ptr(
+        Error(ErrorCode::aborted,
+              fmt::format("tcp group [{}] on rank {}/{} was aborted: {}", name(), rank(), size(), reason),
+              ErrorContext{.rank = rank(), .size = size(), .group = name(), .op = "abort"}));
+    record_failure(error);
+    engine_->abort(failure());
+  }
+
+  std::shared_ptr<ProcessGroup> split(const std::vector<int>& ranks, GroupOptions options) override {
+    check_arg(!ranks.empty(), "split on rank {}/{} [{}]: the rank list is empty", rank(), size(), name());
+    for (std::size_t i = 0; i < ranks.size(); ++i) {
+      check_arg(ranks[i] >= 0 && ranks[i] < size() && (i == 0 || ranks[i] > ranks[i - 1]),
+                "split on rank {}/{} [{}]: ranks must be sorted, distinct and in [0, {}); got {}", rank(),
+                size(), name(), size(), format_ranks(ranks));
+    }
+    // Every rank calls split in the same order, so the counter names the same subgroup
+    // everywhere; its store namespace and hence its group id are new.
+    const std::uint64_t index = splits_.fetch_add(1);
+    const auto it = std::find(ranks.begin(), ranks.end(), rank());
+    if (it == ranks.end()) {
+      return nullptr;
+    }
+    TcpGroupOptions sub = options_;
+    sub.group = std::move(options);
+    if (sub.group.name == GroupOptions{}.name) {
+      sub.group.name = fmt::format("{}/split{}", name(), index);
+    }
+    if (!sub.group.timeout) {
+      sub.group.timeout = timeout();
+    }
+    return std::make_shared<TcpProcessGroup>(make_prefix_store(fmt::format("split{}", index), store_),
+                                             static_cast<int>(it - ranks.begin()),
+                                             static_cast<int>(ranks.size()), sub);
+  }
+
+ protected:
+  std::shared_ptr<Work> do_allreduce(Tensor in, Tensor out, ReduceOp op, const OpCall& call) override {
+    return collective(OpKind::allreduce, in, out, in.count(), op, 0, call);
+  }
+  std::shared_ptr<Work> do_allgather(Tensor in, Tensor out, const OpCall& call) override {
+    return collective(OpKind::allgather, in, out, in.count(), ReduceOp::sum, 0, call);
+  }
+  std::shared_ptr<Work> do_reduce_scatter(Tensor in, Tensor out, ReduceOp op, const OpCall& call) override {
+    return collective(OpKind::reduce_scatter, in, out, out.count(), op, 0, call);
+  }
+  std::shared_ptr<Work> do_broadcast(Tensor inout, int root, const OpCall& call) override {
+    return collective(OpKind::broadcast, inout, inout, inout.count(), ReduceOp::sum, root, call);
+  }
+  std::shared_ptr<Work> do_reduce(Tensor in, Tensor out, ReduceOp op, int root, const OpCall& call) override {
+    // Only the root has an output; elsewhere the algorithm needs none.
+    return collective(OpKind::reduce, in, rank() == root ? out : Tensor(), in.count(), op, root, call);
+  }
+  std::shared_ptr<Work> do_gather(Tensor in, Tensor out, int root, const OpCall& call) override {
+    return collective(OpKind::gather, in, rank() == root ? out : Tensor(), in.count(), ReduceOp::sum, root, call);
+  }
+  std::shared_ptr<Work> do_scatter(Tensor in, Tensor out, int root, const OpCall& call) override {
+    return collective(OpKind::scatter, rank() == root ? in : Tensor(), out, out.count(), ReduceOp::sum, root,
+                      call);
+  }
+  std::shared_ptr<Work> do_all_to_all(Tensor in, Tensor out, const OpCall& call) override {
+    return collective(OpKind::all_to_all, in, out, in.count(), ReduceOp::sum, 0, call);
+  }
+  std::shared_ptr<Work> do_barrier(const OpCall& call) override {
+    return collective(OpKind::barrier, Tensor(), Tensor(), 0, ReduceOp::sum, 0, call);
+  }
+  std::shared_ptr<Work> do_send(Tensor t, int dst, std::uint32_t tag, const OpCall& call) override {
+    return p2p(Op::Kind::send, t, dst, tag, call);
+  }
+  std::shared_ptr<Work> do_recv(Tensor t, int src, std::uint32_t tag, const OpCall& call) override {
+    return p2p(Op::Kind::recv, t, src, tag, call);
+  }
+
+ private:
+  std::shared_ptr<Work> collective(OpKind kind, Tensor in, Tensor out, std::size_t count, ReduceOp op,
+                                   int root, const OpCall& call) {
+    auto o = std::make_unique<Op>();
+    o->kind = Op::Kind::collective;
+    const DataType dtype = kind == OpKind::barrier ? DataType::uint8 : (in.count() ? in.dtype() : out.dtype());
+    o->args.kind = kind;
+    o->args.in = in.data();
+    o->args.out = out.data();
+    o->args.count = count;
+    o->args.dtype = dtype;
+    o->args.op = op;
+    o->args.root = root;
+    o->args.small_bytes = options_.small_allreduce_bytes;
+    o->args.slice_bytes = options_.slice_bytes;
+    o->sig.kind = kind;
+    o->sig.seq = call.seq;
+    if (kind != OpKind::barrier) {
+      o->sig.dtype = dtype;
+      o->sig.count = count;
+    }
+    if (kind == OpKind::allreduce || kind == OpKind::reduce || kind == OpKind::reduce_scatter) {
+      o->sig.redop = op;
+    }
+    if (kind == OpKind::broadcast || kind == OpKind::reduce || kind == OpKind::gather || kind == OpKind::scatter) {
+      o->sig.root = root;
+    }
+    o->bytes = count * element_size(dtype);
+    o->call = call;
+    o->what = describe(o->sig);
+    if (kind != OpKind::barrier) {
+      // describe() gives counts; messages also want bytes.
+      o->what.insert(o->what.size() - 1, fmt::format(", {}", format_bytes(o->bytes)));
+    }
+    o->work = std::make_shared<WorkState>(call.name, call.seq);
+    auto work = o->work;
+    engine_->submit(std::move(o));
+    return work;
+  }
+
+  std::shared_ptr<Work> p2p(Op::Kind kind, Tensor t, int peer, std::uint32_t tag, const OpCall& call) {
+    auto o = std::make_unique<Op>();
+    o->kind = kind;
+    o->peer = peer;
+    o->tag = tag;
+    o->data = t.data();
+    o->bytes = t.nbytes();
+    o->call = call;
+    o->what = fmt::format("{} (p2p seq {}, tag {}, {} x {}, {} rank {})", call.name, call.seq, tag, t.count(),
+                          to_string(t.dtype()), kind == Op::Kind::send ? "to" : "from", peer);
+    o->work = std::make_shared<WorkState>(call.name, call.seq);
+    auto work = o->work;
+    engine_->submit(std::move(o));
+    return work;
+  }
+
+  std::shared_ptr<Store> store_;
+  TcpGroupOptions options_;
+  std::atomic<std::uint64_t> splits_{0};
+  std::unique_ptr<Engine> engine_;
+};
+
+}  // namespace
+}  // namespace tcp
+
+std::shared_ptr<ProcessGroup> make_tcp_group(std::shared_ptr<Store> store, int rank, int size,
+                                             TcpGroupOptions options) {
+  check_arg(store != nullptr, "make_tcp_group: the store is null; pass the store every rank shares");
+  check_arg(options.sockets_per_peer >= 1 && options.sockets_per_peer <= 8,
+            "make_tcp_group: sockets_per_peer must be in 1..8, got {}", options.sockets_per_peer);
+  check_arg(options.slice_bytes >= 1, "make_tcp_group: slice_bytes must be at least 1");
+  check_arg(size >= 1 && rank >= 0 && rank < size,
+            "make_tcp_group: rank {} is not in [0, {}); check RANK and WORLD_SIZE", rank, size);
+  // Each group gets its own namespace in the store: the k-th group this rank creates on
+  // `store` is "tcp/g<k>" (all ranks create their groups in the same order, like every other
+  // collective), so two groups over one store never read each other's addresses.
+  const std::int64_t instance = store->add(fmt::format("tcp/instances/rank{}", rank), 1);
+  auto group_store = make_prefix_store(fmt::format("tcp/g{}", instance), std::move(store));
+  return std::make_shared<tcp::TcpProcessGroup>(std::move(group_store), rank, size, options);
+}
+
+}  // namespace chorus

@@ -1,0 +1,55 @@
+// SPDX-License-Identifier: BSD-3-Clause
+// Frames of the control channel (one socket per peer pair, next to the data sockets):
+// tagged point-to-point payloads, and the messages that make failures visible everywhere
+// (abort notices, goodbyes, status probes). A frame is a 16-byte header {type u32, tag u32,
+// length u64} then `length` payload bytes, all little-endian. Pure encode/decode functions.
+#pragma once
+
+#include "core/private.hpp"
+
+#include <array>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace chorus::tcp {
+
+enum class FrameType : std::uint32_t {
+  p2p = 1,             // tag = user tag; payload = the tensor bytes
+  abort = 2,           // the sender's group failed; payload = AbortNotice
+  goodbye = 3,         // the sender destroys its group; payload = u64 last seq
+  status_request = 4,  // payload = u64 seq the requester timed out on
+  status_reply = 5,    // payload = StatusReply
+};
+inline constexpr std::size_t kFrameHeaderBytes = 16;
+inline constexpr std::uint64_t kMaxControlPayload = 1 << 20;  // non-p2p frames
+
+struct FrameHeader {
+  FrameType type = FrameType::p2p;
+  std::uint32_t tag = 0;
+  std::uint64_t length = 0;
+};
+std::array<std::uint8_t, kFrameHeaderBytes> encode_header(const FrameHeader& h) noexcept;
+FrameHeader decode_header(const std::uint8_t* bytes) noexcept;
+
+struct AbortNotice {
+  int code = 0;             // ErrorCode of the original error
+  std::uint64_t seq = 0;    // op it happened in (0: none)
+  std::vector<int> peers;   // ranks it implicated
+  std::string message;      // the original what()
+};
+std::vector<std::uint8_t> encode(const AbortNotice& n);
+std::optional<AbortNotice> decode_abort(const std::vector<std::uint8_t>& payload);
+
+struct StatusReply {
+  std::uint64_t issued_seq = 0;   // last collective the peer's user issued
+  std::uint64_t running_seq = 0;  // collective its engine is running (0: idle)
+};
+std::vector<std::uint8_t> encode(const StatusReply& s);
+std::optional<StatusReply> decode_status(const std::vector<std::uint8_t>& payload);
+
+std::vector<std::uint8_t> encode_u64(std::uint64_t v);
+std::optional<std::uint64_t> decode_u64(const std::vector<std::uint8_t>& payload);
+
+}  // namespace chorus::tcp

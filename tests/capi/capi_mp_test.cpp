@@ -1,0 +1,154 @@
+// SPDX-License-Identifier: BSD-3-Clause
+// The C ABI on two real ranks: collectives through the C functions, wait_for/test on a running
+// op, and a collective timeout reported as CHORUS_ERR_TIMEOUT with its message.
+#include <catch2/catch.hpp>
+
+#include <string>
+#include <vector>
+
+#include <chorus/chorus.h>
+
+#include "support/multiproc.hpp"
+
+using namespace std::chrono_literals;
+
+namespace {
+
+#define C_CHECK(call)                                                                          \
+  do {                                                                                         \
+    const chorus_result_t rc_ = (call);                                                        \
+    if (rc_ != CHORUS_OK) {                                                                    \
+      throw chorus::test::ChildCheckFailed{std::string(#call) + " -> " +                      \
+                                           chorus_result_string(rc_) + ": " + chorus_get_last_error()}; \
+    }                                                                                          \
+  } while (0)
+
+struct CWorld {
+  chorus_store_t* store = nullptr;
+  chorus_group_t* group = nullptr;
+  CWorld(std::uint16_t port, const char* prefix, int rank, int size) {
+    chorus_tcp_store_config_t sc = CHORUS_TCP_STORE_CONFIG_INITIALIZER;
+    sc.port = port;
+    sc.timeout_ms = 30000;
+    chorus_store_t* base = nullptr;
+    C_CHECK(chorus_tcp_store_create(&sc, &base));
+    C_CHECK(chorus_prefix_store_create(prefix, base, &store));
+    chorus_store_free(base);
+    chorus_tcp_group_config_t gc = CHORUS_TCP_GROUP_CONFIG_INITIALIZER;
+    gc.interface = "127.0.0.1";
+    gc.timeout_ms = 30000;
+    C_CHECK(chorus_group_create_tcp(store, rank, size, &gc, &group));
+  }
+  ~CWorld() {
+    chorus_group_destroy(group);
+    chorus_store_free(store);
+  }
+};
+
+}  // namespace
+
+TEST_CASE("C ABI on 2 ranks: allreduce, broadcast, allgather, send/recv, barrier", "[capi][mp]") {
+  chorus::test::StoreServerProcess server;
+  auto results = chorus::test::run_processes(
+      2,
+      [&](int rank) {
+        CWorld w(server.port(), "ops", rank, 2);
+        chorus_work_t* work = nullptr;
+        std::vector<double> x(5, rank + 1.0);
+        chorus_tensor_t tx = chorus_cpu_tensor(x.data(), x.size(), CHORUS_FLOAT64);
+        C_CHECK(chorus_allreduce(w.group, &tx, &tx, nullptr, &work));
+        C_CHECK(chorus_work_wait(work));
+        chorus_work_free(work);
+        CHILD_CHECK(x == std::vector<double>(5, 3.0));
+
+        std::vector<std::int32_t> b(3, rank == 1 ? 42 : 0);
+        chorus_tensor_t tb = chorus_cpu_tensor(b.data(), b.size(), CHORUS_INT32);
+        chorus_op_options_t opts = CHORUS_OP_OPTIONS_INITIALIZER;
+        opts.root = 1;
+        C_CHECK(chorus_broadcast(w.group, &tb, &opts, &work));
+        C_CHECK(chorus_work_wait(work));
+        chorus_work_free(work);
+        CHILD_CHECK(b == std::vector<std::int32_t>(3, 42));
+
+        std::int64_t mine = 10 + rank;
+        std::vector<std::int64_t> all(2);
+        chorus_tensor_t tm = chorus_cpu_tensor(&mine, 1, CHORUS_INT64);
+        chorus_tensor_t ta = chorus_cpu_tensor(all.data(), all.size(), CHORUS_INT64);
+        C_CHECK(chorus_allgather(w.group, &tm, &ta, nullptr, &work));
+        C_CHECK(chorus_work_wait(work));
+        chorus_work_free(work);
+        CHILD_CHECK((all == std::vector<std::int64_t>{10, 11}));
+
+        float v = rank == 0 ? 7.5f : 0.0f;
+        chorus_tensor_t tv = chorus_cpu_tensor(&v, 1, CHORUS_FLOAT32);
+        if (rank == 0) {
+          C_CHECK(chorus_send(w.group, &tv, 1, 9, nullptr, &work));
+        } else {
+          C_CHECK(chorus_recv(w.group, &tv, 0, 9, nullptr, &work));
+        }
+        C_CHECK(chorus_work_wait(work));
+        chorus_work_free(work);
+        CHILD_CHECK(v == 7.5f);
+
+        C_CHECK(chorus_barrier(w.group, nullptr, &work));
+        C_CHECK(chorus_work_wait(work));
+        chorus_work_free(work);
+      },
+      60s);
+  REQUIRE_ALL_OK(results);
+}
+
+TEST_CASE("C ABI on 2 ranks: wait_for on a running op, then a timeout as a status code", "[capi][mp]") {
+  chorus::test::StoreServerProcess server;
+  auto results = chorus::test::run_processes(
+      2,
+      [&](int rank) {
+        CWorld w(server.port(), "timeout", rank, 2);
+        chorus_work_t* work = nullptr;
+        float x = 1.0f;
+        chorus_tensor_t t = chorus_cpu_tensor(&x, 1, CHORUS_FLOAT32);
+        if (rank == 0) {
+          // Rank 1 joins only after "go": the op is still running at wait_for's bound.
+          C_CHECK(chorus_allreduce(w.group, &t, &t, nullptr, &work));
+          int done = -1;
+          C_CHECK(chorus_work_wait_for(work, 50, &done));
+          CHILD_CHECK(done == 0);
+          C_CHECK(chorus_work_test(work, &done));
+          CHILD_CHECK(done == 0);
+          C_CHECK(chorus_store_set(w.store, "go", "1", 1));
+          C_CHECK(chorus_work_wait(work));
+          chorus_work_free(work);
+          CHILD_CHECK(x == 2.0f);
+
+          // Rank 1 never joins this one: TIMEOUT within the op's 500 ms deadline (+ slack).
+          chorus_op_options_t opts = CHORUS_OP_OPTIONS_INITIALIZER;
+          opts.timeout_ms = 500;
+          const auto start = std::chrono::steady_clock::now();
+          C_CHECK(chorus_allreduce(w.group, &t, &t, &opts, &work));
+          const chorus_result_t rc = chorus_work_wait(work);
+          const auto elapsed = std::chrono::steady_clock::now() - start;
+          const std::string message = chorus_get_last_error();
+          chorus_work_free(work);
+          if (rc != CHORUS_ERR_TIMEOUT) {
+            throw chorus::test::ChildCheckFailed{std::string("expected TIMEOUT, got ") + chorus_result_string(rc) +
+                                                 ": " + message};
+          }
+          CHILD_CHECK(elapsed < 10s);
+          CHILD_CHECK(message.find("allreduce") != std::string::npos);
+          CHILD_CHECK(message.find("rank 1") != std::string::npos);
+          // The group is aborted: later ops fail at once with the original error.
+          CHILD_CHECK(chorus_barrier(w.group, nullptr, &work) == CHORUS_ERR_TIMEOUT);
+          C_CHECK(chorus_store_set(w.store, "rank0-done", "1", 1));
+        } else {
+          const char* go[] = {"go"};
+          C_CHECK(chorus_store_wait(w.store, go, 1, 30000));
+          C_CHECK(chorus_allreduce(w.group, &t, &t, nullptr, &work));
+          C_CHECK(chorus_work_wait(work));
+          chorus_work_free(work);
+          const char* done[] = {"rank0-done"};
+          C_CHECK(chorus_store_wait(w.store, done, 1, 30000));
+        }
+      },
+      60s);
+  REQUIRE_ALL_OK(results);
+}

@@ -1,0 +1,278 @@
+// SPDX-License-Identifier: BSD-3-Clause
+// chorusrun as a user runs it, with small shell-script ranks: environment, output prefixes,
+// failure propagation and exit status, SIGTERM -> SIGKILL escalation, restarts, a store that
+// outlives a crashed rank 0, signal forwarding, and no leftover processes.
+//
+// Synchronization is by output: a rank prints "ready" and the test reads chorusrun's output
+// until every rank did. Time bounds are upper bounds only.
+#include <poll.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <catch2/catch.hpp>
+
+#include <chrono>
+#include <cstdlib>
+#include <fstream>
+#include <map>
+#include <regex>
+#include <set>
+#include <sstream>
+#include <string>
+
+#include "spawn.hpp"
+
+using namespace launcher_test;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+std::string chorusrun() { return binary("CHORUSRUN"); }
+
+// chorusrun FLAGS -- sh -c SCRIPT, with no launcher variables inherited from the test's env.
+Process run_script(const std::vector<std::string>& flags, const std::string& script,
+                   Seconds timeout = Seconds(60)) {
+  std::vector<std::string> argv{chorusrun()};
+  argv.insert(argv.end(), flags.begin(), flags.end());
+  argv.insert(argv.end(), {"--", "/bin/sh", "-c", script});
+  return run(argv, timeout, {}, launcher_vars());
+}
+
+Process start_script(const std::vector<std::string>& flags, const std::string& script) {
+  std::vector<std::string> argv{chorusrun()};
+  argv.insert(argv.end(), flags.begin(), flags.end());
+  argv.insert(argv.end(), {"--", "/bin/sh", "-c", script});
+  return start(argv, {}, launcher_vars());
+}
+
+// "pid=123" lines printed by the ranks.
+std::vector<pid_t> pids_in(const std::string& output, const std::string& tag = "pid=") {
+  std::vector<pid_t> pids;
+  std::regex re(tag + "([0-9]+)");
+  for (auto it = std::sregex_iterator(output.begin(), output.end(), re); it != std::sregex_iterator();
+       ++it) {
+    pids.push_back(static_cast<pid_t>(std::stol((*it)[1])));
+  }
+  return pids;
+}
+
+std::string temp_dir() {
+  char tmpl[] = "/tmp/chorusrun_test_XXXXXX";
+  REQUIRE(::mkdtemp(tmpl) != nullptr);
+  return tmpl;
+}
+
+std::string slurp(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+}  // namespace
+
+TEST_CASE("chorusrun sets torchrun's variables and prefixes every line with the rank",
+          "[launcher][chorusrun]") {
+  const Process p = run_script(
+      {"--standalone", "-n", "3"},
+      "echo \"env $RANK $WORLD_SIZE $LOCAL_RANK $LOCAL_WORLD_SIZE $GROUP_RANK "
+      "$CHORUS_RESTART_COUNT $TORCHELASTIC_RESTART_COUNT $CHORUS_LAUNCHER\"; "
+      "echo \"addr $MASTER_ADDR:$MASTER_PORT $CHORUS_STORE_ADDR\"; printf 'no newline'; "
+      "echo to-stderr >&2");
+  INFO(p.output);
+  CHECK(shell_status(p) == 0);
+  for (int r = 0; r < 3; ++r) {
+    const std::string prefix = "[rank " + std::to_string(r) + "] ";
+    CHECK(count(p.output, prefix + "env " + std::to_string(r) + " 3 " + std::to_string(r) +
+                              " 3 0 0 0 chorusrun\n") == 1);
+    CHECK(count(p.output, prefix + "no newline\n") == 1);
+    CHECK(count(p.output, prefix + "to-stderr\n") == 1);
+  }
+  // One store address for all, and MASTER_* point at it.
+  std::smatch m;
+  REQUIRE(std::regex_search(p.output, m, std::regex(R"(addr 127\.0\.0\.1:([0-9]+) 127\.0\.0\.1:([0-9]+))")));
+  CHECK(m[1] == m[2]);
+  CHECK(std::stoi(m[1]) > 0);
+}
+
+TEST_CASE("a failing rank stops the others and sets chorusrun's exit status",
+          "[launcher][chorusrun]") {
+  SECTION("exit code") {
+    const auto t0 = Clock::now();
+    const Process p = run_script({"--standalone", "-n", "3"},
+                                 "echo pid=$$; if [ $RANK = 1 ]; then exit 7; fi; exec sleep 60");
+    INFO(p.output);
+    CHECK(shell_status(p) == 7);
+    CHECK_THAT(p.output, Catch::Contains("chorusrun: rank 1 (local rank 1, pid "));
+    CHECK_THAT(p.output, Catch::Contains(") exited with code 7; stopping the other 2 ranks"));
+    CHECK_THAT(p.output, Catch::Contains("chorusrun: rank 1 failed; exiting with 7"));
+    // The sleeping ranks were stopped by SIGTERM, well before their 60 s.
+    CHECK(Clock::now() - t0 < std::chrono::seconds(30));
+    const auto pids = pids_in(p.output);
+    CHECK(pids.size() == 3);
+    for (pid_t pid : pids) {
+      CHECK(gone(pid));  // reaped: no zombie, no orphan
+    }
+  }
+  SECTION("signal") {
+    const Process p = run_script({"--standalone", "-n", "2"},
+                                 "if [ $RANK = 0 ]; then kill -SEGV $$; fi; exec sleep 60");
+    INFO(p.output);
+    CHECK(shell_status(p) == 128 + SIGSEGV);
+    CHECK_THAT(p.output, Catch::Contains("rank 0 (local rank 0, pid "));
+    CHECK_THAT(p.output, Catch::Contains("was killed by signal 11 (SIGSEGV)"));
+  }
+  SECTION("a rank ignoring SIGTERM gets SIGKILL after the grace period") {
+    const auto t0 = Clock::now();
+    const Process p = run_script(
+        {"--standalone", "-n", "2", "--kill-timeout", "1"},
+        "if [ $RANK = 1 ]; then exit 4; fi; trap '' TERM; exec sleep 60");
+    INFO(p.output);
+    CHECK(shell_status(p) == 4);
+    CHECK_THAT(p.output, Catch::Contains("sending SIGKILL"));
+    CHECK(Clock::now() - t0 < std::chrono::seconds(30));
+  }
+  SECTION("a rank's own children are stopped and reaped too") {
+    const Process p = run_script(
+        {"--standalone", "-n", "2"},
+        "sleep 60 & echo child=$!; if [ $RANK = 1 ]; then exit 3; fi; wait");
+    INFO(p.output);
+    CHECK(shell_status(p) == 3);
+    const auto children = pids_in(p.output, "child=");
+    CHECK(children.size() == 2);
+    for (pid_t pid : children) {
+      CHECK(gone(pid));
+    }
+  }
+}
+
+TEST_CASE("--max-restarts restarts the local ranks, then gives up", "[launcher][chorusrun]") {
+  SECTION("succeeds on the third attempt") {
+    const Process p = run_script(
+        {"--standalone", "-n", "2", "--max-restarts", "2"},
+        "echo attempt=$CHORUS_RESTART_COUNT/$TORCHELASTIC_RESTART_COUNT; "
+        "if [ $RANK = 1 ] && [ $CHORUS_RESTART_COUNT -lt 2 ]; then exit 3; fi; exit 0");
+    INFO(p.output);
+    CHECK(shell_status(p) == 0);
+    CHECK_THAT(p.output, Catch::Contains("restarting the local ranks (restart 1 of 2)"));
+    CHECK_THAT(p.output, Catch::Contains("restarting the local ranks (restart 2 of 2)"));
+    CHECK(count(p.output, "[rank 0] attempt=2/2") == 1);
+    CHECK(count(p.output, "[rank 1] attempt=2/2") == 1);
+  }
+  SECTION("out of restarts") {
+    const Process p = run_script({"--standalone", "-n", "2", "--max-restarts", "1"},
+                                 "if [ $RANK = 0 ]; then exit 9; fi; exec sleep 60");
+    INFO(p.output);
+    CHECK(shell_status(p) == 9);
+    CHECK(count(p.output, "exited with code 9") == 2);
+    CHECK_THAT(p.output, Catch::Contains("rank 0 failed and no restarts are left; exiting with 9"));
+  }
+}
+
+TEST_CASE("the store lives in chorusrun: it outlives a crashed rank 0 and survives restarts",
+          "[launcher][chorusrun][store]") {
+  const std::string store = binary("CHORUS_STORE_BIN");
+  const std::string client = store + " --connect $CHORUS_STORE_ADDR --timeout 20 ";
+  // Attempt 0: rank 0 writes a key and crashes. Attempt 1: rank 1 reads it back.
+  const Process p = run_script(
+      {"--standalone", "-n", "2", "--max-restarts", "1"},
+      "if [ $CHORUS_RESTART_COUNT = 0 ]; then "
+      "  if [ $RANK = 0 ]; then " + client + "set survivor from-attempt-0 && kill -KILL $$; fi; "
+      "  exec sleep 60; "
+      "fi; "
+      "if [ $RANK = 1 ]; then echo got=$(" + client + "get survivor); fi");
+  INFO(p.output);
+  CHECK(shell_status(p) == 0);
+  CHECK_THAT(p.output, Catch::Contains("was killed by signal 9 (SIGKILL)"));
+  CHECK(count(p.output, "[rank 1] got=from-attempt-0") == 1);
+}
+
+TEST_CASE("SIGINT and SIGTERM to chorusrun reach every rank", "[launcher][chorusrun]") {
+  for (int sig : {SIGTERM, SIGINT}) {
+    Process p = start_script(
+        {"--standalone", "-n", "3"},
+        "trap 'echo caught-$RANK; exit 0' TERM INT; echo ready; sleep 60 & wait $!");
+    INFO(p.output);
+    REQUIRE(read_until(p, "ready\n", 3, Seconds(30)));
+    ::kill(p.pid, sig);
+    REQUIRE(finish(p, Seconds(30)));
+    INFO(p.output);
+    CHECK(shell_status(p) == 128 + sig);
+    for (int r = 0; r < 3; ++r) {
+      CHECK(count(p.output, "[rank " + std::to_string(r) + "] caught-" + std::to_string(r)) == 1);
+    }
+    CHECK_THAT(p.output, Catch::Contains("chorusrun: got SIG"));
+  }
+}
+
+TEST_CASE("ranks die with chorusrun even when it is SIGKILLed", "[launcher][chorusrun]") {
+  // Orphans are reparented to this test process, which reaps them and so sees how they died.
+  REQUIRE(::prctl(PR_SET_CHILD_SUBREAPER, 1) == 0);
+  Process p = start_script({"--standalone", "-n", "3"}, "echo pid=$$ ready; exec sleep 60");
+  REQUIRE(read_until(p, "ready\n", 3, Seconds(30)));
+  const auto ranks = pids_in(p.output);
+  REQUIRE(ranks.size() == 3);
+  ::kill(p.pid, SIGKILL);
+  ::waitpid(p.pid, &p.status, 0);
+  p.reaped = true;
+  std::set<pid_t> pending(ranks.begin(), ranks.end());
+  const auto until = Clock::now() + std::chrono::seconds(30);
+  while (!pending.empty() && Clock::now() < until) {
+    int status = 0;
+    const pid_t pid = ::waitpid(-1, &status, WNOHANG);
+    if (pid > 0) {
+      if (pending.erase(pid) == 1) {
+        CHECK(WIFSIGNALED(status));
+        CHECK(WTERMSIG(status) == SIGKILL);  // PR_SET_PDEATHSIG
+      }
+      continue;
+    }
+    ::poll(nullptr, 0, 20);  // bounded wait for the death signal to land
+  }
+  ::prctl(PR_SET_CHILD_SUBREAPER, 0);
+  CHECK(pending.empty());
+  for (pid_t pid : ranks) {
+    CHECK(gone(pid));
+  }
+}
+
+TEST_CASE("--log-dir keeps per-rank logs; --redirects keeps them off the console",
+          "[launcher][chorusrun]") {
+  const std::string dir = temp_dir();
+  const Process p = run_script({"--standalone", "-n", "2", "--log-dir", dir, "--redirects", "1"},
+                               "echo out-$RANK; echo err-$RANK >&2");
+  INFO(p.output);
+  CHECK(shell_status(p) == 0);
+  for (int r = 0; r < 2; ++r) {
+    const std::string base = dir + "/attempt_0/" + std::to_string(r) + "/";
+    CHECK(slurp(base + "stdout.log") == "out-" + std::to_string(r) + "\n");
+    CHECK(slurp(base + "stderr.log") == "err-" + std::to_string(r) + "\n");
+    CHECK(count(p.output, "out-" + std::to_string(r)) == 0);  // stdout redirected
+    CHECK(count(p.output, "[rank " + std::to_string(r) + "] err-") == 1);
+  }
+  const std::string rm = "rm -rf " + dir;
+  CHECK(std::system(rm.c_str()) == 0);
+}
+
+TEST_CASE("chorusrun's own errors", "[launcher][chorusrun]") {
+  Process p = run({chorusrun(), "--bogus", "x"}, Seconds(30));
+  CHECK(shell_status(p) == 2);
+  CHECK_THAT(p.output, Catch::Contains("unknown flag --bogus"));
+
+  p = run({chorusrun(), "-n", "2", "no-such-program-xyz"}, Seconds(30));
+  CHECK(shell_status(p) == 127);
+  CHECK_THAT(p.output, Catch::Contains("no-such-program-xyz: not found"));
+
+  p = run({chorusrun(), "--help"}, Seconds(30));
+  CHECK(shell_status(p) == 0);
+  CHECK_THAT(p.output, Catch::Contains("--nproc-per-node"));
+
+  p = run({chorusrun(), "--help-env"}, Seconds(30));
+  CHECK(shell_status(p) == 0);
+  CHECK_THAT(p.output, Catch::Contains("CHORUS_TIMEOUT"));
+  CHECK_THAT(p.output, Catch::Contains("CHORUS_STORE_ADDR"));
+  CHECK_THAT(p.output, Catch::Contains("OMPI_COMM_WORLD_RANK"));
+}

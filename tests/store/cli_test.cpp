@@ -1,0 +1,203 @@
+// SPDX-License-Identifier: BSD-3-Clause
+// chorus-store as a user runs it: serve on port 0 (the first stdout line names the port), then
+// the redis-cli-like client commands and their exit statuses.
+#include <catch2/catch.hpp>
+
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "store/store_test_util.hpp"
+
+using namespace std::chrono_literals;
+
+namespace {
+
+std::string exe() {
+  const char* path = std::getenv("CHORUS_STORE_EXE");
+  REQUIRE(path != nullptr);
+  return path;
+}
+
+struct Proc {
+  pid_t pid = -1;
+  int out = -1;
+  int err = -1;
+};
+
+Proc spawn(const std::vector<std::string>& args) {
+  int out[2];
+  int err[2];
+  REQUIRE(::pipe2(out, O_CLOEXEC) == 0);
+  REQUIRE(::pipe2(err, O_CLOEXEC) == 0);
+  const pid_t pid = ::fork();
+  REQUIRE(pid >= 0);
+  if (pid == 0) {
+    ::dup2(out[1], 1);
+    ::dup2(err[1], 2);
+    std::vector<char*> argv;
+    std::string path = exe();
+    argv.push_back(path.data());
+    std::vector<std::string> copy = args;
+    for (auto& a : copy) {
+      argv.push_back(a.data());
+    }
+    argv.push_back(nullptr);
+    ::execv(path.c_str(), argv.data());
+    _exit(127);
+  }
+  ::close(out[1]);
+  ::close(err[1]);
+  return {pid, out[0], err[0]};
+}
+
+struct Result {
+  int status = -1;  // exit code, or -1 if killed at the bound
+  std::string out;
+  std::string err;
+};
+
+// Runs chorus-store with args, bounded by `bound`.
+Result run(const std::vector<std::string>& args, chorus::Duration bound = 20s) {
+  Proc p = spawn(args);
+  Result r;
+  const chorus::Deadline d = chorus::Deadline::after(bound);
+  int open = 2;
+  while (open > 0 && !d.expired()) {
+    pollfd pfds[2] = {{p.out, POLLIN, 0}, {p.err, POLLIN, 0}};
+    if (::poll(pfds, 2, 100) <= 0) {
+      continue;
+    }
+    for (int i = 0; i < 2; ++i) {
+      if (pfds[i].fd < 0 || pfds[i].revents == 0) {
+        continue;
+      }
+      char buf[4096];
+      const ssize_t n = ::read(pfds[i].fd, buf, sizeof(buf));
+      if (n > 0) {
+        (i == 0 ? r.out : r.err).append(buf, static_cast<std::size_t>(n));
+      } else {
+        ::close(i == 0 ? p.out : p.err);
+        (i == 0 ? p.out : p.err) = -1;
+        --open;
+      }
+    }
+  }
+  if (open > 0) {
+    ::kill(p.pid, SIGKILL);
+  }
+  int status = 0;
+  ::waitpid(p.pid, &status, 0);
+  if (p.out >= 0) ::close(p.out);
+  if (p.err >= 0) ::close(p.err);
+  r.status = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return r;
+}
+
+// A chorus-store server on 127.0.0.1, port 0; killed on destruction.
+struct Server {
+  Server() {
+    p = spawn({"--host", "127.0.0.1", "--port", "0"});
+    std::string line;
+    const chorus::Deadline d = chorus::Deadline::after(20s);
+    while (line.find('\n') == std::string::npos && !d.expired()) {
+      pollfd pfd{p.out, POLLIN, 0};
+      if (::poll(&pfd, 1, 100) == 1) {
+        char buf[256];
+        const ssize_t n = ::read(p.out, buf, sizeof(buf));
+        if (n <= 0) {
+          break;
+        }
+        line.append(buf, static_cast<std::size_t>(n));
+      }
+    }
+    first_line = line.substr(0, line.find('\n'));
+    const auto colon = first_line.rfind(':');
+    if (first_line.rfind("chorus-store listening on 127.0.0.1:", 0) == 0 && colon != std::string::npos) {
+      port = first_line.substr(colon + 1);
+    }
+  }
+  ~Server() {
+    ::kill(p.pid, SIGTERM);
+    int status = 0;
+    const chorus::Deadline d = chorus::Deadline::after(10s);
+    while (::waitpid(p.pid, &status, WNOHANG) == 0 && !d.expired()) {
+      ::usleep(10000);
+    }
+    ::kill(p.pid, SIGKILL);
+    ::waitpid(p.pid, &status, 0);
+    ::close(p.out);
+    ::close(p.err);
+  }
+  std::string address() const { return "127.0.0.1:" + port; }
+  Proc p;
+  std::string first_line;
+  std::string port;
+};
+
+}  // namespace
+
+TEST_CASE("chorus-store --help", "[store][cli]") {
+  auto r = run({"--help"});
+  REQUIRE(r.status == 0);
+  REQUIRE(r.out.find("--connect") != std::string::npos);
+  REQUIRE(run({"--bogus"}).status == 2);
+}
+
+TEST_CASE("chorus-store serves on port 0 and answers the client commands", "[store][cli]") {
+  Server server;
+  INFO(server.first_line);
+  REQUIRE_FALSE(server.port.empty());
+  const std::string a = server.address();
+  REQUIRE(run({"--connect", a, "ping"}).status == 0);
+  REQUIRE(run({"--connect", a, "set", "greeting", "hello world"}).status == 0);
+  auto get = run({"--connect", a, "get", "greeting"});
+  REQUIRE(get.status == 0);
+  REQUIRE(get.out == "hello world\n");
+  auto add = run({"--connect", a, "add", "n", "5"});
+  REQUIRE(add.out == "5\n");
+  REQUIRE(run({"--connect", a, "add", "n", "-2"}).out == "3\n");
+  REQUIRE(run({"--connect", a, "check", "greeting", "n"}).out == "true\n");
+  auto missing = run({"--connect", a, "check", "greeting", "nope"});
+  REQUIRE(missing.status == 1);
+  REQUIRE(missing.out == "false\n");
+  REQUIRE(run({"--connect", a, "keys"}).out == "greeting\nn\n");
+  REQUIRE(run({"--connect", a, "num_keys"}).out == "2\n");
+  REQUIRE(run({"--connect", a, "wait", "greeting", "n"}).status == 0);
+
+  const auto start = chorus::Clock::now();
+  auto timed_out = run({"--connect", a, "--timeout", "0.3", "wait", "greeting", "never"});
+  REQUIRE(timed_out.status == 3);
+  REQUIRE(timed_out.err.find("never") != std::string::npos);
+  REQUIRE(chorus::test::since(start) < 300ms + chorus::test::kSlack);
+  auto get_missing = run({"--connect", a, "--timeout", "0.2", "get", "never"});
+  REQUIRE(get_missing.status == 3);
+
+  auto not_integer = run({"--connect", a, "add", "greeting", "1"});
+  REQUIRE(not_integer.status == 4);
+  REQUIRE(not_integer.err.find("not an integer") != std::string::npos);
+  REQUIRE(run({"--connect", a, "delete", "greeting"}).out == "true\n");
+}
+
+TEST_CASE("chorus-store: failures exit non-zero with the reason", "[store][cli]") {
+  Server server;
+  REQUIRE_FALSE(server.port.empty());
+  // Address in use.
+  auto busy = run({"--host", "127.0.0.1", "--port", server.port});
+  REQUIRE(busy.status == 4);
+  REQUIRE(busy.err.find("in use") != std::string::npos);
+  REQUIRE(busy.err.find(server.port) != std::string::npos);
+  // Nobody listening: the error names the address.
+  server.~Server();
+  new (&server) Server();  // keep the object valid for its destructor
+  auto refused = run({"--connect", "127.0.0.1:1", "--timeout", "0.3", "ping"});
+  REQUIRE(refused.status == 3);
+  REQUIRE(refused.err.find("127.0.0.1:1") != std::string::npos);
+  REQUIRE(run({"--connect", "nonsense", "ping"}).status == 2);
+}

@@ -1,0 +1,298 @@
+// SPDX-License-Identifier: BSD-3-Clause
+// Pure units of the store and net layers: protocol encode/decode (round trips, truncation,
+// limits, fuzz), KvTable watches, FrameReader partial reads, host:port parsing.
+#include <catch2/catch.hpp>
+
+#include <random>
+
+#include <chorus/errors.hpp>
+
+#include "net/address.hpp"
+#include "net/frame.hpp"
+#include "store/kv_table.hpp"
+#include "store/protocol.hpp"
+
+using namespace chorus;
+using namespace chorus::store;
+
+namespace {
+
+std::span<const std::uint8_t> payload_of(const std::vector<std::uint8_t>& frame) {
+  REQUIRE(frame.size() >= 4);
+  REQUIRE(net::get_u32(frame.data()) == frame.size() - 4);
+  return std::span<const std::uint8_t>(frame.data() + 4, frame.size() - 4);
+}
+
+Request round_trip(const Request& q, const Limits& limits = {}) {
+  std::vector<std::uint8_t> buf;
+  encode_request(q, buf);
+  Request out;
+  DecodeError err;
+  INFO(err.message);
+  REQUIRE(decode_request(payload_of(buf), limits, out, err));
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("protocol: hello round trip and wrong magic", "[store][protocol]") {
+  std::uint8_t raw[kHelloBytes];
+  encode_hello({kProtocolVersion, kHelloFlagMember}, raw);
+  auto h = decode_hello(raw);
+  REQUIRE(h);
+  REQUIRE(h->version == kProtocolVersion);
+  REQUIRE(h->flags == kHelloFlagMember);
+  raw[0] = 'X';
+  REQUIRE_FALSE(decode_hello(raw));
+}
+
+TEST_CASE("protocol: every request op round-trips", "[store][protocol]") {
+  Request q;
+  q.id = 77;
+  SECTION("set") {
+    q.op = Op::set;
+    q.keys = {"k"};
+    q.values = {to_bytes("v")};
+    auto r = round_trip(q);
+    REQUIRE(r.op == Op::set);
+    REQUIRE(r.id == 77);
+    REQUIRE(r.keys == q.keys);
+    REQUIRE(r.values == q.values);
+  }
+  SECTION("get with timeout") {
+    q.op = Op::get;
+    q.keys = {"k"};
+    q.timeout_ms = 123456789012ull;
+    auto r = round_trip(q);
+    REQUIRE(r.timeout_ms == q.timeout_ms);
+  }
+  SECTION("add negative") {
+    q.op = Op::add;
+    q.keys = {"c"};
+    q.delta = -42;
+    REQUIRE(round_trip(q).delta == -42);
+  }
+  SECTION("compare_set") {
+    q.op = Op::compare_set;
+    q.keys = {"k"};
+    q.values = {Bytes{}, to_bytes("new")};
+    REQUIRE(round_trip(q).values == q.values);
+  }
+  SECTION("multi ops") {
+    for (Op op : {Op::wait, Op::multi_get, Op::check}) {
+      q.op = op;
+      q.keys = {"a", "", "c"};
+      REQUIRE(round_trip(q).keys == q.keys);
+    }
+    q.op = Op::multi_set;
+    q.keys = {"a", "b"};
+    q.values = {to_bytes("1"), Bytes{}};
+    auto r = round_trip(q);
+    REQUIRE(r.keys == q.keys);
+    REQUIRE(r.values == q.values);
+  }
+  SECTION("no-argument ops and wait_clients") {
+    for (Op op : {Op::num_keys, Op::list_keys, Op::ping, Op::delete_key, Op::append}) {
+      q.op = op;
+      q.keys = {"k"};
+      q.values = {to_bytes("x")};
+      REQUIRE(round_trip(q).op == op);
+    }
+    q.op = Op::wait_clients;
+    q.count = 4096;
+    REQUIRE(round_trip(q).count == 4096);
+  }
+}
+
+TEST_CASE("protocol: replies round-trip, including timeout and error", "[store][protocol]") {
+  Reply p;
+  p.id = 9;
+  p.values = {to_bytes("x"), Bytes{}};
+  std::vector<std::uint8_t> buf;
+  encode_reply(Op::multi_get, p, buf);
+  Reply out;
+  DecodeError err;
+  REQUIRE(decode_reply(Op::multi_get, payload_of(buf), out, err));
+  REQUIRE(out.values == p.values);
+
+  Reply t;
+  t.status = ReplyStatus::timeout;
+  t.keys = {"missing"};
+  buf.clear();
+  encode_reply(Op::get, t, buf);
+  Reply tout;
+  REQUIRE(decode_reply(Op::get, payload_of(buf), tout, err));
+  REQUIRE(tout.status == ReplyStatus::timeout);
+  REQUIRE(tout.keys == t.keys);
+
+  Reply e;
+  e.status = ReplyStatus::error;
+  e.error = ErrorKind::not_integer;
+  e.message = "nope";
+  buf.clear();
+  encode_reply(Op::add, e, buf);
+  Reply eout;
+  REQUIRE(decode_reply(Op::add, payload_of(buf), eout, err));
+  REQUIRE(eout.error == ErrorKind::not_integer);
+  REQUIRE(eout.message == "nope");
+}
+
+TEST_CASE("protocol: malformed requests are rejected with a reason", "[store][protocol]") {
+  Limits limits;
+  limits.max_key_bytes = 16;
+  limits.max_value_bytes = 64;
+  Request q;
+  q.op = Op::set;
+  q.keys = {"k"};
+  q.values = {to_bytes("value")};
+  std::vector<std::uint8_t> buf;
+  encode_request(q, buf);
+  auto payload = payload_of(buf);
+  Request out;
+  DecodeError err;
+
+  SECTION("every truncation fails") {
+    for (std::size_t n = 0; n < payload.size(); ++n) {
+      Request r;
+      DecodeError e;
+      REQUIRE_FALSE(decode_request(payload.first(n), limits, r, e));
+      REQUIRE_FALSE(e.message.empty());
+    }
+  }
+  SECTION("trailing bytes fail") {
+    std::vector<std::uint8_t> longer(payload.begin(), payload.end());
+    longer.push_back(0);
+    REQUIRE_FALSE(decode_request(longer, limits, out, err));
+  }
+  SECTION("unknown op") {
+    std::vector<std::uint8_t> bad(payload.begin(), payload.end());
+    bad[0] = 200;
+    REQUIRE_FALSE(decode_request(bad, limits, out, err));
+    REQUIRE(err.kind == ErrorKind::unsupported);
+  }
+  SECTION("key over the limit") {
+    q.keys = {std::string(17, 'k')};
+    buf.clear();
+    encode_request(q, buf);
+    REQUIRE_FALSE(decode_request(payload_of(buf), limits, out, err));
+    REQUIRE(err.kind == ErrorKind::too_large);
+    REQUIRE(err.message.find("17") != std::string::npos);
+  }
+  SECTION("value over the limit") {
+    q.values = {Bytes(65, 1)};
+    buf.clear();
+    encode_request(q, buf);
+    REQUIRE_FALSE(decode_request(payload_of(buf), limits, out, err));
+    REQUIRE(err.kind == ErrorKind::too_large);
+  }
+  SECTION("a huge item count does not allocate") {
+    std::vector<std::uint8_t> bad = {static_cast<std::uint8_t>(Op::check), 0, 0, 0, 0,
+                                     0xff, 0xff, 0xff, 0xff};
+    REQUIRE_FALSE(decode_request(bad, limits, out, err));
+  }
+}
+
+TEST_CASE("protocol: random payloads never crash the decoder", "[store][protocol]") {
+  std::mt19937 rng(12345);
+  Limits limits;
+  int accepted = 0;
+  for (int i = 0; i < 20000; ++i) {
+    std::vector<std::uint8_t> junk(rng() % 64);
+    for (auto& b : junk) {
+      b = static_cast<std::uint8_t>(rng());
+    }
+    if (!junk.empty() && i % 2 == 0) {
+      junk[0] = static_cast<std::uint8_t>(1 + rng() % 14);  // valid op, random body
+    }
+    Request q;
+    DecodeError err;
+    accepted += decode_request(junk, limits, q, err) ? 1 : 0;
+    Reply p;
+    (void)decode_reply(static_cast<Op>(1 + rng() % 14), junk, p, err);
+  }
+  // Some random frames are valid (ping with an id); most are not. Either way: no crash.
+  REQUIRE(accepted < 20000);
+}
+
+TEST_CASE("FrameReader reassembles frames split at every byte", "[net]") {
+  std::vector<std::uint8_t> stream;
+  for (int i = 0; i < 5; ++i) {
+    std::vector<std::uint8_t> payload(static_cast<std::size_t>(i * 7), static_cast<std::uint8_t>(i));
+    auto f = net::frame_bytes(payload);
+    stream.insert(stream.end(), f.begin(), f.end());
+  }
+  for (std::size_t chunk = 1; chunk <= 9; ++chunk) {
+    net::FrameReader reader(1024);
+    int frames = 0;
+    for (std::size_t at = 0; at < stream.size(); at += chunk) {
+      reader.feed(std::span<const std::uint8_t>(stream.data() + at, std::min(chunk, stream.size() - at)));
+      std::span<const std::uint8_t> p;
+      while (reader.next(p) == net::FrameReader::Status::frame) {
+        REQUIRE(p.size() == static_cast<std::size_t>(frames * 7));
+        for (auto b : p) {
+          REQUIRE(b == frames);
+        }
+        ++frames;
+      }
+    }
+    REQUIRE(frames == 5);
+    REQUIRE_FALSE(reader.mid_frame());
+  }
+  net::FrameReader small(8);
+  const std::uint8_t header[4] = {9, 0, 0, 0};
+  small.feed(header);
+  std::span<const std::uint8_t> p;
+  REQUIRE(small.next(p) == net::FrameReader::Status::too_large);
+  REQUIRE(small.announced() == 9);
+}
+
+TEST_CASE("KvTable: watches fire when every key exists, survive deletes, and can be removed", "[store]") {
+  KvTable t;
+  REQUIRE(t.add_watch({}) == 0);
+  const auto w = t.add_watch({"a", "b", "a"});
+  REQUIRE(w != 0);
+  t.set("a", to_bytes("1"));
+  REQUIRE(t.take_ready().empty());
+  t.erase("a");
+  t.set("b", to_bytes("2"));
+  REQUIRE(t.take_ready().empty());  // "a" was deleted again: still waiting
+  t.set("a", to_bytes("3"));
+  auto ready = t.take_ready();
+  REQUIRE(ready == std::vector<KvTable::WatchId>{w});
+  REQUIRE(t.num_watches() == 0);
+
+  const auto w2 = t.add_watch({"x"});
+  REQUIRE(t.remove_watch(w2));
+  REQUIRE_FALSE(t.remove_watch(w2));
+  t.set("x", {});
+  REQUIRE(t.take_ready().empty());
+
+  REQUIRE(*t.add("n", 5) == 5);
+  t.set("s", to_bytes("abc"));
+  REQUIRE_FALSE(t.add("s", 1));
+  REQUIRE(t.compare_set("cs", {}, to_bytes("v")) == to_bytes("v"));
+  REQUIRE(t.keys() == std::vector<std::string>{"a", "b", "cs", "n", "s", "x"});
+}
+
+TEST_CASE("host:port parsing and formatting", "[net]") {
+  auto hp = net::parse_host_port("127.0.0.1:29500");
+  REQUIRE(hp.host == "127.0.0.1");
+  REQUIRE(hp.port == 29500);
+  hp = net::parse_host_port("[::1]:0");
+  REQUIRE(hp.host == "::1");
+  REQUIRE(hp.port == 0);
+  REQUIRE(net::parse_host_port("node-7.cluster:80").host == "node-7.cluster");
+  REQUIRE_THROWS_AS(net::parse_host_port("::1:80"), InvalidArgument);
+  REQUIRE_THROWS_AS(net::parse_host_port("host"), InvalidArgument);
+  REQUIRE_THROWS_AS(net::parse_host_port("host:99999"), InvalidArgument);
+  REQUIRE_THROWS_AS(net::parse_host_port("[::1]80"), InvalidArgument);
+  REQUIRE(net::format_host_port("::1", 5) == "[::1]:5");
+  auto a = net::SocketAddress::parse_numeric("::1", 7);
+  REQUIRE(a);
+  REQUIRE(a->to_string() == "[::1]:7");
+  REQUIRE(a->is_loopback());
+  REQUIRE_FALSE(net::SocketAddress::parse_numeric("not-a-literal", 1));
+  auto r = net::resolve("localhost", 9, Deadline::after(std::chrono::seconds(10)));
+  REQUIRE_FALSE(r.empty());
+  REQUIRE(r.front().is_loopback());
+}

@@ -1,0 +1,361 @@
+// SPDX-License-Identifier: BSD-3-Clause
+// TcpStore specifics and server robustness, with the server in this process: connect failure
+// and address-in-use messages, limits, wait_for_clients, 2,000 concurrent connections, and
+// 10,000+ malformed frames while a well-behaved client keeps getting correct answers.
+#include <catch2/catch.hpp>
+
+#include <sys/epoll.h>
+
+#include <atomic>
+#include <memory>
+#include <random>
+#include <thread>
+#include <vector>
+
+#include <chorus/errors.hpp>
+#include <chorus/tcp_store.hpp>
+
+#include "net/connect.hpp"
+#include "net/event_loop.hpp"
+#include "net/frame.hpp"
+#include "net/listener.hpp"
+#include "store/protocol.hpp"
+#include "store/store_test_util.hpp"
+
+using namespace std::chrono_literals;
+using namespace chorus;
+
+namespace {
+
+TcpStoreOptions client_options(std::uint16_t port, Duration timeout = 10s) {
+  TcpStoreOptions o;
+  o.host = "127.0.0.1";
+  o.port = port;
+  o.timeout = timeout;
+  return o;
+}
+
+// A port that nothing listens on right now (bound, then released).
+std::uint16_t unused_port() {
+  auto l = net::Listener::bind("127.0.0.1", 0);
+  return l.port();
+}
+
+// Waits (bounded) until the server reports `n` clients.
+bool await_clients(const TcpStoreServer& server, std::size_t n, Duration bound) {
+  const Deadline d = Deadline::after(bound);
+  while (!d.expired()) {
+    if (server.num_clients() == n) {
+      return true;
+    }
+    std::this_thread::sleep_for(5ms);  // polling an observable condition, not synchronizing
+  }
+  return server.num_clients() == n;
+}
+
+}  // namespace
+
+TEST_CASE("net: event loop dispatches accept, read and timers; post wakes it", "[net]") {
+  net::EventLoop loop;
+  auto listener = net::Listener::bind("127.0.0.1", 0);
+  net::Socket server_side;
+  std::string received;
+  loop.add(listener.fd(), EPOLLIN, [&](std::uint32_t) {
+    auto a = listener.accept();
+    REQUIRE(a.io.ok());
+    server_side = std::move(a.socket);
+    loop.add(server_side.fd(), EPOLLIN, [&](std::uint32_t) {
+      char buf[64];
+      net::IoResult r = server_side.read(buf, sizeof(buf));
+      if (r.ok()) {
+        received.append(buf, r.bytes);
+      } else if (r.closed()) {
+        loop.remove(server_side.fd());  // removing inside its own callback is allowed
+      }
+    });
+  });
+  bool timer_fired = false;
+  loop.add_timer(Deadline::after(20ms), [&] { timer_fired = true; });
+  const auto cancelled = loop.add_timer(Deadline::after(10ms), [&] { FAIL("cancelled timer fired"); });
+  REQUIRE(loop.cancel_timer(cancelled));
+  net::Socket client = net::connect("127.0.0.1", listener.port(), Deadline::after(5s));
+  REQUIRE(net::send_all(client, "ping", 4, Deadline::after(5s)).ok());
+  client.close();
+  const Deadline d = Deadline::after(10s);
+  while ((received != "ping" || !timer_fired || loop.contains(server_side.fd())) && !d.expired()) {
+    loop.run_once(d);
+  }
+  REQUIRE(received == "ping");
+  REQUIRE(timer_fired);
+  bool posted = false;
+  std::thread other([&] { loop.post([&] { posted = true; }); });
+  other.join();
+  while (!posted && !d.expired()) {
+    loop.run_once(d);
+  }
+  REQUIRE(posted);
+}
+
+TEST_CASE("TcpStore: connect failure names host:port, time waited and the OS error", "[store]") {
+  const std::uint16_t port = unused_port();
+  const auto start = Clock::now();
+  try {
+    TcpStore store(client_options(port, 400ms));
+    FAIL("connected to a port nobody listens on");
+  } catch (const TimeoutError& e) {
+    const std::string what = e.what();
+    INFO(what);
+    REQUIRE(what.find("127.0.0.1:" + std::to_string(port)) != std::string::npos);
+    REQUIRE(what.find("ECONNREFUSED") != std::string::npos);
+    REQUIRE(e.context().peer_address == "127.0.0.1:" + std::to_string(port));
+    REQUIRE(e.context().os_error == ECONNREFUSED);
+  }
+  REQUIRE(test::since(start) < 400ms + test::kSlack);
+}
+
+TEST_CASE("TcpStore: a client started before its server connects once the server is up", "[store]") {
+  const std::uint16_t port = unused_port();
+  std::atomic<bool> ok{false};
+  std::string error;
+  std::thread client([&] {
+    try {
+      TcpStore store(client_options(port, 20s));
+      ok = store.get_string("k") == "v";
+    } catch (const std::exception& e) {
+      error = e.what();
+    }
+  });
+  TcpStoreServerOptions so;
+  so.host = "127.0.0.1";
+  so.port = port;
+  TcpStoreServer server(so);
+  {
+    TcpStore setter(client_options(port));
+    setter.set("k", std::string_view("v"));
+  }
+  client.join();
+  INFO(error);
+  REQUIRE(ok);
+}
+
+TEST_CASE("TcpStoreServer: address in use names the port and the way out", "[store]") {
+  TcpStoreServer first({.host = "127.0.0.1", .port = 0});
+  try {
+    TcpStoreServer second({.host = "127.0.0.1", .port = first.port()});
+    FAIL("two servers bound the same port");
+  } catch (const NetworkError& e) {
+    const std::string what = e.what();
+    INFO(what);
+    REQUIRE(what.find(std::to_string(first.port())) != std::string::npos);
+    REQUIRE(what.find("in use") != std::string::npos);
+    REQUIRE(what.find("port 0") != std::string::npos);
+  }
+}
+
+TEST_CASE("TcpStore: list_keys, ping, limits, wait_for_clients, dual-stack", "[store]") {
+  TcpStoreOptions so = client_options(0);
+  so.is_server = true;
+  so.max_key_bytes = 64;
+  so.max_value_bytes = 1024;
+  TcpStore store(so);
+  REQUIRE(store.port() != 0);
+  store.set("b", std::string_view("1"));
+  store.set("a", std::string_view("2"));
+  REQUIRE(store.list_keys() == std::vector<std::string>{"a", "b"});
+  REQUIRE(store.ping() < 10s);
+  REQUIRE_THROWS_AS(store.set(std::string(65, 'k'), std::string_view("v")), InvalidArgument);
+  REQUIRE_THROWS_AS(store.set("k", Bytes(1025, 0)), InvalidArgument);
+  // The connection is still fine after refused calls.
+  REQUIRE(store.get_string("a") == "2");
+
+  // wait_for_clients: the embedded server's own client counted 1; two more join.
+  std::thread joiner([&] {
+    TcpStoreOptions o = client_options(store.port());
+    o.wait_for_clients = 3;
+    TcpStore c(o);
+  });
+  TcpStoreOptions o = client_options(store.port());
+  o.wait_for_clients = 3;
+  TcpStore c(o);
+  joiner.join();
+  TcpStoreOptions too_many = client_options(store.port(), 300ms);
+  too_many.wait_for_clients = 100;
+  REQUIRE_THROWS_AS(TcpStore(too_many), TimeoutError);
+
+  TcpStoreOptions v6;
+  v6.host = "::";
+  v6.port = 0;
+  v6.is_server = true;
+  v6.timeout = 10s;
+  TcpStore dual(v6);
+  dual.set("x", std::string_view("y"));
+  TcpStore via_v4(client_options(dual.port()));
+  REQUIRE(via_v4.get_string("x") == "y");
+}
+
+TEST_CASE("TcpStore: large values up to the limit go through", "[store]") {
+  TcpStoreOptions so = client_options(0);
+  so.is_server = true;
+  TcpStore store(so);
+  Bytes big(8 * 1024 * 1024);
+  for (std::size_t i = 0; i < big.size(); ++i) {
+    big[i] = static_cast<std::uint8_t>(i * 31);
+  }
+  store.set("big", big);
+  REQUIRE(store.get("big") == big);
+  REQUIRE_THROWS_AS(store.set("too-big", Bytes(big.size() + 1)), InvalidArgument);
+}
+
+TEST_CASE("TcpStoreServer: 2,000 concurrent connections", "[store][slow]") {
+  TcpStoreServer server({.host = "127.0.0.1", .port = 0});
+  std::vector<std::unique_ptr<TcpStore>> clients;
+  clients.reserve(2000);
+  for (int i = 0; i < 2000; ++i) {
+    clients.push_back(std::make_unique<TcpStore>(client_options(server.port())));
+  }
+  REQUIRE(await_clients(server, 2000, 10s));
+  for (auto& c : clients) {
+    c->add("count", 1);
+  }
+  REQUIRE(clients.front()->add("count", 0) == 2000);
+  // Every connection is answered in turn by a parked watch.
+  std::thread setter([&] { clients.back()->set("go", std::string_view("1")); });
+  for (std::size_t i = 0; i < clients.size(); i += 97) {
+    REQUIRE(clients[i]->get_string("go", 10s) == "1");
+  }
+  setter.join();
+  clients.clear();
+  REQUIRE(await_clients(server, 0, 10s));
+}
+
+namespace {
+
+// One connection that misbehaves in the given way, then goes away. Returns the number of
+// malformed frames it sent (1).
+int misbehave(std::uint16_t port, int kind, std::mt19937& rng) {
+  net::Socket s = net::connect("127.0.0.1", port, Deadline::after(10s));
+  std::vector<std::uint8_t> out;
+  std::uint8_t hello[store::kHelloBytes];
+  store::encode_hello({store::kProtocolVersion, 0}, hello);
+  auto with_hello = [&] { out.insert(out.end(), hello, hello + store::kHelloBytes); };
+  switch (kind) {
+    case 0:  // wrong magic
+      out = {'G', 'E', 'T', ' ', '/', ' ', 'H', 'T', 'T', 'P'};
+      break;
+    case 1: {  // oversized length
+      with_hello();
+      const std::uint8_t len[4] = {0xff, 0xff, 0xff, 0x7f};
+      out.insert(out.end(), len, len + 4);
+      break;
+    }
+    case 2: {  // truncated frame, then vanish mid-frame
+      with_hello();
+      const std::uint8_t partial[6] = {100, 0, 0, 0, 1, 0};
+      out.insert(out.end(), partial, partial + 6);
+      break;
+    }
+    case 3: {  // unknown op
+      with_hello();
+      const std::uint8_t frame[9] = {5, 0, 0, 0, 0xee, 1, 0, 0, 0};
+      out.insert(out.end(), frame, frame + 9);
+      break;
+    }
+    case 4: {  // random bytes after a valid hello, framed with a plausible length
+      with_hello();
+      std::vector<std::uint8_t> junk(8 + rng() % 40);
+      for (auto& b : junk) {
+        b = static_cast<std::uint8_t>(rng());
+      }
+      junk[0] = static_cast<std::uint8_t>(junk.size() - 4);
+      junk[1] = junk[2] = junk[3] = 0;
+      junk[4] = static_cast<std::uint8_t>(15 + rng() % 200);  // never a valid op
+      out.insert(out.end(), junk.begin(), junk.end());
+      break;
+    }
+    case 5: {  // random bytes from the first byte
+      out.resize(1 + rng() % 64);
+      for (auto& b : out) {
+        b = static_cast<std::uint8_t>(rng());
+      }
+      out[0] = 'Z';  // never the magic
+      break;
+    }
+    case 6: {  // a field that overruns its frame (key length larger than the frame)
+      with_hello();
+      const std::uint8_t frame[13] = {9, 0, 0, 0, 1, 1, 0, 0, 0, 0xff, 0xff, 0, 0};
+      out.insert(out.end(), frame, frame + 13);
+      break;
+    }
+    default: {  // vanish in the middle of the handshake
+      out = {'C', 'H', 'S'};
+      break;
+    }
+  }
+  (void)net::send_all(s, out.data(), out.size(), Deadline::after(10s));
+  return 1;
+}
+
+}  // namespace
+
+TEST_CASE("TcpStoreServer: 10,000+ malformed frames while a good client gets correct answers",
+          "[store][slow]") {
+  TcpStoreServer server({.host = "127.0.0.1", .port = 0});
+  std::atomic<bool> stop{false};
+  std::atomic<long> good_ops{0};
+  std::string good_error;
+  std::thread good([&] {
+    try {
+      TcpStore store(client_options(server.port()));
+      long i = 0;
+      while (!stop.load()) {
+        const std::string key = "good/" + std::to_string(i % 50);
+        const std::string value = "v" + std::to_string(i);
+        store.set(key, std::string_view(value));
+        if (store.get_string(key) != value) {
+          good_error = "get returned a wrong value for " + key;
+          return;
+        }
+        if (store.add("good/counter", 1) != i + 1) {
+          good_error = "add returned a wrong count";
+          return;
+        }
+        ++i;
+        good_ops = i;
+      }
+    } catch (const std::exception& e) {
+      good_error = e.what();
+    }
+  });
+  constexpr int kThreads = 4;
+  constexpr int kPerThread = 2600;
+  std::atomic<int> sent{0};
+  std::vector<std::thread> attackers;
+  for (int t = 0; t < kThreads; ++t) {
+    attackers.emplace_back([&, t] {
+      std::mt19937 rng(static_cast<unsigned>(t * 7919 + 1));
+      for (int i = 0; i < kPerThread; ++i) {
+        sent += misbehave(server.port(), (i + t) % 8, rng);
+      }
+    });
+  }
+  for (auto& a : attackers) {
+    a.join();
+  }
+  // Let the good client make progress after the storm, then stop it.
+  const long before = good_ops.load();
+  const Deadline d = Deadline::after(10s);
+  while (good_ops.load() < before + 20 && good_error.empty() && !d.expired()) {
+    std::this_thread::sleep_for(1ms);
+  }
+  stop = true;
+  good.join();
+  INFO(good_error);
+  REQUIRE(good_error.empty());
+  REQUIRE(sent.load() >= 10000);
+  REQUIRE(good_ops.load() >= before + 20);
+  // Every misbehaving connection was closed: none leaks.
+  REQUIRE(await_clients(server, 0, 10s));
+  // The server still serves.
+  TcpStore after(client_options(server.port()));
+  REQUIRE(after.add("good/counter", 0) == good_ops.load());
+}

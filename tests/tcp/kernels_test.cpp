@@ -1,0 +1,269 @@
+// SPDX-License-Identifier: BSD-3-Clause
+// float16/bfloat16 conversions, the reduction kernels (every dtype x op x aliasing x length)
+// and OpSignature encoding and mismatch messages.
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include <catch2/catch.hpp>
+
+#include "core/half.hpp"
+#include "core/reduce.hpp"
+#include "core/signature.hpp"
+
+namespace chorus {
+namespace {
+
+// Reference decode of a binary16 value, by the definition.
+double half_value(std::uint16_t h) {
+  const int sign = h >> 15;
+  const int exp = (h >> 10) & 0x1f;
+  const int mant = h & 0x3ff;
+  double v;
+  if (exp == 0) {
+    v = std::ldexp(static_cast<double>(mant), -24);
+  } else if (exp == 31) {
+    v = mant ? std::nan("") : INFINITY;
+  } else {
+    v = std::ldexp(static_cast<double>(mant + 1024), exp - 25);
+  }
+  return sign ? -v : v;
+}
+
+// Reference float -> half: nearest representable, ties to even mantissa, by search.
+std::uint16_t half_reference(float f) {
+  if (std::isnan(f)) {
+    return 0x7e00;
+  }
+  const std::uint16_t sign = std::signbit(f) ? 0x8000 : 0;
+  const double a = std::fabs(static_cast<double>(f));
+  // Largest h with value(h) <= a among finite positives.
+  std::uint32_t lo = 0;
+  std::uint32_t hi = 0x7bff;
+  if (a >= half_value(0x7bff)) {
+    lo = 0x7bff;
+  } else {
+    while (lo < hi) {
+      const std::uint32_t mid = (lo + hi + 1) / 2;
+      if (half_value(static_cast<std::uint16_t>(mid)) <= a) {
+        lo = mid;
+      } else {
+        hi = mid - 1;
+      }
+    }
+  }
+  const double below = half_value(static_cast<std::uint16_t>(lo));
+  const double above = lo == 0x7bff ? 65536.0 : half_value(static_cast<std::uint16_t>(lo + 1));
+  std::uint32_t pick;
+  if (a - below < above - a) {
+    pick = lo;
+  } else if (a - below > above - a) {
+    pick = lo + 1;
+  } else {
+    pick = (lo & 1) ? lo + 1 : lo;
+  }
+  return static_cast<std::uint16_t>(pick | sign);  // lo + 1 == 0x7c00 is infinity
+}
+
+}  // namespace
+
+TEST_CASE("half_to_float is exact for every half", "[tcp][kernels]") {
+  for (std::uint32_t h = 0; h < 0x10000; ++h) {
+    const float f = half_to_float(static_cast<std::uint16_t>(h));
+    const double want = half_value(static_cast<std::uint16_t>(h));
+    if (std::isnan(want)) {
+      REQUIRE(std::isnan(f));
+    } else {
+      INFO("half 0x" << std::hex << h);
+      REQUIRE(static_cast<double>(f) == want);
+      REQUIRE(std::signbit(f) == std::signbit(want));
+    }
+    // Round trip.
+    if (!std::isnan(want)) {
+      REQUIRE(float_to_half(f) == h);
+    }
+  }
+}
+
+TEST_CASE("float_to_half rounds to nearest even, overflows to inf, keeps NaN", "[tcp][kernels]") {
+  std::mt19937 rng(42);
+  std::uniform_int_distribution<std::uint32_t> bits;
+  for (int i = 0; i < 200000; ++i) {
+    std::uint32_t x = bits(rng);
+    // Concentrate on the half range (exponents 100..145) most of the time.
+    if (i % 4 != 0) {
+      x = (x & 0x807fffffu) | ((100u + x % 46u) << 23);
+    }
+    float f;
+    std::memcpy(&f, &x, 4);
+    if (std::isnan(f)) {
+      CHECK(std::isnan(half_to_float(float_to_half(f))));
+      continue;
+    }
+    INFO("float bits 0x" << std::hex << x);
+    REQUIRE(float_to_half(f) == half_reference(f));
+  }
+  // Ties and boundaries.
+  CHECK(float_to_half(65504.0f) == 0x7bff);
+  CHECK(float_to_half(65519.99f) == 0x7bff);
+  CHECK(float_to_half(65520.0f) == 0x7c00);
+  CHECK(float_to_half(-1e10f) == 0xfc00);
+  CHECK(float_to_half(1.0f + 0x1p-11f) == 0x3c00);           // tie -> even (down)
+  CHECK(float_to_half(1.0f + 3 * 0x1p-11f) == 0x3c02);       // tie -> even (up)
+  CHECK(float_to_half(0x1p-25f) == 0x0000);                  // tie between 0 and min subnormal
+  CHECK(float_to_half(0x1.8p-25f) == 0x0001);
+  CHECK(float_to_half(-0.0f) == 0x8000);
+}
+
+TEST_CASE("bfloat16 conversions round to nearest even", "[tcp][kernels]") {
+  CHECK(float_to_bfloat16(1.0f) == 0x3f80);
+  CHECK(bfloat16_to_float(0x3f80) == 1.0f);
+  // 1 + 2^-8 is a tie between 1 and 1 + 2^-7: even is 1.
+  CHECK(float_to_bfloat16(1.0f + 0x1p-8f) == 0x3f80);
+  CHECK(float_to_bfloat16(1.0f + 3 * 0x1p-8f) == 0x3f82);
+  CHECK(float_to_bfloat16(1.0f + 0x1p-8f + 0x1p-20f) == 0x3f81);
+  CHECK(std::isnan(bfloat16_to_float(float_to_bfloat16(std::nanf("")))));
+  CHECK(float_to_bfloat16(INFINITY) == 0x7f80);
+  CHECK(float_to_bfloat16(3.4e38f) == 0x7f80);  // rounds up past the largest finite
+  for (std::uint32_t b = 0; b < 0x10000; ++b) {
+    const float f = bfloat16_to_float(static_cast<std::uint16_t>(b));
+    if (!std::isnan(f)) {
+      REQUIRE(float_to_bfloat16(f) == b);
+    }
+  }
+}
+
+namespace {
+
+template <class T>
+T scalar_op(T a, T b, ReduceOp op) {
+  using W = typename std::conditional_t<std::is_integral_v<T>, std::make_unsigned<T>,
+                                        std::type_identity<T>>::type;
+  switch (op) {
+    case ReduceOp::sum:
+    case ReduceOp::avg:
+      return static_cast<T>(static_cast<W>(a) + static_cast<W>(b));
+    case ReduceOp::prod:
+      if constexpr (std::is_integral_v<T>) {
+        return static_cast<T>(static_cast<std::uint64_t>(static_cast<W>(a)) * static_cast<W>(b));
+      } else {
+        return a * b;
+      }
+    case ReduceOp::min:
+      return b < a ? b : a;
+    case ReduceOp::max:
+      return a < b ? b : a;
+  }
+  return a;
+}
+
+template <class T>
+void check_native(DataType dt) {
+  std::mt19937 rng(7);
+  for (ReduceOp op : {ReduceOp::sum, ReduceOp::prod, ReduceOp::min, ReduceOp::max, ReduceOp::avg}) {
+    for (std::size_t n : {0, 1, 3, 63, 64, 65, 129, 1000}) {
+      for (int alias = 0; alias < 3; ++alias) {
+        for (int div : {0, 3}) {
+          std::vector<T> a(n + 1), b(n + 1), d(n + 1), want(n + 1);
+          for (std::size_t i = 0; i < n; ++i) {
+            if constexpr (std::is_integral_v<T>) {
+              a[i] = static_cast<T>(rng());
+              b[i] = static_cast<T>(rng());
+            } else {
+              a[i] = static_cast<T>(static_cast<int>(rng() % 2001) - 1000) / 8;
+              b[i] = static_cast<T>(static_cast<int>(rng() % 2001) - 1000) / 8;
+            }
+            T v = scalar_op(a[i], b[i], op);
+            if (op == ReduceOp::avg && div > 0) {
+              v = static_cast<T>(v / static_cast<T>(div));
+            }
+            want[i] = v;
+          }
+          T* dst = alias == 0 ? d.data() : alias == 1 ? a.data() : b.data();
+          reduce(dst, a.data(), b.data(), n, dt, op, div);
+          INFO(to_string(dt) << " " << to_string(op) << " n=" << n << " alias=" << alias << " div=" << div);
+          REQUIRE(std::memcmp(dst, want.data(), n * sizeof(T)) == 0);
+        }
+      }
+    }
+  }
+}
+
+template <class Load, class Store>
+void check_half(DataType dt, Load load, Store store_fn) {
+  std::mt19937 rng(9);
+  for (ReduceOp op : {ReduceOp::sum, ReduceOp::prod, ReduceOp::min, ReduceOp::max, ReduceOp::avg}) {
+    for (std::size_t n : {0, 1, 255, 256, 257, 1000}) {
+      for (int alias = 0; alias < 3; ++alias) {
+        std::vector<std::uint16_t> a(n + 1), b(n + 1), d(n + 1), want(n + 1);
+        for (std::size_t i = 0; i < n; ++i) {
+          a[i] = store_fn(static_cast<float>(static_cast<int>(rng() % 2001) - 1000) / 7.0f);
+          b[i] = store_fn(static_cast<float>(static_cast<int>(rng() % 2001) - 1000) / 7.0f);
+          float v = scalar_op(load(a[i]), load(b[i]), op);
+          if (op == ReduceOp::avg) {
+            v /= 4.0f;
+          }
+          want[i] = store_fn(v);  // one rounding, from float32
+        }
+        std::uint16_t* dst = alias == 0 ? d.data() : alias == 1 ? a.data() : b.data();
+        reduce(dst, a.data(), b.data(), n, dt, op, 4);
+        INFO(to_string(dt) << " " << to_string(op) << " n=" << n << " alias=" << alias);
+        REQUIRE(std::memcmp(dst, want.data(), n * 2) == 0);
+      }
+    }
+  }
+}
+
+}  // namespace
+
+TEST_CASE("reduce kernels match a scalar reference for every dtype, op and aliasing", "[tcp][kernels]") {
+  check_native<std::int8_t>(DataType::int8);
+  check_native<std::uint8_t>(DataType::uint8);
+  check_native<std::int32_t>(DataType::int32);
+  check_native<std::uint32_t>(DataType::uint32);
+  check_native<std::int64_t>(DataType::int64);
+  check_native<std::uint64_t>(DataType::uint64);
+  check_native<float>(DataType::float32);
+  check_native<double>(DataType::float64);
+  check_half(DataType::float16, half_to_float, float_to_half);
+  check_half(DataType::bfloat16, bfloat16_to_float, float_to_bfloat16);
+}
+
+TEST_CASE("divide implements avg of a single contribution", "[tcp][kernels]") {
+  std::vector<std::int32_t> v{7, -7, 9};
+  divide(v.data(), v.data(), v.size(), DataType::int32, 2);
+  CHECK(v == std::vector<std::int32_t>{3, -3, 4});
+  std::vector<float> f{1.0f, 3.0f};
+  divide(f.data(), f.data(), f.size(), DataType::float32, 2);
+  CHECK(f == std::vector<float>{0.5f, 1.5f});
+}
+
+TEST_CASE("OpSignature round-trips and describes mismatches", "[tcp][kernels]") {
+  OpSignature s{OpKind::reduce, DataType::bfloat16, ReduceOp::max, 3, 123456789012ull, 42};
+  const EncodedSignature e = encode(s);
+  const auto back = decode_signature(e.data());
+  REQUIRE(back);
+  CHECK(*back == s);
+  EncodedSignature bad = e;
+  bad[0] ^= 1;
+  CHECK_FALSE(decode_signature(bad.data()));
+  bad = e;
+  bad[5] = 99;
+  CHECK_FALSE(decode_signature(bad.data()));
+
+  OpSignature a{OpKind::allreduce, DataType::float32, ReduceOp::sum, 0, 1024, 5};
+  OpSignature b = a;
+  b.count = 2048;
+  const std::string msg = describe_mismatch(a, 0, b, 2);
+  CHECK(msg.find("rank 0 issued allreduce (seq 5, 1024 x float32, sum)") != std::string::npos);
+  CHECK(msg.find("rank 2 issued allreduce (seq 5, 2048 x float32, sum)") != std::string::npos);
+  CHECK(msg.find("count") != std::string::npos);
+  OpSignature c{OpKind::broadcast, DataType::float32, ReduceOp::sum, 1, 1024, 5};
+  CHECK(describe_mismatch(a, 0, c, 1).find("different collectives") != std::string::npos);
+  CHECK(describe(c) == "broadcast (seq 5, 1024 x float32, root 1)");
+  CHECK(describe(OpSignature{OpKind::barrier, DataType::uint8, ReduceOp::sum, 0, 0, 9}) == "barrier (seq 9)");
+}
+
+}  // namespace chorus

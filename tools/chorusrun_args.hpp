@@ -1,0 +1,46 @@
+// SPDX-License-Identifier: BSD-3-Clause
+// chorusrun's command line: torchrun-compatible flags, parsed into RunArgs (no side effects).
+#pragma once
+
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace chorusrun {
+
+// Which of a rank's streams a flag applies to, as torchrun numbers them.
+enum StreamMask : int { kNone = 0, kStdout = 1, kStderr = 2, kBoth = 3 };
+
+struct RunArgs {
+  int nproc_per_node = 1;
+  int nnodes = 1;
+  int node_rank = 0;
+  std::string master_addr = "127.0.0.1";
+  int master_port = 29500;
+  bool standalone = false;        // one node, store on a free port of 127.0.0.1
+  int max_restarts = 0;
+  std::string log_dir;            // per-rank logs: <log_dir>/attempt_<k>/<rank>/{stdout,stderr}.log
+  int tee = -1;                   // streams copied to the log files as well as the console
+  int redirects = -1;             // streams sent to the log files only
+  double kill_timeout_s = 10.0;   // SIGTERM -> SIGKILL grace period
+  bool prefix_output = true;      // "[rank N] " before each line of a rank's output
+  bool help = false;
+  bool help_env = false;
+  bool version = false;
+  std::vector<std::string> program;  // program and its arguments
+};
+
+// A bad command line; what() says which flag and what is expected.
+struct UsageError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+// Parses argv[1..argc). Throws UsageError. "--flag=value" and "--flag value" both work; "_" and
+// "-" are interchangeable in long flag names (--nproc_per_node); "--" ends the options; the
+// first non-option word is the program and everything after it is its arguments.
+RunArgs parse_args(int argc, const char* const* argv);
+
+// The --help text.
+const char* usage();
+
+}  // namespace chorusrun

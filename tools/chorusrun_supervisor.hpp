@@ -1,0 +1,47 @@
+// SPDX-License-Identifier: BSD-3-Clause
+// chorusrun's supervisor: starts the local ranks, relays their output, stops them all when one
+// fails or chorusrun is signalled, and reaps everything it started.
+#pragma once
+
+#include <sys/types.h>
+
+#include <string>
+#include <vector>
+
+#include "chorusrun_args.hpp"
+
+namespace chorusrun {
+
+// Everything a launch attempt needs, prepared once.
+struct LaunchPlan {
+  RunArgs args;
+  std::string program_path;          // resolved against PATH
+  std::string store_host;            // what ranks connect to
+  int store_port = 0;
+  std::vector<std::string> base_env;  // chorusrun's environment minus the variables it sets
+  std::string log_dir;               // resolved (a temporary one for --tee without --log-dir)
+};
+
+struct AttemptResult {
+  enum class Kind { ok, rank_failed, interrupted } kind = Kind::ok;
+  // The first rank that failed (rank_failed).
+  int rank = -1;
+  int local_rank = -1;
+  pid_t pid = -1;
+  int exit_code = 0;  // when it exited
+  int signal = 0;     // when a signal killed it
+  // The first signal chorusrun received during the attempt (0: none); no restart follows one.
+  int interrupt_signal = 0;
+};
+
+// Runs one attempt: every local rank from start to exit. `signal_fd` is a signalfd for SIGCHLD,
+// SIGINT, SIGTERM and SIGHUP (blocked in every thread). Returns once every rank was reaped.
+AttemptResult run_attempt(const LaunchPlan& plan, int attempt, int signal_fd);
+
+// "SIGSEGV" for 11.
+std::string signal_name(int sig);
+
+// The exit status chorusrun reports for a failed attempt: the rank's code, or 128 + signal.
+int exit_status_of(const AttemptResult& result);
+
+}  // namespace chorusrun
