@@ -48,6 +48,13 @@ std::string fixed(double v, int width) {
   return buf;
 }
 
+// The time column as nccl-tests prints it: 2 decimals below 100 us, 1 below 10 ms, else none.
+std::string time_text(double us) {
+  char buf[64];
+  std::snprintf(buf, sizeof(buf), us >= 10000.0 ? "%7.0f" : us >= 100.0 ? "%7.1f" : "%7.2f", us);
+  return buf;
+}
+
 std::string json_string(const std::string& s) {
   std::string out = "\"";
   for (char c : s) {
@@ -135,7 +142,11 @@ class Runner {
     print_header();
     const std::vector<chorus::ReduceOp> ops =
         bench_.uses_op ? opt_.ops : std::vector<chorus::ReduceOp>{chorus::ReduceOp::sum};
-    for (chorus::DataType dtype : opt_.dtypes) {
+    // A barrier moves no data: one row, whatever -b/-e/-d say.
+    const std::vector<chorus::DataType> dtypes =
+        bench_.coll == Coll::barrier ? std::vector<chorus::DataType>{chorus::DataType::uint8}
+                                     : opt_.dtypes;
+    for (chorus::DataType dtype : dtypes) {
       for (chorus::ReduceOp op : ops) {
         time_test(dtype, op);
       }
@@ -148,10 +159,9 @@ class Runner {
   void print_header() {
     char host[256] = "?";
     ::gethostname(host, sizeof(host) - 1);
-    char line[512];
-    std::snprintf(line, sizeof(line), "#  Rank %2d Group  0 Pid %6d on %10s device %s", rank_,
-                  static_cast<int>(::getpid()), host, mem_->describe().c_str());
-    store_.set("bench/rank_info/" + std::to_string(rank_), std::string(line));
+    // "pid<TAB>host<TAB>device": rank 0 prints nccl-tests' device line and the JSON record.
+    store_.set("bench/rank_info/" + std::to_string(rank_),
+               std::to_string(::getpid()) + "\t" + host + "\t" + mem_->describe());
     if (rank_ != 0) {
       return;
     }
@@ -178,8 +188,16 @@ class Runner {
     json_devices_ = "[";
     for (int r = 0; r < nranks_; ++r) {
       const std::string info = chorus::to_string(infos[static_cast<std::size_t>(r)]);
-      std::printf("%s\n", info.c_str());
-      json_devices_ += (r ? "," : "") + json_string(info.substr(2));
+      const auto tab1 = info.find('\t');
+      const auto tab2 = info.find('\t', tab1 + 1);
+      const std::string pid = info.substr(0, tab1);
+      const std::string rhost = info.substr(tab1 + 1, tab2 - tab1 - 1);
+      const std::string device = info.substr(tab2 + 1);
+      std::printf("#  Rank %2d Group  0 Pid %6s on %10s device %s\n", r, pid.c_str(), rhost.c_str(),
+                  device.c_str());
+      json_devices_ += std::string(r ? "," : "") + "{\"rank\":" + std::to_string(r) +
+                       ",\"pid\":" + pid + ",\"hostname\":" + json_string(rhost) +
+                       ",\"device\":" + json_string(device) + "}";
     }
     json_devices_ += "]";
     std::printf("#\n");
@@ -279,19 +297,21 @@ class Runner {
       }
       wait_all(works);
     }
-    for (std::size_t size = opt_.min_bytes; size <= opt_.max_bytes;) {
+    const bool no_data = bench_.coll == Coll::barrier;
+    for (std::size_t size = no_data ? 0 : opt_.min_bytes; size <= opt_.max_bytes;) {
       const Counts c = bench_.counts(size / chorus::element_size(dtype), nranks_);
       const std::size_t esize = chorus::element_size(dtype);
       const std::size_t row_bytes = std::max(c.send, c.recv) * esize;
       std::string row;
       if (rank_ == 0) {
-        std::printf("%12zu  %12zu  %8s  %6s  %6d", row_bytes, c.param, type_name(dtype),
+        std::printf("%12zu  %12zu  %8s  %6s  %6d", row_bytes, c.param, no_data ? "none" : type_name(dtype),
                     bench_.uses_op ? op_name(op) : "none", root);
         std::fflush(stdout);
         char head[256];
         std::snprintf(head, sizeof(head),
                       "{\"size\":%zu,\"count\":%zu,\"type\":\"%s\",\"redop\":\"%s\",\"root\":%d",
-                      row_bytes, c.param, type_name(dtype), bench_.uses_op ? op_name(op) : "none",
+                      row_bytes, c.param, no_data ? "none" : type_name(dtype),
+                      bench_.uses_op ? op_name(op) : "none",
                       root);
         row = head;
       }
@@ -304,8 +324,8 @@ class Runner {
         json_rows_.push_back(row + "}");
       }
       const std::size_t next = opt_.step_factor > 1 ? size * opt_.step_factor : size + opt_.step_bytes;
-      if (next <= size) {
-        break;  // -b 0 with -f: nothing would grow
+      if (next <= size || no_data) {
+        break;  // -b 0 with -f would never grow; a barrier has one row
       }
       size = next;
     }
@@ -413,7 +433,7 @@ class Runner {
       if (std::memcmp(got, expected, esize) != 0) {
         if (wrong < 3) {
           std::fprintf(stderr,
-                       "%s: rank %d: %s %s %s element %zu is %g, expected %g\n", bench_.program,
+                       "%s: rank %d: %s %s %s element %zu is %.9g, expected %.9g\n", bench_.program,
                        rank_, in_place ? "in-place" : "out-of-place", type_name(dtype),
                        bench_.uses_op ? op_name(op) : "", i, load_value(dtype, got),
                        static_cast<double>(*want));
@@ -574,10 +594,10 @@ class Runner {
     bw_sum_ += busbw;
     ++bw_count_;
     if (opt_.check > 0) {
-      std::printf("  %7s  %6s  %6s  %6lld", fixed(time_us, 7).c_str(), fixed(algbw, 6).c_str(),
+      std::printf("  %7s  %6s  %6s  %6lld", time_text(time_us).c_str(), fixed(algbw, 6).c_str(),
                   fixed(busbw, 6).c_str(), wrong);
     } else {
-      std::printf("  %7s  %6s  %6s  %6s", fixed(time_us, 7).c_str(), fixed(algbw, 6).c_str(),
+      std::printf("  %7s  %6s  %6s  %6s", time_text(time_us).c_str(), fixed(algbw, 6).c_str(),
                   fixed(busbw, 6).c_str(), "N/A");
     }
     std::fflush(stdout);

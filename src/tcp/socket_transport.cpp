@@ -570,6 +570,17 @@ void SocketTransport::on_control(int peer, std::uint32_t events) {
 
 void SocketTransport::peer_failed(int peer, const std::string& what, int os_error) {
   Peer& p = peers_[static_cast<std::size_t>(peer)];
+  if (p.failed || p.draining) {
+    return;
+  }
+  // What the peer wrote on its control socket before its connections broke comes first: an
+  // abort notice (then the engine reports the original cause, not this symptom) or a goodbye
+  // (then the peer left the group rather than died).
+  if (p.control && !p.control->dead) {
+    p.draining = true;
+    read_control(peer);
+    p.draining = false;
+  }
   if (p.failed) {
     return;
   }

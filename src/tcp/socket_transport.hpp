@@ -140,6 +140,7 @@ class SocketTransport final : public Transport {
     std::uint64_t recvs = 0;
     bool goodbye = false;
     bool failed = false;
+    bool draining = false;  // peer_failed() is reading the control socket's last frames
   };
   struct Req {
     std::uint64_t token = 0;

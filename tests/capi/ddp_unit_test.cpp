@@ -10,6 +10,8 @@
 #include <numeric>
 #include <set>
 
+#include <unistd.h>
+
 #include <chorus/ddp.hpp>
 
 #include "capi/fake_group.hpp"

@@ -102,8 +102,11 @@ TEST_CASE("a failing rank stops the others and sets chorusrun's exit status",
           "[launcher][chorusrun]") {
   SECTION("exit code") {
     const auto t0 = Clock::now();
+    // Rank 1 fails once every rank has printed its pid (synchronized through the store).
+    const std::string client = binary("CHORUS_STORE_BIN") + " --connect $CHORUS_STORE_ADDR --timeout 20 ";
     const Process p = run_script({"--standalone", "-n", "3"},
-                                 "echo pid=$$; if [ $RANK = 1 ]; then exit 7; fi; exec sleep 60");
+                                 "echo pid=$$; " + client + "set up$RANK 1; if [ $RANK = 1 ]; then " +
+                                     client + "wait up0 up2 >/dev/null; exit 7; fi; exec sleep 60");
     INFO(p.output);
     CHECK(shell_status(p) == 7);
     CHECK_THAT(p.output, Catch::Contains("chorusrun: rank 1 (local rank 1, pid "));
@@ -136,9 +139,13 @@ TEST_CASE("a failing rank stops the others and sets chorusrun's exit status",
     CHECK(Clock::now() - t0 < std::chrono::seconds(30));
   }
   SECTION("a rank's own children are stopped and reaped too") {
+    // Rank 1 fails only once rank 0 has started its child (synchronized through the store).
+    const std::string client = binary("CHORUS_STORE_BIN") + " --connect $CHORUS_STORE_ADDR --timeout 20 ";
     const Process p = run_script(
         {"--standalone", "-n", "2"},
-        "sleep 60 & echo child=$!; if [ $RANK = 1 ]; then exit 3; fi; wait");
+        "sleep 60 & echo child=$!; "
+        "if [ $RANK = 1 ]; then " + client + "wait started >/dev/null; exit 3; fi; " +
+        client + "set started 1; wait");
     INFO(p.output);
     CHECK(shell_status(p) == 3);
     const auto children = pids_in(p.output, "child=");
@@ -180,7 +187,7 @@ TEST_CASE("the store lives in chorusrun: it outlives a crashed rank 0 and surviv
   const Process p = run_script(
       {"--standalone", "-n", "2", "--max-restarts", "1"},
       "if [ $CHORUS_RESTART_COUNT = 0 ]; then "
-      "  if [ $RANK = 0 ]; then " + client + "set survivor from-attempt-0 && kill -KILL $$; fi; "
+      "  if [ $RANK = 0 ]; then " + client + "set survivor from-attempt-0 || exit 1; kill -KILL $$; fi; "
       "  exec sleep 60; "
       "fi; "
       "if [ $RANK = 1 ]; then echo got=$(" + client + "get survivor); fi");

@@ -4,6 +4,9 @@
 # (shared library) and a C++ program (static library) built with nothing but
 # `pkg-config --cflags --libs chorus`, each run on 2 ranks with torchrun-style variables.
 set -eu
+# As in a user's shell: meson test points LD_LIBRARY_PATH at the build tree, which would win
+# over the installed library.
+unset LD_LIBRARY_PATH
 build=$1
 src=$2
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/chorus_install.XXXXXX")

@@ -186,16 +186,16 @@ TEST_CASE("chorus-store serves on port 0 and answers the client commands", "[sto
 }
 
 TEST_CASE("chorus-store: failures exit non-zero with the reason", "[store][cli]") {
-  Server server;
-  REQUIRE_FALSE(server.port.empty());
-  // Address in use.
-  auto busy = run({"--host", "127.0.0.1", "--port", server.port});
-  REQUIRE(busy.status == 4);
-  REQUIRE(busy.err.find("in use") != std::string::npos);
-  REQUIRE(busy.err.find(server.port) != std::string::npos);
+  {
+    Server server;
+    REQUIRE_FALSE(server.port.empty());
+    // Address in use: names the port.
+    auto busy = run({"--host", "127.0.0.1", "--port", server.port});
+    REQUIRE(busy.status == 4);
+    REQUIRE(busy.err.find("in use") != std::string::npos);
+    REQUIRE(busy.err.find(server.port) != std::string::npos);
+  }
   // Nobody listening: the error names the address.
-  server.~Server();
-  new (&server) Server();  // keep the object valid for its destructor
   auto refused = run({"--connect", "127.0.0.1:1", "--timeout", "0.3", "ping"});
   REQUIRE(refused.status == 3);
   REQUIRE(refused.err.find("127.0.0.1:1") != std::string::npos);

@@ -1,0 +1,54 @@
+// SPDX-License-Identifier: BSD-3-Clause
+// Helpers for the tcp multi-process tests: a store client in each child, a group on
+// loopback, and elapsed-time measurement for upper-bound assertions.
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <string>
+
+#include <chorus/errors.hpp>
+#include <chorus/process_group.hpp>
+#include <chorus/tcp_store.hpp>
+
+#include "support/multiproc.hpp"
+
+namespace chorus::test {
+
+using namespace std::chrono_literals;
+
+inline std::shared_ptr<Store> child_store(std::uint16_t port, Duration timeout = 30s) {
+  TcpStoreOptions o;
+  o.host = "127.0.0.1";
+  o.port = port;
+  o.timeout = timeout;
+  return std::make_shared<TcpStore>(o);
+}
+
+// Loopback only (tests never send traffic elsewhere).
+inline TcpGroupOptions loopback_options(Duration timeout = 30s, std::string iface = "127.0.0.1") {
+  TcpGroupOptions o;
+  o.interface = std::move(iface);
+  o.group.timeout = timeout;
+  return o;
+}
+
+inline double seconds_since(Clock::time_point t) {
+  return std::chrono::duration<double>(Clock::now() - t).count();
+}
+
+// Runs fn and returns the chorus::Error it threw (CHILD_CHECK fails if it threw nothing or
+// something else).
+template <class F>
+Error expect_error(F&& fn) {
+  try {
+    fn();
+  } catch (const Error& e) {
+    return e;
+  }
+  throw ChildCheckFailed{"expected a chorus::Error, but the call succeeded"};
+}
+
+inline bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
+
+}  // namespace chorus::test
