@@ -80,11 +80,17 @@ class CHORUS_API Store {
 };
 
 // Every key is seen through "<prefix>/" on base. Used to give each group its own namespace.
+// Shares base (kept alive by the returned store); thread-safe as base is. Throws InvalidArgument
+// if base is null.
 CHORUS_API std::shared_ptr<Store> make_prefix_store(std::string prefix, std::shared_ptr<Store> base);
-// In-process store (threads of one process).
+// In-process store (threads of one process): a map, a mutex and a condition variable; waiters
+// are woken by the set itself. Never throws except TimeoutError from waiting calls.
 CHORUS_API std::shared_ptr<Store> make_hash_store(std::optional<Duration> default_timeout = {});
 // Store in a directory on a filesystem shared by every process (e.g. NFS on a Slurm cluster).
-// Safe across processes and hosts. The directory is created if missing.
+// Safe across processes and hosts: writers hold an flock on <directory>/.lock and publish each
+// value with an atomic rename; readers never see a partial value. Waiting calls poll (0.5 ms
+// growing to 50 ms), since nothing can wake them across hosts. The directory is created if
+// missing; filesystem failures throw StoreError naming the path and errno.
 CHORUS_API std::shared_ptr<Store> make_file_store(const std::string& directory,
                                                   std::optional<Duration> default_timeout = {});
 

@@ -22,18 +22,26 @@ struct TcpStoreServerOptions {
   int backlog = 8192;                      // listen backlog (clamped by net.core.somaxconn)
 };
 
-// The store server: one thread running an epoll loop. Thread-safe to construct and destroy.
+// The store server: one background thread running one epoll loop over non-blocking sockets (no
+// thread per client); waiting get/wait calls are parked as server-side watches. Serves 4096+
+// concurrent clients when the open file limit allows: the constructor raises the soft limit to
+// the hard limit and logs a WARN when that stays below ~4096. Malformed input closes only the
+// offending connection, with a logged reason (docs/protocol.md). Construct and destroy from any
+// thread; port() and num_clients() are thread-safe.
 class CHORUS_API TcpStoreServer {
  public:
-  // Binds and starts serving before returning. Throws NetworkError if the address is in use
-  // (naming the port and what to do) or cannot be bound.
+  // Binds, listens and starts the loop thread before returning (never blocks on clients). Throws
+  // NetworkError if the address is in use (naming the port and what to do), cannot be bound, or
+  // the host name does not resolve within 30 s.
   explicit TcpStoreServer(const TcpStoreServerOptions& options = {});
-  ~TcpStoreServer();  // stops the loop and closes every connection
+  // Stops the loop thread and closes every connection (clients then get NetworkError). Bounded:
+  // the loop never blocks. Never throws.
+  ~TcpStoreServer();
   TcpStoreServer(const TcpStoreServer&) = delete;
   TcpStoreServer& operator=(const TcpStoreServer&) = delete;
 
-  std::uint16_t port() const noexcept;
-  std::size_t num_clients() const;  // connections open now
+  std::uint16_t port() const noexcept;  // the bound port (the chosen one when options.port was 0)
+  std::size_t num_clients() const;      // connections open now (approximate while they churn)
 
  private:
   class Impl;
@@ -55,18 +63,25 @@ struct TcpStoreOptions {
   bool counts_as_client = true;
 };
 
-// Client of a TcpStoreServer (and optionally its host). Thread-safe: calls from several
-// threads are serialized on one connection.
+// Client of a TcpStoreServer (and optionally its host). Thread-safe: threads share one
+// connection with several requests in flight, so a thread waiting in get() never blocks another
+// thread's set(). Every call blocks until answered or until its deadline: waiting calls (get,
+// wait, multi_get) use their timeout argument, others default_timeout(). Throws TimeoutError
+// (deadline passed; names the missing keys), NetworkError (connection lost: the call fails, the
+// next call reconnects), StoreError (server refused, e.g. add on a non-integer value),
+// InvalidArgument (key or value over the limits; nothing sent).
 class CHORUS_API TcpStore final : public Store {
  public:
-  // Connects, retrying with exponential backoff (the server may start later), before
-  // returning. Past the timeout it throws TimeoutError naming host:port, the time waited and
-  // the last OS error.
+  // Starts the embedded server if is_server (may throw NetworkError: address in use), then
+  // connects, retrying with exponential backoff and jitter (the server may start later), then
+  // waits for wait_for_clients if set. Blocks at most options.timeout for each of connect and
+  // wait_for_clients. Past it: TimeoutError naming host:port, the time waited and the last OS
+  // error (also in ErrorContext: peer_address, elapsed, os_error).
   explicit TcpStore(const TcpStoreOptions& options);
-  ~TcpStore() override;  // closes the client; an embedded server stops last
+  ~TcpStore() override;  // closes the client; an embedded server stops last. Never throws.
 
-  std::uint16_t port() const noexcept;  // the server's port (useful with port 0)
-  const std::string& host() const noexcept;
+  std::uint16_t port() const noexcept;       // the server's port (the chosen one with port 0)
+  const std::string& host() const noexcept;  // as given in the options
 
   void set(const std::string& key, const Bytes& value) override;
   Bytes get(const std::string& key, std::optional<Duration> timeout = {}) override;
@@ -82,9 +97,11 @@ class CHORUS_API TcpStore final : public Store {
   void append(const std::string& key, const Bytes& value) override;
   using Store::set;
 
-  // Every key currently in the store (for inspection tools such as `chorus-store keys`).
+  // Every key currently in the store, sorted (for inspection tools such as `chorus-store
+  // keys`). Blocks up to default_timeout(); throws as above.
   std::vector<std::string> list_keys();
-  // Round trip to the server; returns the time it took.
+  // One round trip to the server; returns the time it took (millisecond resolution). Blocks up
+  // to default_timeout(); throws as above.
   Duration ping();
 
  private:

@@ -1,0 +1,226 @@
+// SPDX-License-Identifier: BSD-3-Clause
+// Group-level behaviour over real processes: many small ops back to back, two groups used
+// concurrently, subgroups, tagged send/recv (matching, unexpected messages, size mismatch,
+// interleaving with collectives), IPv6, several sockets per peer, large payloads.
+#include <sys/socket.h>
+
+#include <cmath>
+#include <future>
+#include <numeric>
+#include <thread>
+#include <vector>
+
+#include <catch2/catch.hpp>
+
+#include "net/listener.hpp"
+#include "tcp/mp_common.hpp"
+
+namespace chorus::test {
+
+TEST_CASE("10,000 small collectives back to back", "[tcp][mp]") {
+  StoreServerProcess server;
+  const auto results = run_processes(
+      4,
+      [&](int rank) {
+        auto pg = make_tcp_group(child_store(server.port()), rank, 4, loopback_options());
+        // Windows of 100 queued ops, each on its own element; the last of each window is waited.
+        std::vector<float> xs(100);
+        std::shared_ptr<Work> last;
+        for (int i = 0; i < 10000; ++i) {
+          float& x = xs[static_cast<std::size_t>(i % 100)];
+          x = 1.0f;
+          last = pg->allreduce(Tensor::of(&x, 1));
+          if (i % 100 == 99) {
+            last->wait();
+            for (float v : xs) {
+              CHILD_CHECK(v == 4.0f);
+            }
+          }
+        }
+        last->wait();
+        CHILD_CHECK(last->seq() == 10000);
+      },
+      120s);
+  REQUIRE_ALL_OK(results);
+}
+
+TEST_CASE("two groups used concurrently from two threads", "[tcp][mp]") {
+  StoreServerProcess server;
+  const auto results = run_processes(
+      3,
+      [&](int rank) {
+        auto store = child_store(server.port());
+        auto a = make_tcp_group(store, rank, 3, loopback_options());
+        auto b = make_tcp_group(store, rank, 3, loopback_options());
+        std::vector<std::string> errors(2);
+        auto loop = [&](ProcessGroup& pg, int which) {
+          try {
+            std::vector<std::int64_t> v(3000);
+            for (int i = 0; i < 200; ++i) {
+              std::iota(v.begin(), v.end(), rank + which * 1000 + i);
+              pg.allreduce(Tensor::of(v.data(), v.size()))->wait();
+              for (std::size_t j = 0; j < v.size(); ++j) {
+                const std::int64_t want = 3 * (static_cast<std::int64_t>(j) + which * 1000 + i) + 3;
+                if (v[j] != want) {
+                  errors[static_cast<std::size_t>(which)] = "wrong value";
+                  return;
+                }
+              }
+            }
+          } catch (const std::exception& e) {
+            errors[static_cast<std::size_t>(which)] = e.what();
+          }
+        };
+        std::thread ta([&] { loop(*a, 0); });
+        std::thread tb([&] { loop(*b, 1); });
+        ta.join();
+        tb.join();
+        if (!errors[0].empty() || !errors[1].empty()) {
+          throw ChildCheckFailed{errors[0] + " | " + errors[1]};
+        }
+      },
+      120s);
+  REQUIRE_ALL_OK(results);
+}
+
+TEST_CASE("split makes subgroups on members and nullptr elsewhere", "[tcp][mp]") {
+  StoreServerProcess server;
+  const auto results = run_processes(
+      4,
+      [&](int rank) {
+        auto world = make_tcp_group(child_store(server.port()), rank, 4, loopback_options());
+        auto odd = world->split({1, 3});
+        auto low = world->split({0, 1}, {.name = "low"});
+        CHILD_CHECK((odd != nullptr) == (rank % 2 == 1));
+        CHILD_CHECK((low != nullptr) == (rank < 2));
+        if (odd) {
+          CHILD_CHECK(odd->size() == 2 && odd->rank() == rank / 2);
+          int x = rank;
+          odd->allreduce(Tensor::of(&x, 1))->wait();
+          CHILD_CHECK(x == 4);
+        }
+        if (low) {
+          CHILD_CHECK(low->name() == "low" && low->rank() == rank);
+          int x = rank + 10;
+          low->allreduce(Tensor::of(&x, 1), {.op = ReduceOp::max})->wait();
+          CHILD_CHECK(x == 11);
+        }
+        // The parent group still works, alongside the subgroups.
+        int y = 1;
+        world->allreduce(Tensor::of(&y, 1))->wait();
+        CHILD_CHECK(y == 4);
+        try {
+          world->split({2, 1});
+          CHILD_CHECK(false);
+        } catch (const InvalidArgument&) {
+        }
+      },
+      60s);
+  REQUIRE_ALL_OK(results);
+}
+
+TEST_CASE("tagged send/recv: matching by tag, early arrivals, size mismatch, next to collectives", "[tcp][mp]") {
+  StoreServerProcess server;
+  const auto results = run_processes(
+      2,
+      [&](int rank) {
+        auto pg = make_tcp_group(child_store(server.port()), rank, 2, loopback_options());
+        std::vector<double> big(1 << 18);
+        if (rank == 0) {
+          double a = 1.5;
+          double b = 2.5;
+          std::iota(big.begin(), big.end(), 0.0);
+          // An allreduce issued before the sends; rank 1 receives first, then joins it.
+          int x = 1;
+          auto coll = pg->allreduce(Tensor::of(&x, 1));
+          pg->send(Tensor::of(&a, 1), 1, 7);
+          pg->send(Tensor::of(&b, 1), 1, 8);
+          pg->send(Tensor::of(big.data(), big.size()), 1, 9)->wait();
+          pg->send(Tensor::of(&a, 1), 1, 10)->wait();
+          coll->wait();
+          CHILD_CHECK(x == 2);
+        } else {
+          double a = 0;
+          double b = 0;
+          // Tags out of order: 8 before 7 (7 arrives first and waits as unexpected).
+          pg->recv(Tensor::of(&b, 1), 0, 8)->wait();
+          pg->recv(Tensor::of(&a, 1), 0, 7)->wait();
+          CHILD_CHECK(a == 1.5 && b == 2.5);
+          pg->recv(Tensor::of(big.data(), big.size()), 0, 9)->wait();
+          CHILD_CHECK(big[12345] == 12345.0);
+          // Wrong size: this recv fails, the group stays usable.
+          double two[2];
+          const Error e = expect_error([&] { pg->recv(Tensor::of(two, 2), 0, 10)->wait(); });
+          CHILD_CHECK(e.code() == ErrorCode::invalid_argument && contains(e.what(), "expects 16 bytes"));
+          int x = 1;
+          pg->allreduce(Tensor::of(&x, 1))->wait();
+          CHILD_CHECK(x == 2);
+        }
+        pg->barrier()->wait();
+      },
+      60s);
+  REQUIRE_ALL_OK(results);
+}
+
+TEST_CASE("large payloads: ring allreduce, several sockets per peer, pipelined broadcast", "[tcp][mp]") {
+  StoreServerProcess server;
+  const auto results = run_processes(
+      3,
+      [&](int rank) {
+        TcpGroupOptions o = loopback_options();
+        o.sockets_per_peer = 3;
+        auto pg = make_tcp_group(child_store(server.port()), rank, 3, o);
+        const std::size_t n = (6u << 20) + 7;  // 24 MiB of float32, not divisible by 3
+        std::vector<float> v(n);
+        for (std::size_t i = 0; i < n; ++i) {
+          v[i] = static_cast<float>((i + static_cast<std::size_t>(rank)) % 13);
+        }
+        std::vector<float> out(n);
+        pg->allreduce(Tensor::of(v.data(), n), Tensor::of(out.data(), n))->wait();
+        for (std::size_t i = 0; i < n; i += 4099) {
+          CHILD_CHECK(out[i] == static_cast<float>(i % 13 + (i + 1) % 13 + (i + 2) % 13));
+        }
+        pg->allreduce(Tensor::of(v.data(), n), {.op = ReduceOp::avg})->wait();
+        CHILD_CHECK(v[n - 1] == out[n - 1] / 3.0f);
+        if (rank != 1) {
+          std::fill(v.begin(), v.end(), 0.0f);
+        } else {
+          std::fill(v.begin(), v.end(), 3.25f);
+        }
+        pg->broadcast(Tensor::of(v.data(), n), {.root = 1})->wait();
+        CHILD_CHECK(v[0] == 3.25f && v[n - 1] == 3.25f);
+        // then() runs once, on completion; wait_for never throws.
+        // (Callbacks run after waiters are woken, so wait for the callback itself.)
+        std::promise<bool> called;
+        auto fired = called.get_future();
+        auto w = pg->allreduce(Tensor::of(v.data(), n));
+        w->then([&](Work& done) { called.set_value(done.is_success()); });
+        CHILD_CHECK(w->wait_for(60s));
+        w->wait();
+        CHILD_CHECK(fired.wait_for(30s) == std::future_status::ready && fired.get());
+      },
+      120s);
+  REQUIRE_ALL_OK(results);
+}
+
+TEST_CASE("IPv6 loopback", "[tcp][mp]") {
+  try {
+    net::Listener::bind("::1", 0);
+  } catch (const std::exception& e) {
+    WARN("IPv6 loopback unavailable, skipping: " << e.what());
+    return;
+  }
+  StoreServerProcess server;
+  const auto results = run_processes(
+      3,
+      [&](int rank) {
+        auto pg = make_tcp_group(child_store(server.port()), rank, 3, loopback_options(30s, "::1"));
+        int x = rank;
+        pg->allreduce(Tensor::of(&x, 1))->wait();
+        CHILD_CHECK(x == 3);
+      },
+      60s);
+  REQUIRE_ALL_OK(results);
+}
+
+}  // namespace chorus::test
