@@ -662,11 +662,10 @@ int run_benchmark(int argc, char** argv, const CollBench& bench) {
   } catch (const UsageError& e) {
     std::fprintf(stderr, "%s: %s\n", bench.program, e.what());
     return 2;
-  } catch (const chorus::Error& e) {
-    std::fprintf(stderr, "%s: rank %d: %s\n", bench.program, rank, e.what());
-    return 3;
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "%s: rank %d: %s\n", bench.program, rank, e.what());
+    // Before the group exists the rank is unknown; the library's message names it anyway.
+    const std::string who = rank >= 0 ? "rank " + std::to_string(rank) + ": " : "";
+    std::fprintf(stderr, "%s: %s%s\n", bench.program, who.c_str(), e.what());
     return 3;
   }
 }

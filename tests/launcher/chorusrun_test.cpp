@@ -129,10 +129,13 @@ TEST_CASE("a failing rank stops the others and sets chorusrun's exit status",
     CHECK_THAT(p.output, Catch::Contains("was killed by signal 11 (SIGSEGV)"));
   }
   SECTION("a rank ignoring SIGTERM gets SIGKILL after the grace period") {
+    // Rank 1 fails once rank 0 ignores SIGTERM (synchronized through the store).
+    const std::string client = binary("CHORUS_STORE_BIN") + " --connect $CHORUS_STORE_ADDR --timeout 20 ";
     const auto t0 = Clock::now();
     const Process p = run_script(
         {"--standalone", "-n", "2", "--kill-timeout", "1"},
-        "if [ $RANK = 1 ]; then exit 4; fi; trap '' TERM; exec sleep 60");
+        "if [ $RANK = 1 ]; then " + client + "wait ignoring >/dev/null; exit 4; fi; "
+        "trap '' TERM; " + client + "set ignoring 1; exec sleep 60");
     INFO(p.output);
     CHECK(shell_status(p) == 4);
     CHECK_THAT(p.output, Catch::Contains("sending SIGKILL"));
