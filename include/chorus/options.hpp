@@ -56,8 +56,10 @@ struct TcpGroupOptions {
   std::string interface;
   int sockets_per_peer = 1;  // parallel TCP connections per peer pair (1..8)
   // allreduce payloads up to this many bytes use the latency algorithm (recursive doubling);
-  // larger ones use the pipelined ring. Chosen by measurement; see docs/architecture.md.
-  std::size_t small_allreduce_bytes = 64 * 1024;
+  // larger ones use the pipelined ring. Chosen by measurement (2 and 4 ranks on loopback:
+  // recursive doubling is faster up to 256-512 KiB, the ring from 1 MiB); see docs/architecture.md.
+  // Also the switch between tree and pipelined chain for broadcast and reduce.
+  std::size_t small_allreduce_bytes = 256 * 1024;
   // Bytes per pipeline slice in ring algorithms (send, receive and reduce overlap per slice).
   std::size_t slice_bytes = 256 * 1024;
 };
