@@ -65,6 +65,12 @@ class CHORUS_API Store {
     return to_string(get(key, timeout));
   }
 
+  // Host (name or address) of the server behind this store, when there is one: TcpStore's
+  // host, forwarded by PrefixStore; "127.0.0.1" for the in-process HashStore; none for
+  // FileStore. The tcp backend binds the local address that routes to it, so peers that reach
+  // the store can reach each other (override with CHORUS_SOCKET_IFNAME).
+  virtual std::optional<std::string> server_host() const { return std::nullopt; }
+
   Duration default_timeout() const noexcept { return default_timeout_; }
   void set_default_timeout(Duration timeout) noexcept { default_timeout_ = timeout; }
 

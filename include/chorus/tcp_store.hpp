@@ -96,6 +96,7 @@ class CHORUS_API TcpStore final : public Store {
   void multi_set(const std::vector<std::string>& keys, const std::vector<Bytes>& values) override;
   void append(const std::string& key, const Bytes& value) override;
   using Store::set;
+  std::optional<std::string> server_host() const override { return host(); }
 
   // Every key currently in the store, sorted (for inspection tools such as `chorus-store
   // keys`). Blocks up to default_timeout(); throws as above.

@@ -231,11 +231,14 @@ IoResult wait_ready(Socket& socket, short events, Deadline deadline, std::size_t
 
 }  // namespace
 
-IoResult send_all(Socket& socket, const void* data, std::size_t len, Deadline deadline) noexcept {
-  const auto* p = static_cast<const std::uint8_t*>(data);
+namespace {
+
+// Moves exactly len bytes with `step` (one read or write), waiting for `event` between steps.
+template <class Step>
+IoResult transfer_all(Socket& socket, std::size_t len, short event, Deadline deadline, Step step) noexcept {
   std::size_t done = 0;
   while (done < len) {
-    IoResult r = socket.write(p + done, len - done);
+    IoResult r = step(done);
     if (r.ok()) {
       done += r.bytes;
       continue;
@@ -244,7 +247,7 @@ IoResult send_all(Socket& socket, const void* data, std::size_t len, Deadline de
       r.bytes = done;
       return r;
     }
-    IoResult w = wait_ready(socket, POLLOUT, deadline, done);
+    IoResult w = wait_ready(socket, event, deadline, done);
     if (!w.ok()) {
       return w;
     }
@@ -252,25 +255,18 @@ IoResult send_all(Socket& socket, const void* data, std::size_t len, Deadline de
   return IoResult::done(done);
 }
 
+}  // namespace
+
+IoResult send_all(Socket& socket, const void* data, std::size_t len, Deadline deadline) noexcept {
+  const auto* p = static_cast<const std::uint8_t*>(data);
+  return transfer_all(socket, len, POLLOUT, deadline,
+                      [&](std::size_t done) { return socket.write(p + done, len - done); });
+}
+
 IoResult recv_exact(Socket& socket, void* data, std::size_t len, Deadline deadline) noexcept {
   auto* p = static_cast<std::uint8_t*>(data);
-  std::size_t done = 0;
-  while (done < len) {
-    IoResult r = socket.read(p + done, len - done);
-    if (r.ok()) {
-      done += r.bytes;
-      continue;
-    }
-    if (!r.would_block()) {
-      r.bytes = done;
-      return r;
-    }
-    IoResult w = wait_ready(socket, POLLIN, deadline, done);
-    if (!w.ok()) {
-      return w;
-    }
-  }
-  return IoResult::done(done);
+  return transfer_all(socket, len, POLLIN, deadline,
+                      [&](std::size_t done) { return socket.read(p + done, len - done); });
 }
 
 IoResult recv_some(Socket& socket, void* data, std::size_t len, Deadline deadline) noexcept {

@@ -14,6 +14,7 @@ class PrefixStore final : public Store {
       : Store(base->default_timeout()), prefix_(std::move(prefix) + "/"), base_(std::move(base)) {}
 
   void set(const std::string& key, const Bytes& value) override { base_->set(k(key), value); }
+  std::optional<std::string> server_host() const override { return base_->server_host(); }
   Bytes get(const std::string& key, std::optional<Duration> timeout) override {
     return base_->get(k(key), resolve_timeout(timeout));
   }

@@ -60,10 +60,14 @@ Mesh build_mesh(Store& store, const MeshOptions& o) {
   mesh.peers.resize(static_cast<std::size_t>(n));
 
   // Listen on port 0 of the chosen address; publish what we actually got.
-  // Without an explicit interface, use the address that routes to the store's host.
+  // Without an explicit interface, use the address that routes to the store's host (through
+  // any PrefixStore): a store on 127.0.0.1 keeps the whole group on loopback.
   std::optional<net::SocketAddress> remote;
-  if (auto* tcp_store = dynamic_cast<TcpStore*>(&store)) {
-    remote = net::SocketAddress::parse_numeric(tcp_store->host(), tcp_store->port());
+  if (auto host = store.server_host()) {
+    auto resolved = net::resolve(*host, 0, o.deadline);
+    if (!resolved.empty()) {
+      remote = resolved.front();
+    }
   }
   const net::SocketAddress local = net::pick_local_address(o.interface, remote);
   net::Listener listener = net::Listener::bind(local);
