@@ -4,25 +4,13 @@
 
 #include <fmt/format.h>
 
+#include "core/bytes.hpp"
+
 namespace chorus {
 namespace {
 
 constexpr std::uint32_t kMagic = 0x47534843;  // "CHSG" little-endian
 constexpr std::uint8_t kVersion = 1;
-
-void put(std::uint8_t* p, std::uint64_t v, int bytes) noexcept {
-  for (int i = 0; i < bytes; ++i) {
-    p[i] = static_cast<std::uint8_t>(v >> (8 * i));
-  }
-}
-
-std::uint64_t get(const std::uint8_t* p, int bytes) noexcept {
-  std::uint64_t v = 0;
-  for (int i = 0; i < bytes; ++i) {
-    v |= static_cast<std::uint64_t>(p[i]) << (8 * i);
-  }
-  return v;
-}
 
 bool has_root(OpKind k) {
   return k == OpKind::broadcast || k == OpKind::reduce || k == OpKind::gather || k == OpKind::scatter;
@@ -59,20 +47,20 @@ const char* to_string(OpKind kind) noexcept {
 
 EncodedSignature encode(const OpSignature& sig) noexcept {
   EncodedSignature out{};
-  put(&out[0], kMagic, 4);
+  put_le(&out[0], kMagic, 4);
   out[4] = kVersion;
   out[5] = static_cast<std::uint8_t>(sig.kind);
   out[6] = static_cast<std::uint8_t>(sig.dtype);
   out[7] = static_cast<std::uint8_t>(sig.redop);
-  put(&out[8], static_cast<std::uint32_t>(sig.root), 4);
+  put_le(&out[8], static_cast<std::uint32_t>(sig.root), 4);
   // out[12..15] reserved (zero)
-  put(&out[16], sig.count, 8);
-  put(&out[24], sig.seq, 8);
+  put_le(&out[16], sig.count, 8);
+  put_le(&out[24], sig.seq, 8);
   return out;
 }
 
 std::optional<OpSignature> decode_signature(const std::uint8_t* bytes) noexcept {
-  if (get(bytes, 4) != kMagic || bytes[4] != kVersion) {
+  if (get_le(bytes, 4) != kMagic || bytes[4] != kVersion) {
     return std::nullopt;
   }
   if (bytes[5] < static_cast<std::uint8_t>(OpKind::allreduce) ||
@@ -84,9 +72,9 @@ std::optional<OpSignature> decode_signature(const std::uint8_t* bytes) noexcept 
   sig.kind = static_cast<OpKind>(bytes[5]);
   sig.dtype = static_cast<DataType>(bytes[6]);
   sig.redop = static_cast<ReduceOp>(bytes[7]);
-  sig.root = static_cast<std::int32_t>(static_cast<std::uint32_t>(get(&bytes[8], 4)));
-  sig.count = get(&bytes[16], 8);
-  sig.seq = get(&bytes[24], 8);
+  sig.root = static_cast<std::int32_t>(static_cast<std::uint32_t>(get_le(&bytes[8], 4)));
+  sig.count = get_le(&bytes[16], 8);
+  sig.seq = get_le(&bytes[24], 8);
   return sig;
 }
 

@@ -4,51 +4,37 @@
 
 #include <fmt/format.h>
 
+#include "core/bytes.hpp"
+
 namespace chorus::tcp {
-namespace {
-
-void put(std::uint8_t* p, std::uint64_t v, int bytes) noexcept {
-  for (int i = 0; i < bytes; ++i) {
-    p[i] = static_cast<std::uint8_t>(v >> (8 * i));
-  }
-}
-std::uint64_t get(const std::uint8_t* p, int bytes) noexcept {
-  std::uint64_t v = 0;
-  for (int i = 0; i < bytes; ++i) {
-    v |= static_cast<std::uint64_t>(p[i]) << (8 * i);
-  }
-  return v;
-}
-
-}  // namespace
 
 std::array<std::uint8_t, kHelloBytes> encode_hello(const Hello& h) noexcept {
   std::array<std::uint8_t, kHelloBytes> out{};
-  put(&out[0], kHelloMagic, 4);
-  put(&out[4], kProtocolVersion, 2);
-  put(&out[6], h.channel, 2);
-  put(&out[8], h.channels, 2);
-  put(&out[12], h.src, 4);
-  put(&out[16], h.dst, 4);
-  put(&out[24], h.group_id, 8);
+  put_le(&out[0], kHelloMagic, 4);
+  put_le(&out[4], kProtocolVersion, 2);
+  put_le(&out[6], h.channel, 2);
+  put_le(&out[8], h.channels, 2);
+  put_le(&out[12], h.src, 4);
+  put_le(&out[16], h.dst, 4);
+  put_le(&out[24], h.group_id, 8);
   return out;
 }
 
 std::string check_hello(const std::uint8_t* b, std::uint64_t group_id, int my_rank, int expect_src,
                         int size, std::uint16_t channels, Hello& out) {
-  if (get(&b[0], 4) != kHelloMagic) {
+  if (get_le(&b[0], 4) != kHelloMagic) {
     return "not a chorus tcp connection (bad magic)";
   }
-  const auto version = static_cast<std::uint16_t>(get(&b[4], 2));
+  const auto version = static_cast<std::uint16_t>(get_le(&b[4], 2));
   if (version != kProtocolVersion) {
     return fmt::format("protocol version {} but this build speaks {}; run the same chorus build everywhere",
                        version, kProtocolVersion);
   }
-  out.channel = static_cast<std::uint16_t>(get(&b[6], 2));
-  out.channels = static_cast<std::uint16_t>(get(&b[8], 2));
-  out.src = static_cast<std::uint32_t>(get(&b[12], 4));
-  out.dst = static_cast<std::uint32_t>(get(&b[16], 4));
-  out.group_id = get(&b[24], 8);
+  out.channel = static_cast<std::uint16_t>(get_le(&b[6], 2));
+  out.channels = static_cast<std::uint16_t>(get_le(&b[8], 2));
+  out.src = static_cast<std::uint32_t>(get_le(&b[12], 4));
+  out.dst = static_cast<std::uint32_t>(get_le(&b[16], 4));
+  out.group_id = get_le(&b[24], 8);
   if (out.group_id != group_id) {
     return fmt::format("group id {:016x} but this group is {:016x} (a connection from another group or job)",
                        out.group_id, group_id);

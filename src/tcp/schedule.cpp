@@ -84,32 +84,29 @@ void Schedule::depend(TaskId later, TaskId earlier) {
 }
 
 TaskId Schedule::send(int peer, const void* data, std::size_t bytes, std::initializer_list<TaskId> deps) {
-  if (bytes == 0) {
-    return kNoTask;
-  }
-  CHORUS_CHECK(peer >= 0 && peer < size_ && peer != rank_, "send to peer {}", peer);
-  Task t;
-  t.kind = TaskKind::send;
-  t.peer = peer;
-  t.src = data;
-  t.size = bytes;
-  const TaskId id = add(t, deps);
-  send_fifo_[static_cast<std::size_t>(peer)].push_back(id);
-  return id;
+  return transfer(TaskKind::send, peer, nullptr, data, bytes, deps);
 }
 
 TaskId Schedule::recv(int peer, void* data, std::size_t bytes, std::initializer_list<TaskId> deps) {
+  return transfer(TaskKind::recv, peer, data, nullptr, bytes, deps);
+}
+
+TaskId Schedule::transfer(TaskKind kind, int peer, void* dst, const void* src, std::size_t bytes,
+                          std::initializer_list<TaskId> deps) {
   if (bytes == 0) {
     return kNoTask;
   }
-  CHORUS_CHECK(peer >= 0 && peer < size_ && peer != rank_, "recv from peer {}", peer);
+  const bool is_send = kind == TaskKind::send;
+  CHORUS_CHECK(peer >= 0 && peer < size_ && peer != rank_, "{} peer {}", is_send ? "send to" : "recv from",
+               peer);
   Task t;
-  t.kind = TaskKind::recv;
+  t.kind = kind;
   t.peer = peer;
-  t.dst = data;
+  t.dst = dst;
+  t.src = src;
   t.size = bytes;
   const TaskId id = add(t, deps);
-  recv_fifo_[static_cast<std::size_t>(peer)].push_back(id);
+  (is_send ? send_fifo_ : recv_fifo_)[static_cast<std::size_t>(peer)].push_back(id);
   return id;
 }
 
@@ -139,6 +136,22 @@ TaskId Schedule::reduce(void* dst, const void* a, const void* b, std::size_t cou
   t.size = count;
   t.divisor = divisor;
   return add(t, deps);
+}
+
+void Schedule::interleave(int peer, bool sends, std::size_t split, std::size_t lag) {
+  auto& fifo = (sends ? send_fifo_ : recv_fifo_)[static_cast<std::size_t>(peer)];
+  CHORUS_CHECK(split <= fifo.size(), "interleave at {} of {} transfers", split, fifo.size());
+  std::vector<TaskId> merged;
+  merged.reserve(fifo.size());
+  std::size_t b = split;
+  for (std::size_t a = 0; a < split; ++a) {
+    merged.push_back(fifo[a]);
+    if (a >= lag && b < fifo.size()) {
+      merged.push_back(fifo[b++]);
+    }
+  }
+  merged.insert(merged.end(), fifo.begin() + static_cast<std::ptrdiff_t>(b), fifo.end());
+  fifo = std::move(merged);
 }
 
 void Schedule::finalize(const OpSignature& sig) {

@@ -82,6 +82,17 @@ class Schedule {
                 std::initializer_list<TaskId> deps = {});
   void depend(TaskId later, TaskId earlier);
 
+  // Transfers queued so far to / from `peer` (a mark for interleave()).
+  std::size_t sends_to(int peer) const { return send_fifo_[static_cast<std::size_t>(peer)].size(); }
+  std::size_t recvs_from(int peer) const { return recv_fifo_[static_cast<std::size_t>(peer)].size(); }
+  // Reorders the FIFO of `peer` (sends or receives): the transfers added after position
+  // `split` (phase B) are merged into those before it (phase A) so that B[i] is posted right
+  // after A[i + lag]; the rest of B follows A. Only the posting order changes, never a
+  // dependency. Both ends of a stream must apply the same rule to matching sequences (a
+  // sender's send FIFO and its receiver's recv FIFO), and B[i] must depend only on transfers
+  // that come before A[i + lag], or the two ends could wait on each other.
+  void interleave(int peer, bool sends, std::size_t split, std::size_t lag);
+
   // Scratch for this op (valid until the op ends).
   void* scratch(std::size_t bytes) { return arena_.alloc(bytes); }
 
@@ -101,6 +112,9 @@ class Schedule {
 
  private:
   TaskId add(Task t, std::initializer_list<TaskId> deps);
+  // A send (src) or recv (dst) task, appended to the peer's FIFO.
+  TaskId transfer(TaskKind kind, int peer, void* dst, const void* src, std::size_t bytes,
+                  std::initializer_list<TaskId> deps);
 
   int rank_;
   int size_;

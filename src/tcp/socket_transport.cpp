@@ -22,6 +22,22 @@ constexpr int kMaxIov = 32;
 // Bytes one readiness callback may move before returning to the loop, so that one busy
 // socket cannot starve the others (level-triggered epoll reports it again).
 constexpr std::size_t kIoBudget = 8u << 20;
+
+std::string size_mismatch(int peer, std::size_t sent, std::uint32_t tag, std::size_t expected) {
+  return fmt::format("rank {} sent {} bytes with tag {} but this recv expects {} bytes", peer, sent, tag,
+                     expected);
+}
+
+// One iovec per queued part (up to kMaxIov), the first starting `off` bytes in.
+template <class Queue>
+int fill_iov(const Queue& q, std::size_t off, iovec* iov) {
+  int cnt = 0;
+  for (auto it = q.begin(); it != q.end() && cnt < kMaxIov; ++it, ++cnt) {
+    const std::size_t skip = cnt == 0 ? off : 0;
+    iov[cnt] = {it->data + skip, it->len - skip};
+  }
+  return cnt;
+}
 }  // namespace
 
 SocketTransport::SocketTransport(int rank, int size, Mesh mesh, net::EventLoop& loop)
@@ -86,66 +102,43 @@ bool SocketTransport::peer_connected(int peer) const {
 // ---- collective streams ------------------------------------------------------------------
 
 void SocketTransport::post_send(int peer, const void* data, std::size_t bytes, std::uint64_t token) {
-  Peer& p = peers_[static_cast<std::size_t>(peer)];
-  const std::size_t k = p.data.size();
-  const std::uint64_t index = p.sends++;
-  if (p.failed) {
-    return;  // the engine already heard about it and fails the op
-  }
-  auto* base = static_cast<std::byte*>(const_cast<void*>(data));
-  if (k > 1 && bytes >= k * kStripeBytes) {
-    const std::size_t per = (bytes + k - 1) / k;
-    const std::uint32_t req = new_req(token, static_cast<std::uint32_t>(k));
-    for (std::size_t i = 0; i < k; ++i) {
-      const std::size_t off = i * per;
-      Stream& s = *p.data[i];
-      const bool idle = s.sendq.empty();
-      s.sendq.push_back({base + off, std::min(per, bytes - off), req});
-      if (idle && !s.dead) {
-        write_stream(s);
-      }
-    }
-    return;
-  }
-  Stream& s = *p.data[index % k];
-  const bool idle = s.sendq.empty();
-  s.sendq.push_back({base, bytes, new_req(token, 1)});
-  if (s.dead) {
-    stream_failed(s, "connection already closed", 0);
-  } else if (idle) {
-    write_stream(s);
-  }
+  post(peer, static_cast<std::byte*>(const_cast<void*>(data)), bytes, token, true);
 }
 
 void SocketTransport::post_recv(int peer, void* data, std::size_t bytes, std::uint64_t token) {
+  post(peer, static_cast<std::byte*>(data), bytes, token, false);
+}
+
+void SocketTransport::post(int peer, std::byte* base, std::size_t bytes, std::uint64_t token, bool send) {
   Peer& p = peers_[static_cast<std::size_t>(peer)];
   const std::size_t k = p.data.size();
-  const std::uint64_t index = p.recvs++;
+  const std::uint64_t index = send ? p.sends++ : p.recvs++;
   if (p.failed) {
-    return;
+    return;  // the engine already heard about it and fails the op
   }
-  auto* base = static_cast<std::byte*>(data);
+  auto queue = [send](Stream& s) -> std::deque<Part>& { return send ? s.sendq : s.recvq; };
+  auto pump = [this, send](Stream& s) { send ? write_stream(s) : read_stream(s); };
   if (k > 1 && bytes >= k * kStripeBytes) {
     const std::size_t per = (bytes + k - 1) / k;
     const std::uint32_t req = new_req(token, static_cast<std::uint32_t>(k));
     for (std::size_t i = 0; i < k; ++i) {
       const std::size_t off = i * per;
       Stream& s = *p.data[i];
-      const bool idle = s.recvq.empty();
-      s.recvq.push_back({base + off, std::min(per, bytes - off), req});
+      const bool idle = queue(s).empty();
+      queue(s).push_back({base + off, std::min(per, bytes - off), req});
       if (idle && !s.dead) {
-        read_stream(s);
+        pump(s);
       }
     }
     return;
   }
   Stream& s = *p.data[index % k];
-  const bool idle = s.recvq.empty();
-  s.recvq.push_back({base, bytes, new_req(token, 1)});
+  const bool idle = queue(s).empty();
+  queue(s).push_back({base, bytes, new_req(token, 1)});
   if (s.dead) {
     stream_failed(s, "connection already closed", 0);
   } else if (idle) {
-    read_stream(s);
+    pump(s);
   }
 }
 
@@ -161,58 +154,42 @@ void SocketTransport::update_interest(Stream& s) {
   }
 }
 
-bool SocketTransport::write_stream(Stream& s) {
-  std::size_t moved = 0;
-  while (!s.sendq.empty() && moved < kIoBudget) {
-    iovec iov[kMaxIov];
-    int cnt = 0;
-    for (auto it = s.sendq.begin(); it != s.sendq.end() && cnt < kMaxIov; ++it, ++cnt) {
-      const std::size_t skip = cnt == 0 ? s.send_off : 0;
-      iov[cnt] = {it->data + skip, it->len - skip};
+// Marks the parts that `bytes` just moved (from the front of q, `off` bytes into the first)
+// done, and leaves `off` at the progress into the new front part.
+void SocketTransport::consume(std::deque<Part>& q, std::size_t& off, std::size_t bytes) {
+  while (bytes > 0) {
+    Part& part = q.front();
+    const std::size_t rest = part.len - off;
+    if (bytes < rest) {
+      off += bytes;
+      return;
     }
-    const net::IoResult r = s.sock.writev(iov, cnt);
-    if (r.would_block()) {
-      break;
-    }
-    if (!r.ok()) {
-      stream_failed(s, "send failed: " + r.describe(), r.os_error);
-      return false;
-    }
-    moved += r.bytes;
-    std::size_t left = r.bytes;
-    while (left > 0) {
-      Part& part = s.sendq.front();
-      const std::size_t rest = part.len - s.send_off;
-      if (left >= rest) {
-        left -= rest;
-        s.send_off = 0;
-        const std::uint32_t req = part.req;
-        s.sendq.pop_front();
-        part_done(req);
-      } else {
-        s.send_off += left;
-        left = 0;
-      }
-    }
+    bytes -= rest;
+    off = 0;
+    const std::uint32_t req = part.req;
+    q.pop_front();
+    part_done(req);
   }
-  update_interest(s);
-  return true;
 }
 
-bool SocketTransport::read_stream(Stream& s) {
+bool SocketTransport::write_stream(Stream& s) { return move_stream(s, true); }
+
+bool SocketTransport::read_stream(Stream& s) { return move_stream(s, false); }
+
+// Moves the socket's posted messages (sends or receives) until it would block or kIoBudget
+// bytes moved. False if the stream failed.
+bool SocketTransport::move_stream(Stream& s, bool send) {
+  std::deque<Part>& q = send ? s.sendq : s.recvq;
+  std::size_t& off = send ? s.send_off : s.recv_off;
   std::size_t moved = 0;
-  while (!s.recvq.empty() && moved < kIoBudget) {
+  while (!q.empty() && moved < kIoBudget) {
     iovec iov[kMaxIov];
-    int cnt = 0;
-    for (auto it = s.recvq.begin(); it != s.recvq.end() && cnt < kMaxIov; ++it, ++cnt) {
-      const std::size_t skip = cnt == 0 ? s.recv_off : 0;
-      iov[cnt] = {it->data + skip, it->len - skip};
-    }
-    const net::IoResult r = s.sock.readv(iov, cnt);
+    const int cnt = fill_iov(q, off, iov);
+    const net::IoResult r = send ? s.sock.writev(iov, cnt) : s.sock.readv(iov, cnt);
     if (r.would_block()) {
       break;
     }
-    if (r.closed() || (r.ok() && r.bytes == 0)) {
+    if (!send && (r.closed() || (r.ok() && r.bytes == 0))) {
       s.eof = true;
       // A goodbye may be waiting on the control socket: read it first, so the message says
       // "left the group" rather than "died" when that is what happened.
@@ -223,25 +200,11 @@ bool SocketTransport::read_stream(Stream& s) {
       return false;
     }
     if (!r.ok()) {
-      stream_failed(s, "receive failed: " + r.describe(), r.os_error);
+      stream_failed(s, (send ? "send failed: " : "receive failed: ") + r.describe(), r.os_error);
       return false;
     }
     moved += r.bytes;
-    std::size_t left = r.bytes;
-    while (left > 0) {
-      Part& part = s.recvq.front();
-      const std::size_t rest = part.len - s.recv_off;
-      if (left >= rest) {
-        left -= rest;
-        s.recv_off = 0;
-        const std::uint32_t req = part.req;
-        s.recvq.pop_front();
-        part_done(req);
-      } else {
-        s.recv_off += left;
-        left = 0;
-      }
-    }
+    consume(q, off, r.bytes);
   }
   update_interest(s);
   return true;
@@ -283,16 +246,20 @@ void SocketTransport::stream_failed(Stream& s, const std::string& what, int os_e
 
 // ---- control channel ---------------------------------------------------------------------
 
+void SocketTransport::p2p_done(int peer, std::uint64_t token, std::string error) {
+  TransportEvent ev;
+  ev.kind = TransportEvent::Kind::p2p_done;
+  ev.peer = peer;
+  ev.token = token;
+  ev.error = std::move(error);
+  events_.push_back(std::move(ev));
+}
+
 void SocketTransport::send_p2p(int peer, std::uint32_t tag, const void* data, std::size_t bytes,
                                std::uint64_t token) {
   Peer& p = peers_[static_cast<std::size_t>(peer)];
   if (!peer_connected(peer)) {
-    TransportEvent ev;
-    ev.kind = TransportEvent::Kind::p2p_done;
-    ev.peer = peer;
-    ev.token = token;
-    ev.error = p.goodbye ? "the peer left the group" : "the connection to the peer is gone";
-    events_.push_back(std::move(ev));
+    p2p_done(peer, token, p.goodbye ? "the peer left the group" : "the connection to the peer is gone");
     return;
   }
   OutFrame f;
@@ -315,27 +282,18 @@ void SocketTransport::recv_p2p(int peer, std::uint32_t tag, void* data, std::siz
     if (it->tag != tag) {
       continue;
     }
-    TransportEvent ev;
-    ev.kind = TransportEvent::Kind::p2p_done;
-    ev.peer = peer;
-    ev.token = token;
+    std::string error;
     if (it->bytes.size() != bytes) {
-      ev.error = fmt::format("rank {} sent {} bytes with tag {} but this recv expects {} bytes", peer,
-                             it->bytes.size(), tag, bytes);
+      error = size_mismatch(peer, it->bytes.size(), tag, bytes);
     } else if (bytes > 0) {
       std::memcpy(data, it->bytes.data(), bytes);
     }
     c.unexpected.erase(it);
-    events_.push_back(std::move(ev));
+    p2p_done(peer, token, std::move(error));
     return;
   }
   if (!peer_connected(peer)) {
-    TransportEvent ev;
-    ev.kind = TransportEvent::Kind::p2p_done;
-    ev.peer = peer;
-    ev.token = token;
-    ev.error = p.goodbye ? "the peer left the group" : "the connection to the peer is gone";
-    events_.push_back(std::move(ev));
+    p2p_done(peer, token, p.goodbye ? "the peer left the group" : "the connection to the peer is gone");
     return;
   }
   c.posted.push_back({tag, static_cast<std::byte*>(data), bytes, token});
@@ -404,11 +362,7 @@ void SocketTransport::write_control(int peer) {
       if (left >= rest) {
         left -= rest;
         if (f.token != 0) {
-          TransportEvent ev;
-          ev.kind = TransportEvent::Kind::p2p_done;
-          ev.peer = peer;
-          ev.token = f.token;
-          events_.push_back(std::move(ev));
+          p2p_done(peer, f.token);
         }
         c.sendq.pop_front();
       } else {
@@ -466,8 +420,7 @@ void SocketTransport::read_control(int peer) {
           c.body_buf.assign(c.frame.length, 0);
           c.body_dst = reinterpret_cast<std::byte*>(c.body_buf.data());
         } else if (it->bytes != c.frame.length) {
-          c.body_error = fmt::format("rank {} sent {} bytes with tag {} but this recv expects {} bytes",
-                                     peer, c.frame.length, c.frame.tag, it->bytes);
+          c.body_error = size_mismatch(peer, c.frame.length, c.frame.tag, it->bytes);
           c.body_token = it->token;
           c.posted.erase(it);
         } else {
@@ -515,14 +468,9 @@ void SocketTransport::control_frame_complete(int peer) {
   Peer& p = peers_[static_cast<std::size_t>(peer)];
   Control& c = *p.control;
   c.in_body = false;
-  TransportEvent ev;
-  ev.peer = peer;
   if (c.frame.type == FrameType::p2p) {
     if (c.body_token != 0) {
-      ev.kind = TransportEvent::Kind::p2p_done;
-      ev.token = c.body_token;
-      ev.error = std::move(c.body_error);
-      events_.push_back(std::move(ev));
+      p2p_done(peer, c.body_token, std::move(c.body_error));
       return;
     }
     // Unexpected: a recv may have been posted while the body was arriving.
@@ -532,18 +480,19 @@ void SocketTransport::control_frame_complete(int peer) {
       c.unexpected.push_back({c.frame.tag, std::move(c.body_buf)});
       return;
     }
-    ev.kind = TransportEvent::Kind::p2p_done;
-    ev.token = it->token;
+    std::string error;
     if (it->bytes != c.body_buf.size()) {
-      ev.error = fmt::format("rank {} sent {} bytes with tag {} but this recv expects {} bytes", peer,
-                             c.body_buf.size(), c.frame.tag, it->bytes);
+      error = size_mismatch(peer, c.body_buf.size(), c.frame.tag, it->bytes);
     } else if (it->bytes > 0) {
       std::memcpy(it->data, c.body_buf.data(), it->bytes);
     }
+    const std::uint64_t token = it->token;
     c.posted.erase(it);
-    events_.push_back(std::move(ev));
+    p2p_done(peer, token, std::move(error));
     return;
   }
+  TransportEvent ev;
+  ev.peer = peer;
   if (c.frame.type == FrameType::goodbye) {
     p.goodbye = true;
   }

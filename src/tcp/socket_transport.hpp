@@ -149,10 +149,16 @@ class SocketTransport final : public Transport {
 
   std::uint32_t new_req(std::uint64_t token, std::uint32_t parts);
   void part_done(std::uint32_t req);
+  // post_send (send) or post_recv: queues the message on its socket(s) and starts moving it.
+  void post(int peer, std::byte* base, std::size_t bytes, std::uint64_t token, bool send);
+  void consume(std::deque<Part>& q, std::size_t& off, std::size_t bytes);
   void on_stream(Stream& s, std::uint32_t events);
   void on_control(int peer, std::uint32_t events);
   bool write_stream(Stream& s);
   bool read_stream(Stream& s);
+  bool move_stream(Stream& s, bool send);
+  // Reports a tagged send/recv as finished (failed if `error` is not empty).
+  void p2p_done(int peer, std::uint64_t token, std::string error = {});
   void write_control(int peer);
   void read_control(int peer);
   void control_frame_complete(int peer);

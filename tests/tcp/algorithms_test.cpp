@@ -15,12 +15,6 @@
 namespace chorus::test {
 namespace {
 
-constexpr DataType kAllTypes[] = {DataType::int8,    DataType::uint8,    DataType::int32,
-                                  DataType::uint32,  DataType::int64,    DataType::uint64,
-                                  DataType::float16, DataType::bfloat16, DataType::float32,
-                                  DataType::float64};
-constexpr ReduceOp kAllOps[] = {ReduceOp::sum, ReduceOp::prod, ReduceOp::min, ReduceOp::max,
-                                ReduceOp::avg};
 constexpr std::size_t kCounts[] = {0, 1, 7, 33, 250};
 
 struct Variant {
@@ -226,6 +220,29 @@ TEST_CASE("loopback: mismatched collectives are detected at the first message", 
       CHECK(someone_named_rank1);
     }
   }
+}
+
+TEST_CASE("schedule: interleave merges a later phase into an earlier one, lag items behind",
+          "[tcp][algorithms]") {
+  tcp::ScratchArena arena;
+  tcp::Schedule s(0, 2, DataType::uint8, ReduceOp::sum, arena);
+  std::uint8_t buf[8] = {};
+  std::vector<tcp::TaskId> a;
+  std::vector<tcp::TaskId> b;
+  for (int i = 0; i < 5; ++i) {
+    a.push_back(s.send(1, buf, 1));
+  }
+  const std::size_t split = s.sends_to(1);
+  for (int i = 0; i < 3; ++i) {
+    b.push_back(s.send(1, buf, 1));
+  }
+  const tcp::TaskId r0 = s.recv(1, buf, 1);
+  s.interleave(1, true, split, 1);
+  CHECK(s.send_fifo(1) == std::vector<tcp::TaskId>{a[0], a[1], b[0], a[2], b[1], a[3], b[2], a[4]});
+  CHECK(s.recv_fifo(1) == std::vector<tcp::TaskId>{r0});  // the other direction is untouched
+  // A lag past the end of the first phase keeps the order.
+  s.interleave(1, false, 1, 5);
+  CHECK(s.recv_fifo(1) == std::vector<tcp::TaskId>{r0});
 }
 
 }  // namespace chorus::test

@@ -25,6 +25,13 @@
 
 namespace chorus::test {
 
+inline constexpr DataType kAllTypes[] = {DataType::int8,    DataType::uint8,    DataType::int32,
+                                         DataType::uint32,  DataType::int64,    DataType::uint64,
+                                         DataType::float16, DataType::bfloat16, DataType::float32,
+                                         DataType::float64};
+inline constexpr ReduceOp kAllOps[] = {ReduceOp::sum, ReduceOp::prod, ReduceOp::min, ReduceOp::max,
+                                       ReduceOp::avg};
+
 struct Case {
   OpKind kind = OpKind::allreduce;
   int n = 1;
@@ -48,56 +55,83 @@ inline long long base_value(int rank, std::size_t i, ReduceOp op) {
   return static_cast<long long>((static_cast<std::size_t>(rank + 1) * 3 + i * 5) % 7) - 2;
 }
 
-// Typed helpers: value v stored as dtype (integers wrap, as the kernels do).
-inline void store(void* p, std::size_t i, DataType dt, double v) {
+// Calls f(T{}) with the type dt computes in: its element type, float for float16/bfloat16.
+template <class F>
+void with_compute_type(DataType dt, F&& f) {
   switch (dt) {
     case DataType::int8:
-      static_cast<std::int8_t*>(p)[i] = static_cast<std::int8_t>(static_cast<long long>(v));
-      break;
+      return f(std::int8_t{});
     case DataType::uint8:
-      static_cast<std::uint8_t*>(p)[i] = static_cast<std::uint8_t>(static_cast<long long>(v));
-      break;
+      return f(std::uint8_t{});
     case DataType::int32:
-      static_cast<std::int32_t*>(p)[i] = static_cast<std::int32_t>(static_cast<long long>(v));
-      break;
+      return f(std::int32_t{});
     case DataType::uint32:
-      static_cast<std::uint32_t*>(p)[i] = static_cast<std::uint32_t>(static_cast<long long>(v));
-      break;
+      return f(std::uint32_t{});
     case DataType::int64:
-      static_cast<std::int64_t*>(p)[i] = static_cast<std::int64_t>(v);
-      break;
+      return f(std::int64_t{});
     case DataType::uint64:
-      static_cast<std::uint64_t*>(p)[i] = static_cast<std::uint64_t>(static_cast<long long>(v));
-      break;
+      return f(std::uint64_t{});
     case DataType::float16:
-      static_cast<std::uint16_t*>(p)[i] = float_to_half(static_cast<float>(v));
-      break;
     case DataType::bfloat16:
-      static_cast<std::uint16_t*>(p)[i] = float_to_bfloat16(static_cast<float>(v));
-      break;
     case DataType::float32:
-      static_cast<float*>(p)[i] = static_cast<float>(v);
-      break;
+      return f(float{});
     case DataType::float64:
-      static_cast<double*>(p)[i] = v;
-      break;
+      return f(double{});
   }
 }
 
-// Reference reduction of base values of ranks 0..n-1 at element index i, stored at dst[j].
+// Stores v (of dt's compute type T) as element i of p, rounding to the 16-bit float types.
 template <class T>
-T ref_int(int n, std::size_t i, ReduceOp op) {
-  using U = std::make_unsigned_t<T>;
+void put_elem(void* p, std::size_t i, DataType dt, T v) {
+  if constexpr (std::is_same_v<T, float>) {
+    if (dt == DataType::float16) {
+      static_cast<std::uint16_t*>(p)[i] = float_to_half(v);
+      return;
+    }
+    if (dt == DataType::bfloat16) {
+      static_cast<std::uint16_t*>(p)[i] = float_to_bfloat16(v);
+      return;
+    }
+  }
+  static_cast<T*>(p)[i] = v;
+}
+
+// Value v stored as dtype (integers wrap, as the kernels do).
+inline void store(void* p, std::size_t i, DataType dt, double v) {
+  with_compute_type(dt, [&](auto zero) {
+    using T = decltype(zero);
+    if constexpr (std::is_integral_v<T>) {
+      put_elem<T>(p, i, dt, static_cast<T>(static_cast<long long>(v)));
+    } else {
+      put_elem<T>(p, i, dt, static_cast<T>(v));
+    }
+  });
+}
+
+// Reference reduction of base values of ranks 0..n-1 at element index i (integers wrap, as
+// the kernels do).
+template <class T>
+T reference_value(int n, std::size_t i, ReduceOp op) {
   T acc = static_cast<T>(base_value(0, i, op));
   for (int r = 1; r < n; ++r) {
     const T v = static_cast<T>(base_value(r, i, op));
     switch (op) {
       case ReduceOp::sum:
       case ReduceOp::avg:
-        acc = static_cast<T>(static_cast<U>(acc) + static_cast<U>(v));
+        if constexpr (std::is_integral_v<T>) {
+          using U = std::make_unsigned_t<T>;
+          acc = static_cast<T>(static_cast<U>(acc) + static_cast<U>(v));
+        } else {
+          acc += v;
+        }
         break;
       case ReduceOp::prod:
-        acc = static_cast<T>(static_cast<std::uint64_t>(static_cast<U>(acc)) * static_cast<U>(v));
+        if constexpr (std::is_integral_v<T>) {
+          using U = std::make_unsigned_t<T>;
+          acc = static_cast<T>(static_cast<std::uint64_t>(static_cast<U>(acc)) * static_cast<U>(v));
+        } else {
+          acc *= v;
+        }
         break;
       case ReduceOp::min:
         acc = v < acc ? v : acc;
@@ -113,66 +147,12 @@ T ref_int(int n, std::size_t i, ReduceOp op) {
   return acc;
 }
 
-template <class F>
-F ref_float(int n, std::size_t i, ReduceOp op) {
-  F acc = static_cast<F>(base_value(0, i, op));
-  for (int r = 1; r < n; ++r) {
-    const F v = static_cast<F>(base_value(r, i, op));
-    switch (op) {
-      case ReduceOp::sum:
-      case ReduceOp::avg:
-        acc += v;
-        break;
-      case ReduceOp::prod:
-        acc *= v;
-        break;
-      case ReduceOp::min:
-        acc = v < acc ? v : acc;
-        break;
-      case ReduceOp::max:
-        acc = acc < v ? v : acc;
-        break;
-    }
-  }
-  if (op == ReduceOp::avg) {
-    acc /= static_cast<F>(n);
-  }
-  return acc;
-}
-
+// The reference result for element index i, stored at dst[j].
 inline void store_reference(void* dst, std::size_t j, DataType dt, int n, std::size_t i, ReduceOp op) {
-  switch (dt) {
-    case DataType::int8:
-      static_cast<std::int8_t*>(dst)[j] = ref_int<std::int8_t>(n, i, op);
-      break;
-    case DataType::uint8:
-      static_cast<std::uint8_t*>(dst)[j] = ref_int<std::uint8_t>(n, i, op);
-      break;
-    case DataType::int32:
-      static_cast<std::int32_t*>(dst)[j] = ref_int<std::int32_t>(n, i, op);
-      break;
-    case DataType::uint32:
-      static_cast<std::uint32_t*>(dst)[j] = ref_int<std::uint32_t>(n, i, op);
-      break;
-    case DataType::int64:
-      static_cast<std::int64_t*>(dst)[j] = ref_int<std::int64_t>(n, i, op);
-      break;
-    case DataType::uint64:
-      static_cast<std::uint64_t*>(dst)[j] = ref_int<std::uint64_t>(n, i, op);
-      break;
-    case DataType::float16:
-      static_cast<std::uint16_t*>(dst)[j] = float_to_half(ref_float<float>(n, i, op));
-      break;
-    case DataType::bfloat16:
-      static_cast<std::uint16_t*>(dst)[j] = float_to_bfloat16(ref_float<float>(n, i, op));
-      break;
-    case DataType::float32:
-      static_cast<float*>(dst)[j] = ref_float<float>(n, i, op);
-      break;
-    case DataType::float64:
-      static_cast<double*>(dst)[j] = ref_float<double>(n, i, op);
-      break;
-  }
+  with_compute_type(dt, [&](auto zero) {
+    using T = decltype(zero);
+    put_elem<T>(dst, j, dt, reference_value<T>(n, i, op));
+  });
 }
 
 // A rank's buffers for one case. `in` and `out` are the tensors to pass to the collective.
@@ -186,7 +166,6 @@ struct RankBuffers {
 inline std::size_t in_count(const Case& c) {
   switch (c.kind) {
     case OpKind::reduce_scatter:
-      return c.count * static_cast<std::size_t>(c.n);
     case OpKind::scatter:
       return c.count * static_cast<std::size_t>(c.n);
     default:
@@ -198,9 +177,6 @@ inline std::size_t out_count(const Case& c) {
     case OpKind::allgather:
     case OpKind::gather:
       return c.count * static_cast<std::size_t>(c.n);
-    case OpKind::reduce_scatter:
-    case OpKind::scatter:
-      return c.count;
     default:
       return c.count;
   }
@@ -276,69 +252,55 @@ inline std::string check_result(const Case& c, int rank, const RankBuffers& rb) 
   std::vector<std::byte> want;
   const void* got = rb.out.data();
   std::size_t n_out = 0;
+  // Sizes `want` for `count` elements and fills element k with fill(k).
+  auto expect = [&](std::size_t count, auto fill) {
+    n_out = count;
+    want.resize(count * es + 1);
+    for (std::size_t k = 0; k < count; ++k) {
+      fill(k);
+    }
+  };
+  // Element k of `want` is rank q's input element i.
+  auto input_of = [&](std::size_t k, int q, std::size_t i) {
+    store(want.data(), k, c.dtype, static_cast<double>(base_value(q, i, c.op)));
+  };
+  // Element k of `want` is the reduction of every rank's input element first + k.
+  auto reduced = [&](std::size_t first) {
+    expect(c.count, [&](std::size_t k) { store_reference(want.data(), k, c.dtype, c.n, first + k, c.op); });
+  };
   switch (c.kind) {
-    case OpKind::allreduce:
-      n_out = c.count;
-      want.resize(n_out * es + 1);
-      for (std::size_t i = 0; i < n_out; ++i) {
-        store_reference(want.data(), i, c.dtype, c.n, i, c.op);
-      }
-      break;
     case OpKind::reduce:
       if (rank != c.root) {
         return {};
       }
-      n_out = c.count;
-      want.resize(n_out * es + 1);
-      for (std::size_t i = 0; i < n_out; ++i) {
-        store_reference(want.data(), i, c.dtype, c.n, i, c.op);
-      }
+      reduced(0);
+      break;
+    case OpKind::allreduce:
+      reduced(0);
       break;
     case OpKind::reduce_scatter:
-      n_out = c.count;
-      want.resize(n_out * es + 1);
-      for (std::size_t i = 0; i < n_out; ++i) {
-        store_reference(want.data(), i, c.dtype, c.n, ur * c.count + i, c.op);
-      }
+      reduced(ur * c.count);
       break;
     case OpKind::broadcast:
-      n_out = c.count;
-      want.resize(n_out * es + 1);
-      for (std::size_t i = 0; i < n_out; ++i) {
-        store(want.data(), i, c.dtype, static_cast<double>(base_value(c.root, i, c.op)));
-      }
+      expect(c.count, [&](std::size_t k) { input_of(k, c.root, k); });
       break;
     case OpKind::allgather:
     case OpKind::gather:
       if (c.kind == OpKind::gather && rank != c.root) {
         return {};
       }
-      n_out = c.count * un;
-      want.resize(n_out * es + 1);
-      for (std::size_t q = 0; q < un; ++q) {
-        for (std::size_t i = 0; i < c.count; ++i) {
-          store(want.data(), q * c.count + i, c.dtype,
-                static_cast<double>(base_value(static_cast<int>(q), i, c.op)));
-        }
-      }
+      expect(c.count * un, [&](std::size_t k) { input_of(k, static_cast<int>(k / c.count), k % c.count); });
       break;
     case OpKind::scatter:
-      n_out = c.count;
-      want.resize(n_out * es + 1);
-      for (std::size_t i = 0; i < n_out; ++i) {
-        store(want.data(), i, c.dtype, static_cast<double>(base_value(c.root, ur * c.count + i, c.op)));
-      }
+      expect(c.count, [&](std::size_t k) { input_of(k, c.root, ur * c.count + k); });
       break;
     case OpKind::all_to_all: {
-      n_out = c.count;
-      want.resize(n_out * es + 1);
       const std::size_t m = c.count / un;
-      for (std::size_t q = 0; q < un; ++q) {
-        for (std::size_t i = 0; i < m; ++i) {
-          store(want.data(), q * m + i, c.dtype,
-                static_cast<double>(base_value(static_cast<int>(q), ur * m + i, c.op)));
+      expect(c.count, [&](std::size_t k) {
+        if (k < un * m) {
+          input_of(k, static_cast<int>(k / m), ur * m + k % m);
         }
-      }
+      });
       break;
     }
     case OpKind::barrier:

@@ -17,12 +17,6 @@
 namespace chorus::test {
 namespace {
 
-constexpr DataType kAllTypes[] = {DataType::int8,    DataType::uint8,    DataType::int32,
-                                  DataType::uint32,  DataType::int64,    DataType::uint64,
-                                  DataType::float16, DataType::bfloat16, DataType::float32,
-                                  DataType::float64};
-constexpr ReduceOp kAllOps[] = {ReduceOp::sum, ReduceOp::prod, ReduceOp::min, ReduceOp::max,
-                                ReduceOp::avg};
 constexpr OpKind kCollectives[] = {OpKind::allreduce, OpKind::allgather, OpKind::reduce_scatter,
                                    OpKind::broadcast, OpKind::reduce,    OpKind::gather,
                                    OpKind::scatter,   OpKind::all_to_all};

@@ -73,6 +73,25 @@ inline std::byte* at(void* base, std::size_t elems, DataType dt) {
 inline const std::byte* at(const void* base, std::size_t elems, DataType dt) {
   return static_cast<const std::byte*>(base) + elems * element_size(dt);
 }
+// What every ring algorithm starts from: this rank's place in the ring and the slice size.
+struct RingSetup {
+  int n;            // world size
+  int r;            // this rank
+  int next;         // r + 1 mod n: where this rank sends
+  int prev;         // r - 1 mod n: where it receives from
+  DataType dt;
+  std::size_t es;   // bytes per element
+  std::size_t per;  // elements per pipeline slice
+};
+inline RingSetup ring_setup(const Schedule& s, const CollectiveArgs& a) {
+  const int n = s.size();
+  const int r = s.rank();
+  return {n, r, mod(r + 1, n), mod(r - 1, n), a.dtype, element_size(a.dtype), slice_elems(a)};
+}
+// Elements in slice j of a block of `count` elements cut into slices of `per`.
+inline std::size_t slice_count(std::size_t count, std::size_t per, std::size_t j) {
+  return std::min(per, count - j * per);
+}
 // Receive slots of the pipelined algorithms: enough to keep a few slices in flight.
 inline constexpr std::size_t kPipelineSlots = 4;
 

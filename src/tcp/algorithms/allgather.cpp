@@ -13,16 +13,9 @@
 namespace chorus::tcp {
 
 void build_ring_allgather(Schedule& s, const CollectiveArgs& a) {
-  const int n = s.size();
-  const int r = s.rank();
-  const int next = mod(r + 1, n);
-  const int prev = mod(r - 1, n);
-  const DataType dt = a.dtype;
-  const std::size_t es = element_size(dt);
+  const auto [n, r, next, prev, dt, es, per] = ring_setup(s, a);
   const std::size_t m = a.count;
-  const std::size_t per = slice_elems(a);
   const std::size_t ns = num_slices(m, per);
-  auto slice_count = [&](std::size_t j) { return std::min(per, m - j * per); };
 
   s.copy(at(a.out, static_cast<std::size_t>(r) * m, dt), a.in, m * es);
   std::vector<TaskId> prev_recv(ns, kNoTask);
@@ -32,7 +25,7 @@ void build_ring_allgather(Schedule& s, const CollectiveArgs& a) {
     std::vector<TaskId> got(ns, kNoTask);
     for (std::size_t j = 0; j < ns; ++j) {
       const std::size_t off = j * per;
-      const std::size_t bytes = slice_count(j) * es;
+      const std::size_t bytes = slice_count(m, per, j) * es;
       if (step == 0) {
         s.send(next, at(a.in, off, dt), bytes);
       } else {
@@ -41,7 +34,7 @@ void build_ring_allgather(Schedule& s, const CollectiveArgs& a) {
     }
     for (std::size_t j = 0; j < ns; ++j) {
       const std::size_t off = j * per;
-      got[j] = s.recv(prev, at(a.out, rb * m + off, dt), slice_count(j) * es);
+      got[j] = s.recv(prev, at(a.out, rb * m + off, dt), slice_count(m, per, j) * es);
     }
     prev_recv = std::move(got);
   }

@@ -18,17 +18,10 @@
 namespace chorus::tcp {
 
 void build_ring_reduce_scatter(Schedule& s, const CollectiveArgs& a) {
-  const int n = s.size();
-  const int r = s.rank();
-  const int next = mod(r + 1, n);
-  const int prev = mod(r - 1, n);
-  const DataType dt = a.dtype;
-  const std::size_t es = element_size(dt);
+  const auto [n, r, next, prev, dt, es, per] = ring_setup(s, a);
   const std::size_t m = a.count;
-  const std::size_t per = slice_elems(a);
   const std::size_t ns = num_slices(m, per);
   const int divisor = a.op == ReduceOp::avg ? n : 0;
-  auto slice_count = [&](std::size_t j) { return std::min(per, m - j * per); };
 
   auto* rslots = static_cast<std::byte*>(s.scratch(kPipelineSlots * per * es));
   std::byte* partials[2] = {nullptr, nullptr};
@@ -48,7 +41,7 @@ void build_ring_reduce_scatter(Schedule& s, const CollectiveArgs& a) {
     std::byte* const from = partials[(step - 1) & 1];
     std::byte* const into = partials[step & 1];
     for (std::size_t j = 0; j < ns; ++j) {
-      const std::size_t bytes = slice_count(j) * es;
+      const std::size_t bytes = slice_count(m, per, j) * es;
       if (step == 0) {
         s.send(next, at(a.in, sc * m + j * per, dt), bytes);
       } else {
@@ -57,7 +50,7 @@ void build_ring_reduce_scatter(Schedule& s, const CollectiveArgs& a) {
     }
     const bool last = step == n - 2;
     for (std::size_t j = 0; j < ns; ++j) {
-      const std::size_t cnt = slice_count(j);
+      const std::size_t cnt = slice_count(m, per, j);
       const std::size_t k = next_r++ % kPipelineSlots;
       std::byte* rslot = rslots + k * per * es;
       const TaskId rv = s.recv(prev, rslot, cnt * es, {rslot_user[k]});

@@ -13,6 +13,12 @@
 // slots bound the memory; a receive waits for the reduction that last used its slot. An
 // allgather receive into chunk c waits for the reduce-scatter send that read chunk c
 // (in-place, that memory is about to be overwritten).
+// Posting order: every allgather send would otherwise queue behind all reduce-scatter sends
+// of the stream, so the reduced data left the cache long before the kernel copied it out
+// (for 2 ranks: 32 MiB later). Instead the allgather transfers are merged into the last
+// reduce-scatter step's FIFO, kAllgatherLag slices behind (Schedule::interleave). Only the
+// posting order changes; allgather slice i then waits for the reduction of slice i, which
+// needs only reduce-scatter transfers that precede it in both ranks' FIFOs, so no cycle.
 // Every chunk reaches every rank through one chain of reductions in a fixed order, so all
 // ranks end with identical bits.
 #include <vector>
@@ -20,23 +26,24 @@
 #include "tcp/algorithms/algorithms.hpp"
 
 namespace chorus::tcp {
+namespace {
+// Slices between a reduction of the last reduce-scatter step and the allgather send of its
+// result. Small enough that the reduced slice is still in cache when the kernel copies it
+// (one slot ring of 4 x 256 KiB behind), large enough that the send FIFO rarely waits for a
+// reduction. Measured on loopback, 2 ranks, 64 MiB (median busbw of 5 runs of 9 samples):
+// no interleaving 2.69 GB/s, lag 2: 2.82, lag 4: 3.17, lag 8: no better than 4.
+constexpr std::size_t kAllgatherLag = 4;
+}  // namespace
 
 void build_ring_allreduce(Schedule& s, const CollectiveArgs& a) {
-  const int n = s.size();
-  const int r = s.rank();
-  const int next = mod(r + 1, n);
-  const int prev = mod(r - 1, n);
-  const DataType dt = a.dtype;
-  const std::size_t es = element_size(dt);
-  const std::size_t per = slice_elems(a);
+  const auto [n, r, next, prev, dt, es, per] = ring_setup(s, a);
   const int divisor = a.op == ReduceOp::avg ? n : 0;
 
   auto slices = [&](int c) { return num_slices(block_of(a.count, n, c).count, per); };
   // Element range of slice j of chunk c.
   auto slice = [&](int c, std::size_t j) {
     const Span b = block_of(a.count, n, c);
-    const std::size_t off = j * per;
-    return Span{b.offset + off, std::min(per, b.count - off)};
+    return Span{b.offset + j * per, slice_count(b.count, per, j)};
   };
 
   auto* slots = static_cast<std::byte*>(s.scratch(kPipelineSlots * per * es));
@@ -47,9 +54,15 @@ void build_ring_allreduce(Schedule& s, const CollectiveArgs& a) {
   std::vector<std::vector<TaskId>> rs_sent(static_cast<std::size_t>(n));
   std::vector<std::vector<TaskId>> gathered(static_cast<std::size_t>(n));
 
+  std::size_t last_send_mark = 0;
+  std::size_t last_recv_mark = 0;
   for (int step = 0; step < n - 1; ++step) {
     const int sc = mod(r - step, n);
     const int rc = mod(r - step - 1, n);
+    if (step == n - 2) {
+      last_send_mark = s.sends_to(next);
+      last_recv_mark = s.recvs_from(prev);
+    }
     auto& sent = rs_sent[static_cast<std::size_t>(sc)];
     for (std::size_t j = 0; j < slices(sc); ++j) {
       const Span sp = slice(sc, j);
@@ -72,6 +85,8 @@ void build_ring_allreduce(Schedule& s, const CollectiveArgs& a) {
       red.push_back(rd);
     }
   }
+  const std::size_t rs_sends = s.sends_to(next);
+  const std::size_t rs_recvs = s.recvs_from(prev);
   for (int step = 0; step < n - 1; ++step) {
     const int sc = mod(r + 1 - step, n);
     const int rc = mod(r - step, n);
@@ -89,6 +104,11 @@ void build_ring_allreduce(Schedule& s, const CollectiveArgs& a) {
                            {j < readers.size() ? readers[j] : kNoTask}));
     }
   }
+  // Post each allgather transfer kAllgatherLag slices after the reduce-scatter transfer of the
+  // same slice in the last step (see the top of this file). The receiver's FIFO gets the same
+  // rule: its receive sequence matches this rank's send sequence item by item.
+  s.interleave(next, true, rs_sends, last_send_mark + kAllgatherLag);
+  s.interleave(prev, false, rs_recvs, last_recv_mark + kAllgatherLag);
 }
 
 }  // namespace chorus::tcp
