@@ -5,23 +5,17 @@
 #include <algorithm>
 #include <cstring>
 
+#include "core/bytes.hpp"
+
 namespace chorus::net {
 namespace {
 constexpr std::size_t kReadChunk = 64 * 1024;
 constexpr std::size_t kIdleKeep = 16 * 1024;
 }  // namespace
 
-void put_u32(std::uint8_t* p, std::uint32_t v) noexcept {
-  p[0] = static_cast<std::uint8_t>(v);
-  p[1] = static_cast<std::uint8_t>(v >> 8);
-  p[2] = static_cast<std::uint8_t>(v >> 16);
-  p[3] = static_cast<std::uint8_t>(v >> 24);
-}
+void put_u32(std::uint8_t* p, std::uint32_t v) noexcept { put_le(p, v, 4); }
 
-std::uint32_t get_u32(const std::uint8_t* p) noexcept {
-  return static_cast<std::uint32_t>(p[0]) | (static_cast<std::uint32_t>(p[1]) << 8) |
-         (static_cast<std::uint32_t>(p[2]) << 16) | (static_cast<std::uint32_t>(p[3]) << 24);
-}
+std::uint32_t get_u32(const std::uint8_t* p) noexcept { return static_cast<std::uint32_t>(get_le(p, 4)); }
 
 std::size_t begin_frame(std::vector<std::uint8_t>& buf) {
   const std::size_t at = buf.size();

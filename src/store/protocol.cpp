@@ -6,6 +6,7 @@
 
 #include <fmt/format.h>
 
+#include "core/bytes.hpp"
 #include "net/frame.hpp"
 
 namespace chorus::store {
@@ -13,15 +14,8 @@ namespace {
 
 // ---- writer --------------------------------------------------------------------------------
 void put_u8(std::vector<std::uint8_t>& out, std::uint8_t v) { out.push_back(v); }
-void put_u32(std::vector<std::uint8_t>& out, std::uint32_t v) {
-  const std::size_t at = out.size();
-  out.resize(at + 4);
-  net::put_u32(out.data() + at, v);
-}
-void put_u64(std::vector<std::uint8_t>& out, std::uint64_t v) {
-  put_u32(out, static_cast<std::uint32_t>(v));
-  put_u32(out, static_cast<std::uint32_t>(v >> 32));
-}
+void put_u32(std::vector<std::uint8_t>& out, std::uint32_t v) { append_le(out, v, 4); }
+void put_u64(std::vector<std::uint8_t>& out, std::uint64_t v) { append_le(out, v, 8); }
 void put_blob(std::vector<std::uint8_t>& out, const void* data, std::size_t len) {
   put_u32(out, static_cast<std::uint32_t>(len));
   const std::size_t at = out.size();
@@ -155,10 +149,8 @@ bool finish(Reader& r, DecodeError& error) {
 
 void encode_hello(const Hello& hello, std::uint8_t out[kHelloBytes]) noexcept {
   std::memcpy(out, kMagic, 4);
-  out[4] = static_cast<std::uint8_t>(hello.version);
-  out[5] = static_cast<std::uint8_t>(hello.version >> 8);
-  out[6] = static_cast<std::uint8_t>(hello.flags);
-  out[7] = static_cast<std::uint8_t>(hello.flags >> 8);
+  put_le(out + 4, hello.version, 2);
+  put_le(out + 6, hello.flags, 2);
 }
 
 std::optional<Hello> decode_hello(const std::uint8_t in[kHelloBytes]) noexcept {
@@ -166,8 +158,8 @@ std::optional<Hello> decode_hello(const std::uint8_t in[kHelloBytes]) noexcept {
     return std::nullopt;
   }
   Hello h;
-  h.version = static_cast<std::uint16_t>(in[4] | (in[5] << 8));
-  h.flags = static_cast<std::uint16_t>(in[6] | (in[7] << 8));
+  h.version = static_cast<std::uint16_t>(get_le(in + 4, 2));
+  h.flags = static_cast<std::uint16_t>(get_le(in + 6, 2));
   return h;
 }
 
