@@ -48,7 +48,7 @@ struct Options {
   int ngpus = 1;                       // -g: only 1 (one GPU per process, nccl backend)
   chorus::Backend backend = chorus::Backend::tcp;  // --backend
   std::string json_path;               // --json
-  int corrupt_rank = -1;               // test hook --test-corrupt-rank (see docs/arch/launcher.md)
+  int corrupt_rank = -1;               // test hook --test-corrupt-rank (see docs/architecture.md)
   bool help = false;
 };
 

@@ -50,7 +50,7 @@ struct LaunchInfo {
   std::string run_id = "default";
 };
 
-// Parses the launcher variables (see docs/arch/launcher.md for the table and the rendezvous
+// Parses the launcher variables (see docs/architecture.md for the table and the rendezvous
 // rule of each launcher). Reads the environment only; never blocks. Throws InvalidArgument
 // naming the variable, its value and the launcher expected to set it when one is missing or
 // malformed (e.g. OMPI_COMM_WORLD_RANK set without OMPI_COMM_WORLD_SIZE, RANK >= WORLD_SIZE,

@@ -114,7 +114,7 @@ TEST_CASE("every reduction op and data type is exact", "[launcher][bench]") {
 
 TEST_CASE("-c catches a planted corruption and the run fails", "[launcher][bench]") {
   // Test hook: --test-corrupt-rank R flips one bit of one output element on rank R after each
-  // checked op (see docs/arch/launcher.md).
+  // checked op (see docs/architecture.md).
   std::vector<std::string> flags = kShortSweep;
   flags.insert(flags.end(), {"--test-corrupt-rank", "1"});
   const Process p = run_bench(2, "all_reduce_perf", flags);

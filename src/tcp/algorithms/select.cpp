@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: BSD-3-Clause
 // Algorithm choice by (op, bytes, world size). The small/large switch for allreduce,
 // broadcast and reduce is TcpGroupOptions::small_allreduce_bytes (measured: see
-// docs/arch/tcp.md); world size 1 is a local copy.
+// docs/architecture.md); world size 1 is a local copy.
 #include "core/check.hpp"
 #include "tcp/algorithms/algorithms.hpp"
 
