@@ -6,6 +6,7 @@
 #include <string_view>
 
 #include "common.hpp"
+#include "../tools/cli_number.hpp"
 
 namespace bench {
 
@@ -66,14 +67,10 @@ std::optional<std::size_t> parse_size(const std::string& text) {
 namespace {
 
 long long parse_int(const std::string& flag, const std::string& value, long long min, long long max) {
-  errno = 0;
-  char* end = nullptr;
-  const long long v = std::strtoll(value.c_str(), &end, 10);
-  if (value.empty() || errno != 0 || *end != '\0' || v < min || v > max) {
-    throw UsageError(flag + " expects an integer in [" + std::to_string(min) + ", " +
-                     std::to_string(max) + "], got '" + value + "'");
+  if (auto v = chorus::cli::parse_int_in(value, min, max)) {
+    return *v;
   }
-  return v;
+  throw UsageError(chorus::cli::int_expected(flag, value, min, max));
 }
 
 std::size_t size_arg(const std::string& flag, const std::string& value) {

@@ -2,6 +2,8 @@
 // chorusrun's flag parser: torchrun's spellings, strict values, clear errors.
 #include "chorusrun_args.hpp"
 
+#include "cli_number.hpp"
+
 #include <cerrno>
 #include <cstdlib>
 #include <optional>
@@ -12,14 +14,10 @@ namespace {
 
 long long parse_int(const std::string& flag, const std::string& value, long long min,
                     long long max) {
-  errno = 0;
-  char* end = nullptr;
-  const long long v = std::strtoll(value.c_str(), &end, 10);
-  if (value.empty() || errno != 0 || *end != '\0' || v < min || v > max) {
-    throw UsageError(flag + " expects an integer in [" + std::to_string(min) + ", " +
-                     std::to_string(max) + "], got '" + value + "'");
+  if (auto v = chorus::cli::parse_int_in(value, min, max)) {
+    return *v;
   }
-  return v;
+  throw UsageError(chorus::cli::int_expected(flag, value, min, max));
 }
 
 double parse_seconds(const std::string& flag, const std::string& value) {

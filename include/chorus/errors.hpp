@@ -14,7 +14,8 @@
 namespace chorus {
 
 enum class ErrorCode : int {
-  invalid_argument = 1,  // the caller's fault; nothing was sent
+  invalid_argument = 1,  // the caller's fault: wrong arguments (nothing was sent), or ranks that
+                         // issued different collectives at one sequence number (the group aborts)
   timeout,               // a deadline passed
   network,               // reset, refused, unreachable, bad handshake
   store,                 // the store answered with an error, or its protocol broke
@@ -51,7 +52,9 @@ class CHORUS_API Error : public std::runtime_error {
   ErrorContext context_;
 };
 
-// Wrong arguments: thrown at call time on the calling rank, before anything is sent.
+// Wrong arguments: thrown at call time on the calling rank, before anything is sent. Also the
+// error of a collective whose signature (op, dtype, count, root) differs across ranks: then it
+// names both signatures and ranks, and the group is aborted.
 class CHORUS_API InvalidArgument : public Error {
  public:
   explicit InvalidArgument(const std::string& message, ErrorContext context = {});

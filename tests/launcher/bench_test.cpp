@@ -211,7 +211,7 @@ TEST_CASE("Open MPI's mpirun starts all_reduce_perf on 4 ranks over tcp", "[mpir
   std::vector<std::string> argv{"/usr/bin/env", "mpirun", "--allow-run-as-root", "--oversubscribe",
                                 "--bind-to", "none", "-n", "4", bench_bin("all_reduce_perf")};
   argv.insert(argv.end(), {"-b", "8", "-e", "64K", "-f", "8", "-n", "2", "-c", "1"});
-  const Process p = run(argv, Seconds(120), {"OMPI_MCA_btl=self,tcp", "OMPI_MCA_btl_tcp_if_include=lo"},
+  const Process p = run(argv, Seconds(120), {"OMPI_MCA_btl=self,tcp", "OMPI_MCA_btl_tcp_if_include=lo", "OMPI_MCA_oob_tcp_if_include=lo"},
                         launcher_vars());
   INFO(p.output);
   CHECK(shell_status(p) == 0);
