@@ -36,6 +36,16 @@ echo "installed: $(cd "$tmp/root" && find . -name 'libchorus*' -o -name chorus.p
 grep -q '^prefix=' "$pc" || fail "chorus.pc has no prefix= line"
 prefix=$(sed -n 's/^prefix=//p' "$pc")
 if grep -qE -- "-[IL]$prefix/(include|lib)" "$pc"; then fail "chorus.pc hard-codes the prefix: $(cat "$pc")"; fi
+# Installed tools carry a RUNPATH to the installed libdir: they run in any prefix without
+# LD_LIBRARY_PATH.
+runtime_libdir=$(sed -n 's/^libdir=//p' "$pc" | sed "s|\${prefix}|$prefix|")
+for tool in chorusrun chorus-store; do
+  runpath=$(readelf -d "$tmp/root$prefix/bin/$tool" | sed -n 's/.*(RUNPATH).*\[\(.*\)\]/\1/p')
+  case ":$runpath:" in
+    *":$runtime_libdir:"*) ;;
+    *) fail "installed $tool has RUNPATH '$runpath', which does not contain $runtime_libdir" ;;
+  esac
+done
 sed -i "s|^prefix=.*|prefix=$tmp/root$prefix|" "$pc"
 export PKG_CONFIG_PATH=$(dirname "$pc")
 cflags=$(pkg-config --cflags chorus)
