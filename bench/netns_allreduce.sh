@@ -31,8 +31,8 @@ command -v iperf3 >/dev/null || { echo "iperf3 not found: apt-get install iperf3
 
 cluster=$root/scripts/netns_cluster.sh
 "$cluster" check
-NETNS_CLUSTER=$cluster
-# shellcheck source=../scripts/netns_ranks.sh
+export NETNS_CLUSTER=$cluster # read by netns_ranks.sh
+# shellcheck source=/dev/null
 source "$root/scripts/netns_ranks.sh"
 
 work=$(mktemp -d)
@@ -43,7 +43,7 @@ trap cleanup EXIT
 trap 'exit 130' INT TERM HUP
 
 median() { sort -g | awk '{v[NR]=$1} END {print v[int((NR+1)/2)]}'; }
-link_gbs=$(awk -v r="$(echo "$rate" | tr A-Z a-z)" 'BEGIN {
+link_gbs=$(awk -v r="$(echo "$rate" | tr "[:upper:]" "[:lower:]")" 'BEGIN {
   n = r + 0; u = substr(r, length(n "") + 1)
   m = (u == "gbit") ? 1e9 : (u == "mbit") ? 1e6 : (u == "kbit") ? 1e3 : 1
   printf "%.6f", n * m / 8 / 1e9 }')

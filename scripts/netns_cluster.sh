@@ -70,7 +70,8 @@ check() {
 rate_bps() {
   local r=${1,,}
   [[ $r =~ ^([0-9]+)(bit|kbit|mbit|gbit)$ ]] || die "RATE must look like 100mbit or 1gbit or 'none', got '$1'"
-  local n=${BASH_REMATCH[1]}
+  local n=$((10#${BASH_REMATCH[1]}))
+  [ "$n" -gt 0 ] || die "RATE must be above 0, got '$1' (use 'none' for unshaped links)"
   case ${BASH_REMATCH[2]} in
     bit) echo "$n" ;; kbit) echo $((n * 1000)) ;; mbit) echo $((n * 1000000)) ;; gbit) echo $((n * 1000000000)) ;;
   esac
@@ -91,14 +92,15 @@ shape() {
 # in our own namespaces, which this script's callers started): a namespace with live processes
 # would keep its interfaces after `ip netns del`.
 destroy() {
-  local id=$1 ns pids
+  local id=$1 ns
+  local -a pids
   [[ $id =~ ^chorus-[0-9]+$ ]] || die "refusing to delete '$id': not a chorus-<pid> cluster id"
   local all
   all=$(ip netns list 2>/dev/null | awk '{print $1}' | grep -E "^$id-(br|[0-9]+)\$" || true)
   [ -n "$all" ] || return 0
   for ns in $all; do
-    pids=$(timeout "$STEP_TIMEOUT" ip netns pids "$ns" 2>/dev/null || true)
-    [ -z "$pids" ] || kill -KILL $pids 2>/dev/null || true
+    mapfile -t pids < <(timeout "$STEP_TIMEOUT" ip netns pids "$ns" 2>/dev/null || true)
+    [ ${#pids[@]} = 0 ] || kill -KILL "${pids[@]}" 2>/dev/null || true
   done
   for ns in $all; do
     ipx netns del "$ns" 2>/dev/null || echo "netns_cluster: could not delete $ns" >&2
@@ -108,7 +110,7 @@ destroy() {
 up() {
   [ $# -eq 2 ] || die "usage: up N RATE"
   local n=$1 rate=${2,,}
-  [[ $n =~ ^[0-9]+$ ]] && [ "$n" -ge 1 ] && [ "$n" -le 200 ] || die "N must be 1..200, got '$n'"
+  if ! [[ $n =~ ^[0-9]+$ ]] || [ "$n" -lt 1 ] || [ "$n" -gt 200 ]; then die "N must be 1..200, got '$n'"; fi
   [ "$rate" = none ] || rate_bps "$rate" >/dev/null
   check
   local owner=${CHORUS_NETNS_OWNER:-$PPID}

@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # SPDX-License-Identifier: BSD-3-Clause
 # Sourced (bash) by bench/netns_allreduce.sh and tests/netns: starts a chorus-store and one rank
 # per namespace of a cluster made by scripts/netns_cluster.sh (CHORUS_NETNS_ID must be set).

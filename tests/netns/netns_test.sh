@@ -14,8 +14,8 @@ cluster=$src/scripts/netns_cluster.sh
 "$cluster" check || exit $?
 : "${BENCH_DIR:?set BENCH_DIR to bench/ of the build}"
 : "${CHORUS_STORE_BIN:?set CHORUS_STORE_BIN to the chorus-store binary}"
-NETNS_CLUSTER=$cluster
-# shellcheck source=../../scripts/netns_ranks.sh
+export NETNS_CLUSTER=$cluster # read by netns_ranks.sh
+# shellcheck source=/dev/null
 source "$src/scripts/netns_ranks.sh"
 
 readonly N=3
@@ -25,6 +25,7 @@ readonly FAIL_TIMEOUT_S=3
 # after the cut), the status-probe grace (timeout/10, >= 100 ms) and process exit on a loaded
 # 2-core machine.
 readonly FAIL_BOUND_S=$((FAIL_TIMEOUT_S + 9))
+readonly RANK_LIMIT_S=60 # each rank process is killed after this (a hang is a failure)
 
 work=$(mktemp -d)
 CHORUS_NETNS_ID=$(CHORUS_NETNS_OWNER=$$ "$cluster" up "$N" 4gbit)
@@ -47,7 +48,7 @@ echo "cluster $CHORUS_NETNS_ID, store $STORE_ADDR"
 # 1. Exact collectives across the namespaces. Each run is its own job id (CHORUS_RUN_ID), so the
 # shared long-lived store never hands one run the keys of another.
 for b in all_reduce all_gather; do
-  CHORUS_TIMEOUT=30s CHORUS_RUN_ID=$b netns_start_ranks "$N" "$work" 60 \
+  CHORUS_TIMEOUT=30s CHORUS_RUN_ID=$b netns_start_ranks "$N" "$work" "$RANK_LIMIT_S" \
     "$BENCH_DIR/${b}_perf" -b 8 -e 1M -f 32 -n 2 -w 1 -c 1
   if ! netns_wait_ranks; then
     fail "$b across $N namespaces: exit codes ${RANK_RC[*]}"
@@ -66,7 +67,7 @@ done
 # -z 1 waits for each op before issuing the next: an op's deadline runs from its issue, so a
 # million ops issued at once with a 3 s timeout would time out in the queue without any cut.
 rm -f "$work/rank0.out" && mkfifo "$work/rank0.out"
-CHORUS_TIMEOUT=${FAIL_TIMEOUT_S}s CHORUS_RUN_ID=cut netns_start_ranks "$N" "$work" 60 \
+CHORUS_TIMEOUT=${FAIL_TIMEOUT_S}s CHORUS_RUN_ID=cut netns_start_ranks "$N" "$work" "$RANK_LIMIT_S" \
   "$BENCH_DIR/all_reduce_perf" -b 4M -e 4M -n 1000000 -w 1 -c 0 -z 1
 exec {out0}<"$work/rank0.out"
 started=0
@@ -89,7 +90,7 @@ else
     if [ "$rc" = 0 ]; then
       fail "rank $r exited 0 although rank $CUT_RANK's link was cut"; survivors_ok=0
     elif [ "$rc" = 124 ] || [ "$rc" = 137 ]; then
-      fail "rank $r hung until its 60 s limit after the cut"; survivors_ok=0
+      fail "rank $r hung until its ${RANK_LIMIT_S} s limit after the cut"; survivors_ok=0
     elif awk -v e="$elapsed" -v b="$FAIL_BOUND_S" 'BEGIN {exit !(e > b)}'; then
       fail "rank $r failed ${elapsed} s after the cut, bound is ${FAIL_BOUND_S} s (CHORUS_TIMEOUT=${FAIL_TIMEOUT_S}s)"
       survivors_ok=0
