@@ -23,6 +23,7 @@
 #include "core/format.hpp"
 #include "net/socket.hpp"
 #include "store/kv_table.hpp"
+#include "store/missing_keys.hpp"
 
 namespace chorus {
 namespace {
@@ -300,21 +301,15 @@ class FileStore final : public Store {
           std::min<std::chrono::microseconds>(backoff, std::chrono::duration_cast<std::chrono::microseconds>(left)));
       backoff = std::min<std::chrono::microseconds>(backoff * 2, std::chrono::milliseconds(50));
     }
-    std::string missing;
+    std::vector<std::string> missing;
     for (const auto& k : keys) {
       if (!check({k})) {
-        missing += fmt::format("{}'{}'", missing.empty() ? "" : ", ", k);
+        missing.push_back(k);
       }
     }
-    ErrorContext ctx;
-    ctx.op = fmt::format("store.{}", op);
-    ctx.timeout = timeout;
-    ctx.elapsed = timeout;
-    throw TimeoutError(fmt::format("FileStore {} in {} timed out after {}: still missing {}; the "
-                                   "process that sets them has not arrived, or does not see the "
-                                   "same directory: check it, or raise the timeout",
-                                   op, dir_, format_duration(timeout), missing),
-                       ctx);
+    store::throw_keys_timeout(fmt::format("FileStore {} in {}", op, dir_), op, timeout, missing,
+                              "the process that sets them has not arrived, or does not see the "
+                              "same directory");
   }
 
   std::string dir_;

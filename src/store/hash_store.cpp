@@ -11,6 +11,7 @@
 
 #include "core/format.hpp"
 #include "store/kv_table.hpp"
+#include "store/missing_keys.hpp"
 
 namespace chorus {
 namespace {
@@ -143,20 +144,14 @@ class HashStore final : public Store {
     if (cv_.wait_until(lock, deadline.when(), all_present)) {
       return;
     }
-    std::string missing;
+    std::vector<std::string> missing;
     for (const auto& k : keys) {
       if (map_.count(k) == 0) {
-        missing += fmt::format("{}'{}'", missing.empty() ? "" : ", ", k);
+        missing.push_back(k);
       }
     }
-    ErrorContext ctx;
-    ctx.op = fmt::format("store.{}", op);
-    ctx.timeout = timeout;
-    ctx.elapsed = timeout;
-    throw TimeoutError(fmt::format("HashStore {} timed out after {}: still missing {}; the thread "
-                                   "that sets them has not arrived: check it, or raise the timeout",
-                                   op, format_duration(timeout), missing),
-                       ctx);
+    store::throw_keys_timeout(fmt::format("HashStore {}", op), op, timeout, missing,
+                              "the thread that sets them has not arrived");
   }
 
   std::mutex mu_;

@@ -8,23 +8,12 @@
 
 #include "core/format.hpp"
 #include "net/address.hpp"
+#include "store/missing_keys.hpp"
 #include "store/tcp_store_client.hpp"
 #include "store/tcp_store_server.hpp"
 
 namespace chorus {
 namespace {
-
-std::string list_keys_for_message(const std::vector<std::string>& keys) {
-  std::string out;
-  const std::size_t shown = std::min<std::size_t>(keys.size(), 8);
-  for (std::size_t i = 0; i < shown; ++i) {
-    out += fmt::format("{}'{}'", i ? ", " : "", keys[i]);
-  }
-  if (keys.size() > shown) {
-    out += fmt::format(" and {} more", keys.size() - shown);
-  }
-  return out;
-}
 
 std::string connect_host_for(const std::string& bind_host) {
   if (bind_host.empty() || bind_host == "0.0.0.0") {
@@ -98,7 +87,7 @@ void check_reply(const store::Client& c, store::Op op, const store::Reply& r, Du
                     "them has not arrived (slow, crashed, or using another key name): check it, "
                     "or raise the timeout (CHORUS_TIMEOUT)",
                     store::to_string(op), c.address(), format_duration(timeout),
-                    list_keys_for_message(r.keys)),
+                    store::quote_keys(r.keys)),
         ctx);
   }
   ctx.elapsed = Duration(0);
