@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <exception>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -34,8 +35,14 @@ struct OpCall {
 // The public methods are non-virtual: they check arguments (throwing InvalidArgument on the
 // calling rank before anything is sent), fail fast if the group was aborted (rethrowing the
 // original error), assign the sequence number and deadline, then call the backend's do_<op>().
-// Thread-safe: ops issued concurrently from several threads are ordered by issue time; issue
-// them in the same order on every rank.
+// Thread-safe, and issue order is execution order. Each public call takes its sequence number
+// and hands the op to the backend as one step, under a per-group lock, so ops run in the order
+// their calls took that lock (their `seq`) on every thread and every rank. Across threads that
+// order is whatever the threads' timing makes it: when several threads issue collectives on one
+// group, the program must make the interleaving the same on every rank (e.g. one thread per
+// kind of op and a fixed hand-off between them, or threads that issue identical collectives),
+// exactly as with one thread. Tagged send/recv are matched by (peer, tag), not by position, so
+// threads may issue them in any interleaving. A Work::then() callback may issue new ops.
 class CHORUS_API ProcessGroup : public std::enable_shared_from_this<ProcessGroup> {
  public:
   virtual ~ProcessGroup();
@@ -135,6 +142,10 @@ class CHORUS_API ProcessGroup : public std::enable_shared_from_this<ProcessGroup
   int size_;
   std::string name_;
   Duration timeout_;
+  // Held from taking a sequence number until the backend has queued the op, so that issue
+  // order (seq) is execution order across threads. Recursive: a Work::then() callback that
+  // runs inline (the op failed at once) may issue the next op from inside a call.
+  std::recursive_mutex issue_mu_;
   std::atomic<std::uint64_t> next_seq_{1};     // collectives
   std::atomic<std::uint64_t> next_p2p_seq_{1};  // send/recv
   std::atomic<bool> failed_{false};

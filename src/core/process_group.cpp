@@ -74,6 +74,7 @@ void ProcessGroup::check_device(const Tensor& t, const char* what, const char* o
   }
 }
 
+// Called with issue_mu_ held; the caller keeps it until do_<op>() has queued the op.
 OpCall ProcessGroup::begin(const char* name, const std::optional<Duration>& timeout,
                            bool collective) {
   rethrow_if_failed();
@@ -113,6 +114,7 @@ std::shared_ptr<Work> ProcessGroup::allreduce(Tensor in, Tensor out, const Allre
                    "out-of-place input and output overlap; pass the same tensor twice for in-place");
   check_device(in, "input", call.name);
   check_device(out, "output", call.name);
+  const std::lock_guard issue(issue_mu_);
   OpCall op = begin(call.name, options.timeout, true);
   return do_allreduce(in, out, options.op, op);
 }
@@ -127,6 +129,7 @@ std::shared_ptr<Work> ProcessGroup::allgather(Tensor in, Tensor out, const Colle
                    "input overlaps output; for in-place pass output.slice(rank * n, n) as input");
   check_device(in, "input", call.name);
   check_device(out, "output", call.name);
+  const std::lock_guard issue(issue_mu_);
   OpCall op = begin(call.name, options.timeout, true);
   return do_allgather(in, out, op);
 }
@@ -142,6 +145,7 @@ std::shared_ptr<Work> ProcessGroup::reduce_scatter(Tensor in, Tensor out,
                    "output overlaps input; for in-place pass input.slice(rank * n, n) as output");
   check_device(in, "input", call.name);
   check_device(out, "output", call.name);
+  const std::lock_guard issue(issue_mu_);
   OpCall op = begin(call.name, options.timeout, true);
   return do_reduce_scatter(in, out, options.op, op);
 }
@@ -151,6 +155,7 @@ std::shared_ptr<Work> ProcessGroup::broadcast(Tensor inout, const RootOptions& o
   CHORUS_ARG_CHECK(options.root >= 0 && options.root < size_, "root {} is not a rank in [0, {})",
                    options.root, size_);
   check_device(inout, "tensor", call.name);
+  const std::lock_guard issue(issue_mu_);
   OpCall op = begin(call.name, options.timeout, true);
   return do_broadcast(inout, options.root, op);
 }
@@ -169,6 +174,7 @@ std::shared_ptr<Work> ProcessGroup::reduce(Tensor in, Tensor out, const ReduceOp
   if (rank_ == options.root) {
     check_device(out, "output", call.name);
   }
+  const std::lock_guard issue(issue_mu_);
   OpCall op = begin(call.name, options.timeout, true);
   return do_reduce(in, out, options.op, options.root, op);
 }
@@ -189,6 +195,7 @@ std::shared_ptr<Work> ProcessGroup::gather(Tensor in, Tensor out, const RootOpti
   if (rank_ == options.root) {
     check_device(out, "output", call.name);
   }
+  const std::lock_guard issue(issue_mu_);
   OpCall op = begin(call.name, options.timeout, true);
   return do_gather(in, out, options.root, op);
 }
@@ -209,6 +216,7 @@ std::shared_ptr<Work> ProcessGroup::scatter(Tensor in, Tensor out, const RootOpt
     check_device(in, "input", call.name);
   }
   check_device(out, "output", call.name);
+  const std::lock_guard issue(issue_mu_);
   OpCall op = begin(call.name, options.timeout, true);
   return do_scatter(in, out, options.root, op);
 }
@@ -223,11 +231,13 @@ std::shared_ptr<Work> ProcessGroup::all_to_all(Tensor in, Tensor out, const Coll
                    "out-of-place input and output overlap; pass the same tensor twice for in-place");
   check_device(in, "input", call.name);
   check_device(out, "output", call.name);
+  const std::lock_guard issue(issue_mu_);
   OpCall op = begin(call.name, options.timeout, true);
   return do_all_to_all(in, out, op);
 }
 
 std::shared_ptr<Work> ProcessGroup::barrier(const CollectiveOptions& options) {
+  const std::lock_guard issue(issue_mu_);
   OpCall op = begin("barrier", options.timeout, true);
   return do_barrier(op);
 }
@@ -238,6 +248,7 @@ std::shared_ptr<Work> ProcessGroup::send(Tensor tensor, int dst, std::uint32_t t
   CHORUS_ARG_CHECK(dst >= 0 && dst < size_ && dst != rank_,
                    "destination {} is not another rank in [0, {})", dst, size_);
   check_device(tensor, "tensor", call.name);
+  const std::lock_guard issue(issue_mu_);
   OpCall op = begin(call.name, options.timeout, false);
   return do_send(tensor, dst, tag, op);
 }
@@ -248,6 +259,7 @@ std::shared_ptr<Work> ProcessGroup::recv(Tensor tensor, int src, std::uint32_t t
   CHORUS_ARG_CHECK(src >= 0 && src < size_ && src != rank_, "source {} is not another rank in [0, {})",
                    src, size_);
   check_device(tensor, "tensor", call.name);
+  const std::lock_guard issue(issue_mu_);
   OpCall op = begin(call.name, options.timeout, false);
   return do_recv(tensor, src, tag, op);
 }
