@@ -1,12 +1,16 @@
 # SPDX-License-Identifier: BSD-3-Clause
-# The two commands: `make test` (set up, build, run every test) and `make bench` (the main job).
-# Both install missing Debian packages first, so they work on a fresh Debian 12 machine.
+# The two commands: `make test` (set up, build, run every test, then the sanitizer legs and the
+# format check) and `make bench` (the main job). Both install missing Debian packages first, so
+# they work on a fresh Debian 12 machine.
 BUILD ?= build
+ASAN_BUILD ?= build-asan
+TSAN_BUILD ?= build-tsan
 MESON_OPTS ?=
-DEB_PACKAGES := meson ninja-build pkg-config g++ libfmt-dev catch2 libdlpack-dev iproute2 iperf3 openmpi-bin openssh-client
+DEB_PACKAGES := meson ninja-build pkg-config g++ libfmt-dev catch2 libdlpack-dev iproute2 iperf3 openmpi-bin openssh-client \
+  clang libclang-rt-14-dev clang-format
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: all deps setup build test bench clean
+.PHONY: all deps setup build test test-unit test-asan test-tsan format-check format bench clean
 
 all: build
 
@@ -28,12 +32,59 @@ setup: $(BUILD)/build.ninja
 build: setup
 	ninja -C $(BUILD)
 
-test: build
+# Every leg runs even when an earlier one failed (make -k semantics inside one recipe), and the
+# target fails if any did: CI sees all findings in one run.
+test:
+	@status=0; for leg in test-unit test-asan test-tsan format-check; do \
+	  $(MAKE) --no-print-directory $$leg || status=1; done; exit $$status
+
+# The normal suite: every test, default build (debugoptimized, werror).
+test-unit: build
 	meson test -C $(BUILD) --print-errorlogs --num-processes 2
+
+# Sanitizer legs: their own build dirs, no benchmarks or examples; each builds only what it runs.
+# halt_on_error / -fno-sanitize-recover: the first finding fails the test (also in forked ranks,
+# which leave with _exit and would otherwise never report). See README "Sanitizer legs".
+SAN_MESON_OPTS := -Dbench=false -Dexamples=false -Db_lundef=false \
+  -Dcpp_args='-fno-omit-frame-pointer -fno-sanitize-recover=all' \
+  -Dc_args='-fno-omit-frame-pointer -fno-sanitize-recover=all'
+SAN_ENV := ASAN_OPTIONS=halt_on_error=1:abort_on_error=0:detect_leaks=1:print_summary=1 \
+  UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1:print_summary=1 \
+  TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1:print_summary=1
+
+# ASan + UBSan: the whole suite except tests that cannot run sanitized (see ASAN_SKIP).
+# installed_package links a program against the installed libchorus with pkg-config flags only,
+# which do not carry the sanitizer runtime.
+ASAN_SKIP := installed_package
+$(ASAN_BUILD)/build.ninja: | deps
+	meson setup $(ASAN_BUILD) $(SAN_MESON_OPTS) -Db_sanitize=address,undefined
+
+test-asan: $(ASAN_BUILD)/build.ninja
+	ninja -C $(ASAN_BUILD)
+	$(SAN_ENV) scripts/run_tests.sh $(ASAN_BUILD) --skip "$(ASAN_SKIP)" --timeout-multiplier 3
+
+# TSan (clang 14: LLVM's own TSan; the leg also keeps the clang build warning-free): the tests
+# that run several threads in one process (engine + caller threads, store server + clients,
+# Work callbacks, the DDP reducer's callbacks). libclang-rt-14-dev holds its runtime.
+TSAN_TESTS := core store_contract store_tcp store_mp tcp_collectives_mp tcp_failures_mp \
+  tcp_misc_mp capi capi_mp ddp_mp
+$(TSAN_BUILD)/build.ninja: | deps
+	CC=clang CXX=clang++ meson setup $(TSAN_BUILD) $(SAN_MESON_OPTS) -Db_sanitize=thread
+
+test-tsan: $(TSAN_BUILD)/build.ninja
+	ninja -C $(TSAN_BUILD) $(addprefix tests/test_,$(TSAN_TESTS))
+	$(SAN_ENV) scripts/run_tests.sh $(TSAN_BUILD) --only "$(TSAN_TESTS)" --timeout-multiplier 4
+
+# clang-format 14 with .clang-format over every C/C++ source; `make format` applies it.
+format-check: | deps
+	scripts/check_format.sh
+
+format: | deps
+	scripts/format.sh
 
 # The main job: 4 ranks of all_reduce_perf over the tcp backend, 8 B to 64 MiB, results checked.
 bench: build
 	PATH="$(CURDIR)/$(BUILD)/bench:$$PATH" $(BUILD)/tools/chorusrun --standalone -n 4 all_reduce_perf -b 8 -e 64M -f 4 -c 1
 
 clean:
-	rm -rf $(BUILD)
+	rm -rf $(BUILD) $(ASAN_BUILD) $(TSAN_BUILD)
