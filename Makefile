@@ -66,7 +66,7 @@ test-asan: $(ASAN_BUILD)/build.ninja
 # TSan (clang 14: LLVM's own TSan; the leg also keeps the clang build warning-free): the tests
 # that run several threads in one process (engine + caller threads, store server + clients,
 # Work callbacks, the DDP reducer's callbacks). libclang-rt-14-dev holds its runtime.
-TSAN_TESTS := core store_contract store_tcp store_mp tcp_collectives_mp tcp_failures_mp \
+TSAN_TESTS := core store_contract store_tcp store_mp tcp_collectives_mp tcp_failures_mp tcp_threads_mp \
   tcp_misc_mp capi capi_mp ddp_mp
 $(TSAN_BUILD)/build.ninja: | deps
 	CC=clang CXX=clang++ meson setup $(TSAN_BUILD) $(SAN_MESON_OPTS) -Db_sanitize=thread
@@ -83,7 +83,9 @@ format: | deps
 	scripts/format.sh
 
 # The main job: 4 ranks of all_reduce_perf over the tcp backend, 8 B to 64 MiB, results checked.
-bench: build
+# Builds only the library, the tools and the benchmarks (meson alias `benchmarks`), not the tests.
+bench: setup
+	ninja -C $(BUILD) benchmarks
 	PATH="$(CURDIR)/$(BUILD)/bench:$$PATH" $(BUILD)/tools/chorusrun --standalone -n 4 all_reduce_perf -b 8 -e 64M -f 4 -c 1
 
 clean:

@@ -81,11 +81,16 @@ RunArgs parse_args(int argc, const char* const* argv) {
       args.standalone = true;
       continue;
     }
-    if (flag == "--no-python" || flag == "--no-prefix-output" || flag == "--no-prefix") {
-      if (flag != "--no-python") {
-        args.prefix_output = false;
-      }
-      continue;  // --no-python: chorusrun always runs the program itself, as torchrun would
+    if (flag == "--no-python") {
+      continue;  // chorusrun always runs the program itself, as torchrun would
+    }
+    if (flag == "--no-prefix-output" || flag == "--no-prefix") {
+      args.prefix = PrefixMode::never;
+      continue;
+    }
+    if (flag == "--prefix-output" || flag == "--prefix") {
+      args.prefix = PrefixMode::always;
+      continue;
     }
     auto value = [&]() -> std::string {
       if (inline_value) {
@@ -199,8 +204,10 @@ const char* usage() {
 
 Starts PROGRAM once per local rank with torchrun's environment (RANK, WORLD_SIZE, LOCAL_RANK,
 LOCAL_WORLD_SIZE, GROUP_RANK, MASTER_ADDR, MASTER_PORT, TORCHELASTIC_RESTART_COUNT,
-CHORUS_RESTART_COUNT, CHORUS_STORE_ADDR), hosts the chorus store on node rank 0, prefixes each
-output line with "[rank N] ", and stops every rank when one fails.
+CHORUS_RESTART_COUNT, CHORUS_STORE_ADDR), hosts the chorus store on node rank 0, relays the
+ranks' output line by line, and stops every rank when one fails. Lines get a "[rank N] " prefix
+once a second rank writes to the same stream (stdout or stderr), so output only one rank writes,
+such as a benchmark table, stays bare.
 
   -n, --nproc-per-node N   processes on this node (default 1)
       --nnodes N           number of nodes (default 1); every node runs chorusrun
@@ -215,7 +222,8 @@ output line with "[rank N] ", and stops every rank when one fails.
                            without --log-dir a temporary directory is made
   -r, --redirects 0-3      streams sent to the log files only, not to the console
       --kill-timeout SECS  grace between SIGTERM and SIGKILL when stopping ranks (default 10)
-      --no-prefix          do not prefix output lines with the rank
+      --prefix             prefix every output line with "[rank N] "
+      --no-prefix          never prefix output lines
       --no-python, --rdzv-backend, --rdzv-id, --monitor-interval, --role, --start-method
                            accepted for torchrun compatibility (no effect)
       --help-env           the environment variables chorus reads

@@ -11,6 +11,15 @@ namespace chorusrun {
 // Which of a rank's streams a flag applies to, as torchrun numbers them.
 enum StreamMask : int { kNone = 0, kStdout = 1, kStderr = 2, kBoth = 3 };
 
+// When a line on chorusrun's stdout or stderr gets a "[rank N] " prefix.
+enum class PrefixMode {
+  // Once a second rank writes to that stream (with a note naming the first writer). A stream
+  // only one rank writes to, such as rank 0's benchmark table, stays exactly as it wrote it.
+  automatic,
+  always,  // --prefix
+  never,   // --no-prefix
+};
+
 struct RunArgs {
   int nproc_per_node = 1;
   int nnodes = 1;
@@ -23,7 +32,7 @@ struct RunArgs {
   int tee = -1;                   // streams copied to the log files as well as the console
   int redirects = -1;             // streams sent to the log files only
   double kill_timeout_s = 10.0;   // SIGTERM -> SIGKILL grace period
-  bool prefix_output = true;      // "[rank N] " before each line of a rank's output
+  PrefixMode prefix = PrefixMode::automatic;  // "[rank N] " before a rank's output lines
   bool help = false;
   bool help_env = false;
   bool version = false;

@@ -24,8 +24,10 @@ void* ScratchArena::alloc(std::size_t bytes) {
     ++block_;
     used_ = 0;
   }
-  // Grow geometrically so that a group settles on one block after a few ops.
-  std::size_t size = std::max<std::size_t>(bytes, 1 << 20);
+  // The first block is exactly what was asked for: an op of a few elements must not pay for
+  // (and, under MALLOC_PERTURB_, fill) megabytes. Later blocks grow geometrically, and reset()
+  // merges them, so a group settles on one block after a few ops.
+  std::size_t size = bytes;
   if (!blocks_.empty()) {
     size = std::max(size, blocks_.back().size * 2);
   }

@@ -47,7 +47,8 @@ struct Task {
 };
 
 // Scratch memory reused across the ops of one group (the progress thread only). Allocations
-// are 64-byte aligned and stay valid until reset().
+// are 64-byte aligned and stay valid until reset(). Memory is sized to what the ops ask for
+// (no minimum block), so algorithms must ask for what the op needs, not for a slice size.
 class ScratchArena {
  public:
   void* alloc(std::size_t bytes);

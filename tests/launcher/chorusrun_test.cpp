@@ -74,10 +74,10 @@ std::string slurp(const std::string& path) {
 
 }  // namespace
 
-TEST_CASE("chorusrun sets torchrun's variables and prefixes every line with the rank",
+TEST_CASE("chorusrun sets torchrun's variables; --prefix prefixes every line with the rank",
           "[launcher][chorusrun]") {
   const Process p = run_script(
-      {"--standalone", "-n", "3"},
+      {"--standalone", "-n", "3", "--prefix"},
       "echo \"env $RANK $WORLD_SIZE $LOCAL_RANK $LOCAL_WORLD_SIZE $GROUP_RANK "
       "$CHORUS_RESTART_COUNT $TORCHELASTIC_RESTART_COUNT $CHORUS_LAUNCHER\"; "
       "echo \"addr $MASTER_ADDR:$MASTER_PORT $CHORUS_STORE_ADDR\"; printf 'no newline'; "
@@ -96,6 +96,50 @@ TEST_CASE("chorusrun sets torchrun's variables and prefixes every line with the 
   REQUIRE(std::regex_search(p.output, m, std::regex(R"(addr 127\.0\.0\.1:([0-9]+) 127\.0\.0\.1:([0-9]+))")));
   CHECK(m[1] == m[2]);
   CHECK(std::stoi(m[1]) > 0);
+}
+
+TEST_CASE("output one rank writes stays bare; a second writer turns prefixes on and says so",
+          "[launcher][chorusrun]") {
+  // Rank 0 writes two lines, then tells rank 2 (through the store) to write one: rank 0's
+  // lines are in chorusrun's pipe before rank 2 writes, so the order chorusrun sees is fixed.
+  // Rank 1 writes only to stderr, the other stream, which rank 0 and 2 never touch.
+  const std::string client = binary("CHORUS_STORE_BIN") + " --connect $CHORUS_STORE_ADDR --timeout 20 ";
+  const std::string script =
+      "if [ $RANK = 0 ]; then echo 'table row 1'; echo 'table row 2'; " + client +
+      "set printed 1 >/dev/null; fi; if [ $RANK = 1 ]; then echo 'only on stderr' >&2; fi; "
+      "if [ $RANK = 2 ]; then " + client + "wait printed >/dev/null && echo 'late writer'; fi";
+  SECTION("automatic (the default)") {
+    const Process p = run_script({"--standalone", "-n", "3"}, script);
+    INFO(p.output);
+    CHECK(shell_status(p) == 0);
+    const std::string note =
+        "chorusrun: rank 2 also writes to stdout: lines are prefixed with \"[rank N] \" from here "
+        "on; the stdout lines above came from rank 0\n";
+    const auto row1 = p.output.find("table row 1\n");
+    const auto row2 = p.output.find("table row 2\n");
+    const auto at_note = p.output.find(note);
+    const auto late = p.output.find("[rank 2] late writer\n");
+    REQUIRE(row1 != std::string::npos);
+    REQUIRE(row2 != std::string::npos);
+    REQUIRE(at_note != std::string::npos);
+    REQUIRE(late != std::string::npos);
+    CHECK(count(p.output, "[rank 0]") == 0);  // written while rank 0 was the only writer
+    CHECK(row1 < row2);
+    CHECK(row2 < at_note);
+    CHECK(at_note < late);
+    // Rank 1 is the only writer of stderr: bare, and no note about stderr.
+    CHECK(count(p.output, "only on stderr\n") == 1);
+    CHECK(count(p.output, "[rank 1]") == 0);
+    CHECK(count(p.output, "also writes to stderr") == 0);
+  }
+  SECTION("--no-prefix") {
+    const Process p = run_script({"--standalone", "-n", "3", "--no-prefix"}, script);
+    INFO(p.output);
+    CHECK(shell_status(p) == 0);
+    CHECK(count(p.output, "[rank ") == 0);
+    CHECK(count(p.output, "also writes to") == 0);
+    CHECK(count(p.output, "late writer\n") == 1);
+  }
 }
 
 TEST_CASE("a failing rank stops the others and sets chorusrun's exit status",
@@ -162,7 +206,7 @@ TEST_CASE("a failing rank stops the others and sets chorusrun's exit status",
 TEST_CASE("--max-restarts restarts the local ranks, then gives up", "[launcher][chorusrun]") {
   SECTION("succeeds on the third attempt") {
     const Process p = run_script(
-        {"--standalone", "-n", "2", "--max-restarts", "2"},
+        {"--standalone", "-n", "2", "--max-restarts", "2", "--prefix"},
         "echo attempt=$CHORUS_RESTART_COUNT/$TORCHELASTIC_RESTART_COUNT; "
         "if [ $RANK = 1 ] && [ $CHORUS_RESTART_COUNT -lt 2 ]; then exit 3; fi; exit 0");
     INFO(p.output);
@@ -188,7 +232,7 @@ TEST_CASE("the store lives in chorusrun: it outlives a crashed rank 0 and surviv
   const std::string client = store + " --connect $CHORUS_STORE_ADDR --timeout 20 ";
   // Attempt 0: rank 0 writes a key and crashes. Attempt 1: rank 1 reads it back.
   const Process p = run_script(
-      {"--standalone", "-n", "2", "--max-restarts", "1"},
+      {"--standalone", "-n", "2", "--max-restarts", "1", "--prefix"},
       "if [ $CHORUS_RESTART_COUNT = 0 ]; then "
       "  if [ $RANK = 0 ]; then " + client + "set survivor from-attempt-0 || exit 1; kill -KILL $$; fi; "
       "  exec sleep 60; "
@@ -252,7 +296,7 @@ TEST_CASE("ranks die with chorusrun even when it is SIGKILLed", "[launcher][chor
 TEST_CASE("--log-dir keeps per-rank logs; --redirects keeps them off the console",
           "[launcher][chorusrun]") {
   const std::string dir = temp_dir();
-  const Process p = run_script({"--standalone", "-n", "2", "--log-dir", dir, "--redirects", "1"},
+  const Process p = run_script({"--standalone", "-n", "2", "--log-dir", dir, "--redirects", "1", "--prefix"},
                                "echo out-$RANK; echo err-$RANK >&2");
   INFO(p.output);
   CHECK(shell_status(p) == 0);

@@ -487,19 +487,47 @@ TEST_CASE("misuse is InvalidArgument at call time and leaves the group usable",
 
 TEST_CASE("split maps to ncclCommSplit and the subgroup works", "[nccl][gpu][split]") {
   auto pg = make_group("parent");
+  // Parent traffic before the split, so the child's sequence numbers are visibly its own.
+  pg->barrier()->synchronize();
+  pg->barrier()->synchronize();
   auto child = pg->split({0}, {.name = "child"});
   REQUIRE(child != nullptr);
-  REQUIRE(child->rank() == 0);
-  REQUIRE(child->size() == 1);
-  REQUIRE(child->name() == "child");
-  DeviceBuffer a(4096);
-  const auto input = pattern(DataType::int32, 1024, 3);
-  a.upload(input);
-  child->allreduce(a.tensor(1024, DataType::int32), {.op = ReduceOp::max})->synchronize();
-  REQUIRE(a.download(4096) == input);
-  pg->barrier()->synchronize();  // the parent is still usable
+  REQUIRE(child.get() != pg.get());
+  CHECK(child->rank() == 0);
+  CHECK(child->size() == 1);
+  CHECK(child->name() == "child");
+  CHECK(std::string(child->backend_name()) == "nccl");
+  CHECK(child->device() == pg->device());
+  CHECK(pg->rank() == 0);  // the parent is unchanged
+  CHECK(pg->size() == 1);
+
+  // Out of place into a poisoned buffer: the expected values can only get there if the
+  // child's communicator really ran the op (a sum over one rank is that rank's input).
+  constexpr std::size_t n = 1024;
+  DeviceBuffer in(n * 4);
+  DeviceBuffer out(n * 4);
+  const auto input = pattern(DataType::int32, n, 3);
+  in.upload(input);
+  out.poison();
+  auto work = child->allreduce(in.tensor(n, DataType::int32), out.tensor(n, DataType::int32));
+  CHECK(work->seq() == 1);  // the child counts its own ops from 1
+  work->synchronize();
+  REQUIRE(work->is_success());
+  REQUIRE(out.download(n * 4) == input);
+  REQUIRE(in.download(n * 4) == input);
+
+  // Both groups stay usable, independently.
+  out.poison();
+  child->broadcast(in.tensor(n, DataType::int32))->synchronize();
+  pg->allgather(in.tensor(n, DataType::int32), out.tensor(n, DataType::int32))->synchronize();
+  REQUIRE(out.download(n * 4) == input);
+  CHECK(pg->barrier()->seq() == 4);
+
   auto unnamed = pg->split({0});
-  REQUIRE(unnamed->name() == "parent/split");
+  REQUIRE(unnamed != nullptr);
+  CHECK(unnamed->name() == "parent/split");
+  // A non-member gets nullptr: that needs two ranks, so two GPUs (NCCL refuses two ranks on
+  // one device); see nccl_gpu_multi_test.cpp.
 }
 
 TEST_CASE("communicator init times out naming the missing rank instead of hanging",

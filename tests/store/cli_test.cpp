@@ -9,6 +9,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdlib>
 #include <string>
 #include <vector>
@@ -25,10 +26,43 @@ std::string exe() {
   return path;
 }
 
+// A spawned chorus-store. The pid is signalled only while the child is unreaped: once
+// waitpid() has collected it, the pid is cleared, because the kernel may already have given
+// that number to another process.
 struct Proc {
   pid_t pid = -1;
   int out = -1;
   int err = -1;
+  int status = 0;  // valid once reaped
+
+  // SIGKILL if still ours, then reap; returns the wait status.
+  int kill_and_reap() {
+    if (pid > 0) {
+      ::kill(pid, SIGKILL);
+      reap(true);
+    }
+    return status;
+  }
+  // waitpid(); true (and pid cleared) once the child has been collected.
+  bool reap(bool block) {
+    if (pid <= 0) {
+      return true;
+    }
+    pid_t got = 0;
+    do {
+      got = ::waitpid(pid, &status, block ? 0 : WNOHANG);
+    } while (got < 0 && errno == EINTR);
+    if (got == pid || got < 0) {
+      pid = -1;
+      return true;
+    }
+    return false;
+  }
+  void close_pipes() {
+    if (out >= 0) ::close(out);
+    if (err >= 0) ::close(err);
+    out = err = -1;
+  }
 };
 
 Proc spawn(const std::vector<std::string>& args) {
@@ -89,13 +123,9 @@ Result run(const std::vector<std::string>& args, chorus::Duration bound = 20s) {
       }
     }
   }
-  if (open > 0) {
-    ::kill(p.pid, SIGKILL);
-  }
-  int status = 0;
-  ::waitpid(p.pid, &status, 0);
-  if (p.out >= 0) ::close(p.out);
-  if (p.err >= 0) ::close(p.err);
+  // Both pipes closed: the child is exiting, collect it. Still open at the bound: kill it.
+  const int status = open > 0 ? p.kill_and_reap() : (p.reap(true), p.status);
+  p.close_pipes();
   r.status = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
   return r;
 }
@@ -124,16 +154,16 @@ struct Server {
     }
   }
   ~Server() {
-    ::kill(p.pid, SIGTERM);
-    int status = 0;
+    // SIGTERM, give it 10 s to exit cleanly, then SIGKILL only if it is still unreaped.
+    if (p.pid > 0) {
+      ::kill(p.pid, SIGTERM);
+    }
     const chorus::Deadline d = chorus::Deadline::after(10s);
-    while (::waitpid(p.pid, &status, WNOHANG) == 0 && !d.expired()) {
+    while (!p.reap(false) && !d.expired()) {
       ::usleep(10000);
     }
-    ::kill(p.pid, SIGKILL);
-    ::waitpid(p.pid, &status, 0);
-    ::close(p.out);
-    ::close(p.err);
+    p.kill_and_reap();
+    p.close_pipes();
   }
   std::string address() const { return "127.0.0.1:" + port; }
   Proc p;

@@ -104,14 +104,23 @@ TEST_CASE("a waiter in one process is woken by a set from another", "[store][mp]
     const std::string k = kind;
     auto results = test::run_processes(2, [&](int rank) {
       auto s = k == "tcp" ? connect_tcp(server.port()) : make_file_store(dir.path(), 30s);
+      // Proof by order, not by time: the waiter sees "wake" absent and only then takes ticket
+      // 1 of "order"; the setter takes its ticket before it sets. Ticket 2 for the setter
+      // means the key was still absent after the waiter had started waiting, so the value
+      // the waiter gets was written by the other process while it waited (had the get timed
+      // out instead, it would have thrown).
       if (rank == 0) {
-        s->set("waiter_ready", std::string_view("1"));
-        const auto start = Clock::now();
+        CHILD_CHECK(!s->check({"wake"}));
+        CHILD_CHECK(s->add("order", 1) == 1);
         CHILD_CHECK(s->get_string("wake", 30s) == "up");
-        CHILD_CHECK(test::since(start) < 30s);
+        CHILD_CHECK(s->get_string("setter_ticket", 30s) == "2");
       } else {
-        s->wait({"waiter_ready"}, 30s);
+        s->wait({"order"}, 30s);
+        const std::int64_t ticket = s->add("order", 1);
+        const std::string text = std::to_string(ticket);
+        s->set("setter_ticket", std::string_view(text));
         s->set("wake", std::string_view("up"));
+        CHILD_CHECK(ticket == 2);
       }
     }, 60s);
     REQUIRE_ALL_OK(results);

@@ -53,7 +53,7 @@ std::string run_case(const Case& c, const Variant& v, std::uint32_t seed,
   for (int r = 0; r < c.n; ++r) {
     auto s = std::make_unique<tcp::Schedule>(r, c.n, c.dtype, c.op, arenas[static_cast<std::size_t>(r)]);
     tcp::build_schedule(*s, args_for(c, bufs[static_cast<std::size_t>(r)], v));
-    s->finalize(sigs ? (*sigs)[static_cast<std::size_t>(r)] : signature_of(c, 7));
+    s->finalize(sigs ? (*sigs)[static_cast<std::size_t>(r)] : header_of(c, 7));
     scheds.push_back(std::move(s));
     execs.push_back(std::make_unique<tcp::Executor>(fabric.endpoint(r), *scheds.back(), 1ull << 32));
   }
@@ -190,17 +190,18 @@ TEST_CASE("loopback: mismatched collectives are detected at the first message", 
   for (int n = 2; n <= 5; ++n) {
     for (int variant = 0; variant < 5; ++variant) {
       Case c{OpKind::allreduce, n, 33, DataType::float32, ReduceOp::sum, 0, false};
-      std::vector<OpSignature> sigs;
-      for (int r = 0; r < n; ++r) {
-        sigs.push_back(signature_of(c, 3));
-      }
-      switch (variant) {
-        case 0: sigs[1].count = 34; break;
-        case 1: sigs[1].dtype = DataType::float64; break;
-        case 2: sigs[1].redop = ReduceOp::max; break;
-        case 3: sigs[1].seq = 4; break;
-        default: sigs[1].kind = OpKind::broadcast; break;
-      }
+      // Written out, not derived from the case: what every rank but rank 1 issued, and what
+      // rank 1 issued instead.
+      const OpSignature agreed{OpKind::allreduce, DataType::float32, ReduceOp::sum, 0, 33, 3};
+      const OpSignature odd[] = {
+          {OpKind::allreduce, DataType::float32, ReduceOp::sum, 0, 34, 3},
+          {OpKind::allreduce, DataType::float64, ReduceOp::sum, 0, 33, 3},
+          {OpKind::allreduce, DataType::float32, ReduceOp::max, 0, 33, 3},
+          {OpKind::allreduce, DataType::float32, ReduceOp::sum, 0, 33, 4},
+          {OpKind::broadcast, DataType::float32, ReduceOp::sum, 0, 33, 3},
+      };
+      std::vector<OpSignature> sigs(static_cast<std::size_t>(n), agreed);
+      sigs[1] = odd[variant];
       std::vector<std::optional<tcp::SignatureMismatch>> mm;
       const std::string err = run_case(c, kVariants[1], 5, &sigs, &mm);
       INFO("n=" << n << " variant=" << variant << ": " << err);

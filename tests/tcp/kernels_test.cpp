@@ -240,6 +240,41 @@ TEST_CASE("divide implements avg of a single contribution", "[tcp][kernels]") {
   CHECK(f == std::vector<float>{0.5f, 1.5f});
 }
 
+// The wire layout written out by hand from the format (magic "CHSG", version 1, kind, dtype,
+// redop, root u32, 4 reserved zero bytes, count u64, seq u64; all little-endian; enum values
+// as numbered in signature.hpp and types.hpp), not recomputed from the encoder: a change of
+// the encoding, or of an enum's numbering, breaks compatibility between builds and fails here.
+TEST_CASE("OpSignature encodes to the documented bytes", "[tcp][kernels]") {
+  struct Vector {
+    OpSignature sig;
+    EncodedSignature bytes;
+  };
+  const Vector vectors[] = {
+      {{OpKind::allreduce, DataType::float32, ReduceOp::sum, 0, 1024, 5},
+       {0x43, 0x48, 0x53, 0x47, 1, 1, 8, 0, 0, 0, 0, 0, 0, 0, 0, 0,  //
+        0x00, 0x04, 0, 0, 0, 0, 0, 0, 5, 0, 0, 0, 0, 0, 0, 0}},
+      {{OpKind::reduce, DataType::bfloat16, ReduceOp::max, 3, 123456789012ull, 42},
+       {0x43, 0x48, 0x53, 0x47, 1, 5, 7, 3, 3, 0, 0, 0, 0, 0, 0, 0,  //
+        0x14, 0x1a, 0x99, 0xbe, 0x1c, 0, 0, 0, 42, 0, 0, 0, 0, 0, 0, 0}},
+      {{OpKind::scatter, DataType::int64, ReduceOp::sum, 258, 7, 1},
+       {0x43, 0x48, 0x53, 0x47, 1, 7, 4, 0, 0x02, 0x01, 0, 0, 0, 0, 0, 0,  //
+        7, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0}},
+      {{OpKind::reduce_scatter, DataType::float16, ReduceOp::avg, 0, 33, 0x0102030405060708ull},
+       {0x43, 0x48, 0x53, 0x47, 1, 3, 6, 4, 0, 0, 0, 0, 0, 0, 0, 0,  //
+        33, 0, 0, 0, 0, 0, 0, 0, 8, 7, 6, 5, 4, 3, 2, 1}},
+      {{OpKind::barrier, DataType::uint8, ReduceOp::sum, 0, 0, 9},
+       {0x43, 0x48, 0x53, 0x47, 1, 9, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0,  //
+        0, 0, 0, 0, 0, 0, 0, 0, 9, 0, 0, 0, 0, 0, 0, 0}},
+  };
+  for (const Vector& v : vectors) {
+    INFO(describe(v.sig));
+    CHECK(encode(v.sig) == v.bytes);
+    const auto back = decode_signature(v.bytes.data());
+    REQUIRE(back);
+    CHECK(*back == v.sig);
+  }
+}
+
 TEST_CASE("OpSignature round-trips and describes mismatches", "[tcp][kernels]") {
   OpSignature s{OpKind::reduce, DataType::bfloat16, ReduceOp::max, 3, 123456789012ull, 42};
   const EncodedSignature e = encode(s);

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: BSD-3-Clause
 // Group-level behaviour over real processes: many small ops back to back, two groups used
 // concurrently, subgroups, tagged send/recv (matching, unexpected messages, size mismatch,
-// interleaving with collectives), IPv6, several sockets per peer, large payloads.
+// interleaving with collectives), several sockets per peer, large payloads. (IPv6: ipv6_mp_test.cpp.)
 #include <sys/socket.h>
 
 #include <cmath>
@@ -12,7 +12,6 @@
 
 #include <catch2/catch.hpp>
 
-#include "net/listener.hpp"
 #include "tcp/mp_common.hpp"
 
 namespace chorus::test {
@@ -200,26 +199,6 @@ TEST_CASE("large payloads: ring allreduce, several sockets per peer, pipelined b
         CHILD_CHECK(fired.wait_for(30s) == std::future_status::ready && fired.get());
       },
       120s);
-  REQUIRE_ALL_OK(results);
-}
-
-TEST_CASE("IPv6 loopback", "[tcp][mp]") {
-  try {
-    net::Listener::bind("::1", 0);
-  } catch (const std::exception& e) {
-    WARN("IPv6 loopback unavailable, skipping: " << e.what());
-    return;
-  }
-  StoreServerProcess server;
-  const auto results = run_processes(
-      3,
-      [&](int rank) {
-        auto pg = make_tcp_group(child_store(server.port()), rank, 3, loopback_options(30s, "::1"));
-        int x = rank;
-        pg->allreduce(Tensor::of(&x, 1))->wait();
-        CHILD_CHECK(x == 3);
-      },
-      60s);
   REQUIRE_ALL_OK(results);
 }
 

@@ -94,5 +94,11 @@ inline std::size_t slice_count(std::size_t count, std::size_t per, std::size_t j
 }
 // Receive slots of the pipelined algorithms: enough to keep a few slices in flight.
 inline constexpr std::size_t kPipelineSlots = 4;
+// Elements per receive slot: a slice, or less when no message of the op is that large (the
+// largest message is `largest` elements). A 7-element op then takes 7-element slots, not
+// kPipelineSlots x slice_bytes of scratch.
+inline std::size_t slot_elems(std::size_t per_slice, std::size_t largest) {
+  return std::max<std::size_t>(1, std::min(per_slice, largest));
+}
 
 }  // namespace chorus::tcp

@@ -23,7 +23,8 @@ void build_ring_reduce_scatter(Schedule& s, const CollectiveArgs& a) {
   const std::size_t ns = num_slices(m, per);
   const int divisor = a.op == ReduceOp::avg ? n : 0;
 
-  auto* rslots = static_cast<std::byte*>(s.scratch(kPipelineSlots * per * es));
+  const std::size_t slot = slot_elems(per, m);
+  auto* rslots = static_cast<std::byte*>(s.scratch(kPipelineSlots * slot * es));
   std::byte* partials[2] = {nullptr, nullptr};
   if (n > 2) {
     partials[0] = static_cast<std::byte*>(s.scratch(m * es));
@@ -52,7 +53,7 @@ void build_ring_reduce_scatter(Schedule& s, const CollectiveArgs& a) {
     for (std::size_t j = 0; j < ns; ++j) {
       const std::size_t cnt = slice_count(m, per, j);
       const std::size_t k = next_r++ % kPipelineSlots;
-      std::byte* rslot = rslots + k * per * es;
+      std::byte* rslot = rslots + k * slot * es;
       const TaskId rv = s.recv(prev, rslot, cnt * es, {rslot_user[k]});
       const void* mine = at(a.in, rc * m + j * per, dt);
       TaskId rd;

@@ -46,7 +46,9 @@ void build_ring_allreduce(Schedule& s, const CollectiveArgs& a) {
     return Span{b.offset + j * per, slice_count(b.count, per, j)};
   };
 
-  auto* slots = static_cast<std::byte*>(s.scratch(kPipelineSlots * per * es));
+  // Chunk 0 is the largest (block_of gives the first count % n chunks one more element).
+  const std::size_t slot = slot_elems(per, block_of(a.count, n, 0).count);
+  auto* slots = static_cast<std::byte*>(s.scratch(kPipelineSlots * slot * es));
   std::vector<TaskId> slot_user(kPipelineSlots, kNoTask);
   std::size_t next_slot = 0;
 
@@ -77,9 +79,9 @@ void build_ring_allreduce(Schedule& s, const CollectiveArgs& a) {
     for (std::size_t j = 0; j < slices(rc); ++j) {
       const Span sp = slice(rc, j);
       const std::size_t k = next_slot++ % kPipelineSlots;
-      std::byte* slot = slots + k * per * es;
-      const TaskId rv = s.recv(prev, slot, sp.count * es, {slot_user[k]});
-      const TaskId rd = s.reduce(at(a.out, sp.offset, dt), at(a.in, sp.offset, dt), slot, sp.count,
+      std::byte* into = slots + k * slot * es;
+      const TaskId rv = s.recv(prev, into, sp.count * es, {slot_user[k]});
+      const TaskId rd = s.reduce(at(a.out, sp.offset, dt), at(a.in, sp.offset, dt), into, sp.count,
                                  step == n - 2 ? divisor : 0, {rv});
       slot_user[k] = rd;
       red.push_back(rd);

@@ -61,14 +61,15 @@ void build_chain_reduce(Schedule& s, const CollectiveArgs& a) {
     }
     return;
   }
-  auto* slots = static_cast<std::byte*>(s.scratch(kPipelineSlots * per * es));
+  const std::size_t slot_size = slot_elems(per, a.count);
+  auto* slots = static_cast<std::byte*>(s.scratch(kPipelineSlots * slot_size * es));
   void* acc = root ? a.out : s.scratch(a.count * es);
   std::vector<TaskId> slot_user(kPipelineSlots, kNoTask);
   for (std::size_t j = 0; j < ns; ++j) {
     const std::size_t off = j * per;
     const std::size_t cnt = std::min(per, a.count - off);
     const std::size_t k = j % kPipelineSlots;
-    std::byte* slot = slots + k * per * es;
+    std::byte* slot = slots + k * slot_size * es;
     const TaskId rv = s.recv(real(p - 1), slot, cnt * es, {slot_user[k]});
     const TaskId rd = s.reduce(at(acc, off, dt), slot, at(a.in, off, dt), cnt,
                                root && a.op == ReduceOp::avg ? n : 0, {rv});
