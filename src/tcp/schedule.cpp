@@ -59,6 +59,14 @@ void ScratchArena::reset() noexcept {
   used_ = 0;
 }
 
+std::size_t ScratchArena::capacity() const noexcept {
+  std::size_t total = 0;
+  for (const auto& b : blocks_) {
+    total += b.size;
+  }
+  return total;
+}
+
 Schedule::Schedule(int rank, int size, DataType dtype, ReduceOp op, ScratchArena& arena)
     : rank_(rank),
       size_(size),

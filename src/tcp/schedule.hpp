@@ -53,6 +53,8 @@ class ScratchArena {
  public:
   void* alloc(std::size_t bytes);
   void reset() noexcept;
+  // Bytes held (all blocks), for tests that check scratch is sized to the op.
+  std::size_t capacity() const noexcept;
 
  private:
   struct Block {

@@ -113,6 +113,13 @@ for bin in test_nccl_stub test_nccl_unit test_nccl_gpu; do
   fi
 done
 
+# Split across ranks needs two GPUs (one per rank): run it directly where there are two; with
+# one GPU it exits 77 (and meson, below, reports SKIP).
+gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU ' || true)
+if ((gpus >= 2)) && [[ -x $build/tests/test_nccl_gpu_multi ]]; then
+  step "test_nccl_gpu_multi ($gpus GPUs)" "$build/tests/test_nccl_gpu_multi" --durations yes
+fi
+
 # The same tests through meson, as CI runs them (logs in $build/meson-logs/testlog.txt).
 step "meson test --suite nccl" meson test -C "$build" --no-rebuild --print-errorlogs --suite nccl
 

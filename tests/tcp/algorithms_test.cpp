@@ -223,6 +223,33 @@ TEST_CASE("loopback: mismatched collectives are detected at the first message", 
   }
 }
 
+// meson test sets MALLOC_PERTURB_, which fills every allocation: scratch sized to slices
+// instead of to the op made a 7-element reduce_scatter take 4 MiB per rank and this binary
+// run for minutes. Every pipelined algorithm must ask for what the op needs.
+TEST_CASE("scratch is sized to the op, not to the pipeline slice", "[tcp][algorithms]") {
+  for (OpKind kind : {OpKind::allreduce, OpKind::reduce_scatter, OpKind::reduce, OpKind::broadcast,
+                      OpKind::allgather, OpKind::all_to_all, OpKind::barrier}) {
+    for (int n : {2, 3, 4, 8}) {
+      Case c{kind, n, 7, DataType::float64, ReduceOp::sum, n - 1, true};
+      if (kind == OpKind::all_to_all) {
+        c.count = 7 * static_cast<std::size_t>(n);
+      }
+      for (const Variant& v : {Variant{0, 1u << 20}, Variant{1u << 30, 1u << 20}}) {
+        for (int r = 0; r < n; ++r) {
+          RankBuffers rb = make_buffers(c, r);
+          tcp::ScratchArena arena;
+          tcp::Schedule s(r, n, c.dtype, c.op, arena);
+          tcp::build_schedule(s, args_for(c, rb, v));
+          INFO(c.describe() << " rank " << r << " small_bytes " << v.small_bytes);
+          // The largest legitimate need: a few op-sized buffers (recursive doubling keeps one
+          // per round, all_to_all stages n blocks), each rounded up to 64 bytes.
+          CHECK(arena.capacity() <= 4096);
+        }
+      }
+    }
+  }
+}
+
 TEST_CASE("schedule: interleave merges a later phase into an earlier one, lag items behind",
           "[tcp][algorithms]") {
   tcp::ScratchArena arena;
