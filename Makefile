@@ -50,7 +50,7 @@ SAN_MESON_OPTS := -Dbench=false -Dexamples=false -Db_lundef=false \
   -Dc_args='-fno-omit-frame-pointer -fno-sanitize-recover=all'
 SAN_ENV := ASAN_OPTIONS=halt_on_error=1:abort_on_error=0:detect_leaks=1:print_summary=1 \
   UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1:print_summary=1 \
-  TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1:print_summary=1
+  TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1:print_summary=1:suppressions=$(CURDIR)/tests/sanitizers/tsan.supp
 
 # ASan + UBSan: the whole suite except tests that cannot run sanitized (see ASAN_SKIP).
 # installed_package links a program against the installed libchorus with pkg-config flags only,
