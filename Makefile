@@ -45,19 +45,23 @@ test-unit: build
 # Sanitizer legs: their own build dirs, no benchmarks or examples; each builds only what it runs.
 # halt_on_error / -fno-sanitize-recover: the first finding fails the test (also in forked ranks,
 # which leave with _exit and would otherwise never report). See README "Sanitizer legs".
-SAN_MESON_OPTS := -Dbench=false -Dexamples=false -Db_lundef=false \
-  -Dcpp_args='-fno-omit-frame-pointer -fno-sanitize-recover=all' \
-  -Dc_args='-fno-omit-frame-pointer -fno-sanitize-recover=all'
+SAN_MESON_OPTS := -Dbench=false -Dexamples=false -Db_lundef=false
+SAN_FLAGS := -fno-omit-frame-pointer -fno-sanitize-recover=all
 SAN_ENV := ASAN_OPTIONS=halt_on_error=1:abort_on_error=0:detect_leaks=1:print_summary=1 \
   UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1:print_summary=1 \
-  TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1:print_summary=1
+  TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1:print_summary=1:suppressions=$(CURDIR)/tests/sanitizers/tsan.supp
 
 # ASan + UBSan: the whole suite except tests that cannot run sanitized (see ASAN_SKIP).
 # installed_package links a program against the installed libchorus with pkg-config flags only,
 # which do not carry the sanitizer runtime.
 ASAN_SKIP := installed_package
+# g++ 12 false positive, ASan builds only: -Wmaybe-uninitialized on std::function inside
+# <regex> with -fsanitize=address (GCC PR 105616; Catch2's runner and readme_env_test include
+# <regex>). The default build keeps the warning.
+ASAN_GCC12_NOWARN := -Wno-maybe-uninitialized
 $(ASAN_BUILD)/build.ninja: | deps
-	meson setup $(ASAN_BUILD) $(SAN_MESON_OPTS) -Db_sanitize=address,undefined
+	meson setup $(ASAN_BUILD) $(SAN_MESON_OPTS) -Db_sanitize=address,undefined \
+	  -Dcpp_args='$(SAN_FLAGS) $(ASAN_GCC12_NOWARN)' -Dc_args='$(SAN_FLAGS)'
 
 test-asan: $(ASAN_BUILD)/build.ninja
 	ninja -C $(ASAN_BUILD)
@@ -69,7 +73,8 @@ test-asan: $(ASAN_BUILD)/build.ninja
 TSAN_TESTS := core store_contract store_tcp store_mp tcp_collectives_mp tcp_failures_mp tcp_threads_mp \
   tcp_misc_mp capi capi_mp ddp_mp
 $(TSAN_BUILD)/build.ninja: | deps
-	CC=clang CXX=clang++ meson setup $(TSAN_BUILD) $(SAN_MESON_OPTS) -Db_sanitize=thread
+	CC=clang CXX=clang++ meson setup $(TSAN_BUILD) $(SAN_MESON_OPTS) -Db_sanitize=thread \
+	  -Dcpp_args='$(SAN_FLAGS)' -Dc_args='$(SAN_FLAGS)'
 
 test-tsan: $(TSAN_BUILD)/build.ninja
 	ninja -C $(TSAN_BUILD) $(addprefix tests/test_,$(TSAN_TESTS))

@@ -9,7 +9,6 @@
 namespace chorus::tcp {
 
 void* ScratchArena::alloc(std::size_t bytes) {
-  constexpr std::size_t kAlign = 64;
   bytes = (bytes + kAlign - 1) / kAlign * kAlign;
   if (bytes == 0) {
     bytes = kAlign;
@@ -51,7 +50,7 @@ void ScratchArena::reset() noexcept {
     }
     blocks_.clear();
     Block b;
-    b.data.reset(static_cast<std::byte*>(::operator new[](total, std::align_val_t{64})));
+    b.data.reset(static_cast<std::byte*>(::operator new[](total, std::align_val_t{kAlign})));
     b.size = total;
     blocks_.push_back(std::move(b));
   }

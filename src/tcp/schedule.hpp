@@ -18,6 +18,7 @@
 #include <cstdint>
 #include <initializer_list>
 #include <memory>
+#include <new>
 #include <utility>
 #include <vector>
 
@@ -57,8 +58,16 @@ class ScratchArena {
   std::size_t capacity() const noexcept;
 
  private:
+  static constexpr std::size_t kAlign = 64;
+  // Blocks come from the aligned operator new[], so they must go back through the aligned
+  // operator delete[] (plain delete[] on them is undefined behaviour).
+  struct AlignedDelete {
+    void operator()(std::byte* p) const noexcept {
+      ::operator delete[](p, std::align_val_t{kAlign});
+    }
+  };
   struct Block {
-    std::unique_ptr<std::byte[]> data;
+    std::unique_ptr<std::byte[], AlignedDelete> data;
     std::size_t size = 0;
   };
   std::vector<Block> blocks_;

@@ -39,9 +39,13 @@ void build_ring_allreduce(Schedule& s, const CollectiveArgs& a) {
   const auto [n, r, next, prev, dt, es, per] = ring_setup(s, a);
   const int divisor = a.op == ReduceOp::avg ? n : 0;
 
-  auto slices = [&](int c) { return num_slices(block_of(a.count, n, c).count, per); };
+  // n and per are captured by init-capture: clang 14 cannot capture structured bindings
+  // (C++20 P1091, clang 16+).
+  auto slices = [&, n = n, per = per](int c) {
+    return num_slices(block_of(a.count, n, c).count, per);
+  };
   // Element range of slice j of chunk c.
-  auto slice = [&](int c, std::size_t j) {
+  auto slice = [&, n = n, per = per](int c, std::size_t j) {
     const Span b = block_of(a.count, n, c);
     return Span{b.offset + j * per, slice_count(b.count, per, j)};
   };
