@@ -71,13 +71,15 @@ test-asan: $(ASAN_BUILD)/build.ninja
 # that run several threads in one process (engine + caller threads, store server + clients,
 # Work callbacks, the DDP reducer's callbacks). libclang-rt-14-dev holds its runtime.
 TSAN_TESTS := core store_contract store_tcp store_mp tcp_collectives_mp tcp_failures_mp tcp_threads_mp \
-  tcp_misc_mp capi capi_mp ddp_mp
+  tcp_misc_mp tcp_addressing_mp capi capi_mp ddp_mp chorusrun
+# chorusrun's test runs the launcher (store server thread + supervisor) and chorus-store.
+TSAN_TOOLS := tools/chorusrun tools/chorus-store
 $(TSAN_BUILD)/build.ninja: | deps
 	CC=clang CXX=clang++ meson setup $(TSAN_BUILD) $(SAN_MESON_OPTS) -Db_sanitize=thread \
 	  -Dcpp_args='$(SAN_FLAGS)' -Dc_args='$(SAN_FLAGS)'
 
 test-tsan: $(TSAN_BUILD)/build.ninja
-	ninja -C $(TSAN_BUILD) $(addprefix tests/test_,$(TSAN_TESTS))
+	ninja -C $(TSAN_BUILD) $(addprefix tests/test_,$(TSAN_TESTS)) $(TSAN_TOOLS)
 	$(SAN_ENV) scripts/run_tests.sh $(TSAN_BUILD) --only "$(TSAN_TESTS)" --timeout-multiplier 4
 
 # clang-format 14 with .clang-format over every C/C++ source; `make format` applies it.
