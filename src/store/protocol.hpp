@@ -60,6 +60,8 @@ struct Limits {
   std::size_t max_value_bytes = 8 * 1024 * 1024;
   // Largest request frame: one maximal value plus 1 MiB for keys and headers (a multi_get of
   // thousands of keys fits). Replies are bounded separately by the client.
+  // Largest reply frame a client accepts (TcpStoreOptions::max_reply_bytes).
+  std::size_t max_reply_bytes = 256u << 20;
   std::size_t max_request_frame() const noexcept { return max_value_bytes + max_key_bytes + (1u << 20); }
 };
 
