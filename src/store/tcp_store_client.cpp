@@ -50,14 +50,15 @@ int do_hello(net::Socket& s, Deadline deadline, bool member) {
   return 0;
 }
 
-// True if the peer closed or reset the connection (EOF or an error is pending). Only called with
-// no request outstanding, so any readable byte means the stream ended.
+// True if the peer closed or reset the connection (EOF or an error is pending). Called with no
+// request outstanding; bytes the server sent unasked are left for the reader to judge.
 bool peer_closed(int fd) {
-  pollfd p{fd, POLLIN | POLLRDHUP, 0};
-  if (::poll(&p, 1, 0) != 1) {
-    return false;
+  std::uint8_t byte;
+  const ssize_t n = ::recv(fd, &byte, 1, MSG_PEEK | MSG_DONTWAIT);
+  if (n == 0) {
+    return true;
   }
-  return (p.revents & (POLLRDHUP | POLLHUP | POLLERR | POLLIN)) != 0;
+  return n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR;
 }
 
 }  // namespace

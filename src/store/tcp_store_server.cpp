@@ -223,10 +223,14 @@ void Server::sweep() {
 }
 
 bool Server::evict_idle_stranger(const char* why) {
-  // Oldest connection without a hello first, then the oldest hello-only one.
+  // Oldest first in each class: (0) no hello after a grace period (a connection accepted a
+  // moment ago has not been read yet), (1) a hello and nothing since.
+  const auto now = Clock::now();
+  const auto grace = std::min<Duration>(options_.hello_timeout / 4, std::chrono::milliseconds(500));
   for (int pass = 0; pass < 2; ++pass) {
     for (const auto& [id, c] : conns_) {
-      if (pass == 0 ? !c->hello_done : c->idle_stranger()) {
+      if (pass == 0 ? !c->hello_done && now - c->accepted_at > grace
+                    : c->hello_done && c->idle_stranger()) {
         close_conn(id, "W",
                    fmt::format("evicted to make room for a new connection ({}): it {} and was the "
                                "oldest such connection",
@@ -238,7 +242,6 @@ bool Server::evict_idle_stranger(const char* why) {
   }
   // Then the partial frame that has waited longest for its next byte (slowloris), if it has
   // been idle for a while: a client uploading a value keeps sending.
-  const auto now = Clock::now();
   const Conn* stalest = nullptr;
   for (const auto& [id, c] : conns_) {
     if (c->in.mid_frame() && !c->blocked && !c->in.frame_ready() &&
@@ -599,7 +602,10 @@ bool Server::serve(Conn& c) {
     }
     // Budget before building: a request whose reply the connection cannot afford stays
     // buffered, and the connection is not read until replies drain or the budget frees.
-    const std::size_t cost = reply_cost(q);
+    std::size_t cost = reply_cost(q);
+    if (cost > options_.max_reply_bytes) {
+      cost = kSmallReply + 512;  // handle_request answers with a short too_large error
+    }
     const Afford a = afford(c, cost);
     if (a != Afford::yes) {
       block(c, a, cost);
