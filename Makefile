@@ -3,7 +3,7 @@
 # Both install missing Debian packages first, so they work on a fresh Debian 12 machine.
 BUILD ?= build
 MESON_OPTS ?=
-DEB_PACKAGES := meson ninja-build pkg-config g++ libfmt-dev catch2 libdlpack-dev iproute2 iperf3 openmpi-bin openssh-client
+DEB_PACKAGES := meson ninja-build pkg-config g++ libfmt-dev catch2 libdlpack-dev iproute2 iperf3 openmpi-bin openssh-client clang-14 libclang-rt-14-dev
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 .PHONY: all deps setup build test bench clean
