@@ -58,6 +58,7 @@ const std::vector<std::string>& KvTable::keys() const {
 
 void KvTable::on_key_created(const std::string& key) {
   key_bytes_ += key.size();
+  ++key_generation_;
   sorted_valid_ = false;
   auto it = waiting_.find(key);
   if (it == waiting_.end()) {
@@ -146,6 +147,7 @@ bool KvTable::erase(const std::string& key) {
     return false;
   }
   key_bytes_ -= key.size();
+  ++key_generation_;
   sorted_valid_ = false;
   return true;
 }

@@ -27,6 +27,8 @@ class KvTable {
   const std::vector<std::string>& keys() const;  // sorted; cached until a key is created or erased
   // Bytes of every key name together (what a list_keys reply costs, without building it).
   std::size_t key_bytes() const noexcept { return key_bytes_; }
+  // Changes whenever a key is created or erased (for caches of the key list).
+  std::uint64_t key_generation() const noexcept { return key_generation_; }
 
   // Mutations. Any watch whose keys all exist afterwards is queued for take_ready().
   void set(const std::string& key, Bytes value);
@@ -60,6 +62,7 @@ class KvTable {
 
   std::unordered_map<std::string, Bytes> map_;
   std::size_t key_bytes_ = 0;
+  std::uint64_t key_generation_ = 0;
   mutable std::vector<std::string> sorted_keys_;  // cache for keys()
   mutable bool sorted_valid_ = false;
   std::unordered_map<WatchId, Watch> watches_;

@@ -93,7 +93,12 @@ struct Reply {
   bool flag = false;
   ErrorKind error = ErrorKind::bad_request;
   std::string message;
+  // ok replies only: the body already encoded (the server's cached list_keys answer); used
+  // instead of the fields above.
+  const std::vector<std::uint8_t>* encoded_body = nullptr;
 };
+// Appends `strs` (u32 count, count x str) to out: a list_keys body.
+void encode_strings(const std::vector<std::string>& strings, std::vector<std::uint8_t>& out);
 
 // Appends one whole frame (length header included) to out.
 void encode_request(const Request& request, std::vector<std::uint8_t>& out);

@@ -956,7 +956,15 @@ void Server::handle_request(Conn& c, Request& q) {
                                     cost, table_.size(), options_.max_reply_bytes));
         break;
       }
-      r.keys = table_.keys();
+      // Encoded once per key set: many list_keys calls on a large table cost a copy each,
+      // not a sort and an encode each.
+      if (!list_keys_cache_valid_ || list_keys_generation_ != table_.key_generation()) {
+        list_keys_cache_.clear();
+        encode_strings(table_.keys(), list_keys_cache_);
+        list_keys_generation_ = table_.key_generation();
+        list_keys_cache_valid_ = true;
+      }
+      r.encoded_body = &list_keys_cache_;
       break;
     }
     case Op::ping:

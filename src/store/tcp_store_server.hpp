@@ -105,7 +105,10 @@ class Server {
   std::set<std::uint64_t> budget_waiters_;     // connections blocked on the global budget
   bool waiters_wake_posted_ = false;
   std::size_t wake_level_ = 0;                 // wake budget waiters once buffered_ is this low
-  std::size_t freed_since_trim_ = 0;           // bytes released since the last malloc_trim
+  std::size_t freed_since_trim_ = 0;
+  std::vector<std::uint8_t> list_keys_cache_;  // encoded list_keys body (loop thread only)
+  std::uint64_t list_keys_generation_ = 0;
+  bool list_keys_cache_valid_ = false;           // bytes released since the last malloc_trim
   // Rate limit for "closed a misbehaving connection" warnings (loop thread only).
   Clock::time_point warn_window_{};
   int warns_in_window_ = 0;
