@@ -5,6 +5,8 @@
 #include <signal.h>
 
 #include <chrono>
+#include <climits>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <iostream>
@@ -14,6 +16,8 @@
 
 #include <chorus/errors.hpp>
 #include <chorus/tcp_store.hpp>
+
+#include "cli_number.hpp"
 
 namespace {
 
@@ -38,7 +42,16 @@ constexpr const char* kUsage =
     "\n"
     "options:\n"
     "  --timeout SECONDS  deadline of the connect and of the command (default 10; decimals ok)\n"
-    "  --max-value-bytes N  largest value accepted (server; default 8 MiB)\n"
+    "\n"
+    "server limits (plain integers of bytes or seconds; see docs/protocol.md, Limits):\n"
+    "  --max-value-bytes N         largest value accepted (default 8388608 = 8 MiB)\n"
+    "  --max-unread-reply-bytes N  unread replies per connection before its requests wait\n"
+    "                              (default 67108864 = 64 MiB)\n"
+    "  --max-reply-bytes N         largest single reply (multi_get, keys; default 64 MiB)\n"
+    "  --max-buffered-bytes N      input and unsent replies of all connections (default 1 GiB)\n"
+    "  --max-connections N         0 = the open file limit minus 64 (default 0)\n"
+    "  --hello-timeout S           close connections without a handshake after S (default 5)\n"
+    "  --stall-timeout S           close a partial frame or unread replies idle for S (default 30)\n"
     "  -h, --help         this text\n"
     "\n"
     "Exit status: 0 on success; 1 when check finds a key missing; 2 for usage errors;\n"
@@ -46,6 +59,21 @@ constexpr const char* kUsage =
 
 chorus::Duration chrono_ms(double seconds) {
   return chorus::Duration(static_cast<long long>(seconds * 1000.0));
+}
+
+// Seconds as a plain decimal ("10", "0.5"): no inf, nan, exponent or hex, and at most ~11 days,
+// so that the millisecond conversion cannot overflow.
+constexpr double kMaxSeconds = 1e6;
+std::optional<double> parse_seconds(const std::string& text) {
+  if (text.empty() || text.find_first_not_of("0123456789.") != std::string::npos) {
+    return std::nullopt;
+  }
+  char* end = nullptr;
+  const double v = std::strtod(text.c_str(), &end);
+  if (end == text.c_str() || *end != '\0' || !std::isfinite(v) || !(v > 0) || v > kMaxSeconds) {
+    return std::nullopt;
+  }
+  return v;
 }
 
 int usage_error(const std::string& what) {
@@ -88,17 +116,14 @@ bool split_host_port(const std::string& text, std::string& host, std::uint16_t& 
   return true;
 }
 
-int serve(const std::string& host, std::uint16_t port, std::size_t max_value) {
+int serve(chorus::TcpStoreServerOptions options) {
   // Block the stop signals before the server thread starts so that only sigwait sees them.
   sigset_t stop;
   sigemptyset(&stop);
   sigaddset(&stop, SIGINT);
   sigaddset(&stop, SIGTERM);
   pthread_sigmask(SIG_BLOCK, &stop, nullptr);
-  chorus::TcpStoreServerOptions options;
-  options.host = host;
-  options.port = port;
-  options.max_value_bytes = max_value;
+  const std::string& host = options.host;
   chorus::TcpStoreServer server(options);
   const bool v6 = host.find(':') != std::string::npos;
   std::printf("chorus-store listening on %s%s%s:%u\n", v6 ? "[" : "", host.c_str(), v6 ? "]" : "",
@@ -139,13 +164,12 @@ int client(const std::string& address, double timeout_s, const std::vector<std::
     chorus::TcpStore store(options);
     store.set(args[1], std::string_view(args[2]));
   } else if (cmd == "add" && need(2, false)) {
-    char* end = nullptr;
-    const long long delta = std::strtoll(args[2].c_str(), &end, 10);
-    if (end == args[2].c_str() || *end != '\0') {
-      return usage_error("add needs an integer, got '" + args[2] + "'");
+    const auto delta = chorus::cli::parse_int_in(args[2], LLONG_MIN, LLONG_MAX);
+    if (!delta) {
+      return usage_error("add " + chorus::cli::int_expected("N", args[2], LLONG_MIN, LLONG_MAX));
     }
     chorus::TcpStore store(options);
-    std::printf("%lld\n", static_cast<long long>(store.add(args[1], delta)));
+    std::printf("%lld\n", static_cast<long long>(store.add(args[1], *delta)));
   } else if (cmd == "wait" && need(1, true)) {
     chorus::TcpStore store(options);
     store.wait(std::vector<std::string>(args.begin() + 1, args.end()));
@@ -182,11 +206,9 @@ int client(const std::string& address, double timeout_s, const std::vector<std::
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::string host = "0.0.0.0";
-  std::uint16_t port = 29500;
+  chorus::TcpStoreServerOptions server;
   std::string connect;
   double timeout_s = 10;
-  std::size_t max_value = 8 * 1024 * 1024;
   std::vector<std::string> rest;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
@@ -204,27 +226,50 @@ int main(int argc, char** argv) {
     } else if (a == "--host") {
       auto v = value();
       if (!v) return usage_error("--host needs a value");
-      host = *v;
+      server.host = *v;
     } else if (a == "--port") {
       auto v = value();
       auto p = v ? parse_port(*v) : std::nullopt;
       if (!p) return usage_error("--port needs a number in 0..65535");
-      port = *p;
+      server.port = *p;
     } else if (a == "--connect") {
       auto v = value();
       if (!v) return usage_error("--connect needs HOST:PORT");
       connect = *v;
     } else if (a == "--timeout") {
       auto v = value();
-      char* end = nullptr;
-      timeout_s = v ? std::strtod(v->c_str(), &end) : -1;
-      if (!v || end == v->c_str() || *end != '\0' || !(timeout_s > 0)) {
-        return usage_error("--timeout needs a positive number of seconds");
+      auto t = v ? parse_seconds(*v) : std::nullopt;
+      if (!t) {
+        return usage_error("--timeout expects seconds as a plain decimal number in (0, 1000000], got '" +
+                           v.value_or("") + "'");
       }
-    } else if (a == "--max-value-bytes") {
+      timeout_s = *t;
+    } else if (a == "--hello-timeout" || a == "--stall-timeout") {
       auto v = value();
-      if (!v) return usage_error("--max-value-bytes needs a number");
-      max_value = static_cast<std::size_t>(std::strtoull(v->c_str(), nullptr, 10));
+      auto t = v ? parse_seconds(*v) : std::nullopt;
+      if (!t) {
+        return usage_error(a + " expects seconds as a plain decimal number in (0, 1000000], got '" +
+                           v.value_or("") + "'");
+      }
+      (a == "--hello-timeout" ? server.hello_timeout : server.stall_timeout) = chrono_ms(*t);
+    } else if (a == "--max-value-bytes" || a == "--max-unread-reply-bytes" ||
+               a == "--max-reply-bytes" || a == "--max-buffered-bytes" || a == "--max-connections") {
+      // Plain integers only: "5G", "-1" and "abc" are refused, never misread.
+      const bool conns = a == "--max-connections";
+      const long long lo = conns ? 0 : 1;
+      // Values must leave room in a 4 GiB frame; budgets fit any 64-bit machine.
+      const long long hi = a == "--max-value-bytes" ? (1LL << 30) : conns ? (1LL << 24) : (1LL << 40);
+      auto v = value();
+      auto n = v ? chorus::cli::parse_int_in(*v, lo, hi) : std::nullopt;
+      if (!n) {
+        return usage_error(chorus::cli::int_expected(a, v.value_or(""), lo, hi));
+      }
+      const auto bytes = static_cast<std::size_t>(*n);
+      if (a == "--max-value-bytes") server.max_value_bytes = bytes;
+      if (a == "--max-unread-reply-bytes") server.max_unread_reply_bytes = bytes;
+      if (a == "--max-reply-bytes") server.max_reply_bytes = bytes;
+      if (a == "--max-buffered-bytes") server.max_buffered_bytes = bytes;
+      if (conns) server.max_connections = bytes;
     } else if (a.size() > 1 && a[0] == '-') {
       return usage_error("unknown option '" + a + "'");
     } else {
@@ -236,7 +281,7 @@ int main(int argc, char** argv) {
       if (!rest.empty()) {
         return usage_error("a command needs --connect HOST:PORT");
       }
-      return serve(host, port, max_value);
+      return serve(server);
     }
     return client(connect, timeout_s, rest);
   } catch (const chorus::TimeoutError& e) {

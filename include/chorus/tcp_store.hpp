@@ -20,6 +20,15 @@ struct TcpStoreServerOptions {
   std::size_t max_key_bytes = 8 * 1024;    // larger keys close the offending connection
   std::size_t max_value_bytes = 8 * 1024 * 1024;
   int backlog = 8192;                      // listen backlog (clamped by net.core.somaxconn)
+  // Memory and connection bounds (docs/protocol.md, "Limits"): whatever clients send, the server
+  // holds at most about max_buffered_bytes + max_connections x 256 KiB besides the stored data.
+  std::size_t max_unread_reply_bytes = 64u << 20;  // per connection: its requests wait past this
+  std::size_t max_reply_bytes = 64u << 20;         // one reply (multi_get, keys); larger: error
+  std::size_t max_buffered_bytes = 1u << 30;       // all connections: input + unsent replies
+  std::size_t max_connections = 0;  // 0: the open file limit minus 64; past it, idle strangers go
+  Duration hello_timeout = std::chrono::seconds(5);   // connected without a hello: closed
+  Duration stall_timeout = std::chrono::seconds(30);  // a partial frame or unread replies that
+                                                      // make no progress for this long: closed
 };
 
 // The store server: one background thread running one epoll loop over non-blocking sockets (no
@@ -61,6 +70,9 @@ struct TcpStoreOptions {
   // Whether this client counts toward wait_for_clients. Inspection tools (chorus-store
   // --connect) set false so that looking into a live rendezvous never changes it.
   bool counts_as_client = true;
+  // Largest reply frame this client accepts; a larger announced length closes the connection
+  // with StoreError before anything is allocated.
+  std::size_t max_reply_bytes = 256u << 20;
 };
 
 // Client of a TcpStoreServer (and optionally its host). Thread-safe: threads share one

@@ -10,7 +10,7 @@
 namespace chorus::net {
 namespace {
 constexpr std::size_t kReadChunk = 64 * 1024;
-constexpr std::size_t kIdleKeep = 16 * 1024;
+constexpr std::size_t kIdleKeep = 4 * 1024;  // an idle connection keeps at most this much
 }  // namespace
 
 void put_u32(std::uint8_t* p, std::uint32_t v) noexcept { put_le(p, v, 4); }
@@ -48,21 +48,13 @@ void FrameReader::compact() {
 }
 
 IoResult FrameReader::read_from(Socket& socket) {
-  compact();
-  std::size_t want = kReadChunk;
-  // A large frame in progress: read straight into its final place instead of 64 KiB at a time.
-  if (buffered() >= kFrameHeaderBytes) {
-    const std::size_t len = get_u32(buf_.data() + start_);
-    if (len <= max_frame_ && kFrameHeaderBytes + len > buffered()) {
-      want = std::max(want, kFrameHeaderBytes + len - buffered());
-    }
-  }
-  if (buf_.size() - end_ < want) {
-    buf_.resize(end_ + want);
-  }
-  IoResult r = socket.read(buf_.data() + end_, want);
-  if (r.ok()) {
-    end_ += r.bytes;
+  // Read into a scratch buffer and keep only what arrived: the buffer grows with received
+  // bytes, never with a length the peer merely announced (a 4-byte header claiming 9 MiB costs
+  // nothing until those bytes come).
+  thread_local std::uint8_t scratch[kReadChunk];
+  IoResult r = socket.read(scratch, kReadChunk);
+  if (r.ok() && r.bytes > 0) {
+    feed(std::span<const std::uint8_t>(scratch, r.bytes));
   }
   return r;
 }
@@ -70,7 +62,10 @@ IoResult FrameReader::read_from(Socket& socket) {
 void FrameReader::feed(std::span<const std::uint8_t> bytes) {
   compact();
   if (buf_.size() - end_ < bytes.size()) {
-    buf_.resize(end_ + bytes.size());
+    // Geometric growth bounded by what is actually buffered: capacity stays within about twice
+    // the received bytes.
+    const std::size_t need = end_ + bytes.size();
+    buf_.resize(std::max(need, std::min(buf_.size() * 2, need + kReadChunk)));
   }
   if (!bytes.empty()) {
     std::memcpy(buf_.data() + end_, bytes.data(), bytes.size());
@@ -78,7 +73,7 @@ void FrameReader::feed(std::span<const std::uint8_t> bytes) {
   end_ += bytes.size();
 }
 
-FrameReader::Status FrameReader::next(std::span<const std::uint8_t>& payload) {
+FrameReader::Status FrameReader::peek(std::span<const std::uint8_t>& payload) {
   if (buffered() < kFrameHeaderBytes) {
     return Status::need_more;
   }
@@ -91,8 +86,30 @@ FrameReader::Status FrameReader::next(std::span<const std::uint8_t>& payload) {
     return Status::need_more;
   }
   payload = std::span<const std::uint8_t>(buf_.data() + start_ + kFrameHeaderBytes, len);
-  start_ += kFrameHeaderBytes + len;
   return Status::frame;
+}
+
+void FrameReader::pop() noexcept {
+  if (buffered() >= kFrameHeaderBytes) {
+    const std::size_t len = get_u32(buf_.data() + start_);
+    start_ += std::min(kFrameHeaderBytes + len, buffered());
+  }
+}
+
+FrameReader::Status FrameReader::next(std::span<const std::uint8_t>& payload) {
+  const Status s = peek(payload);
+  if (s == Status::frame) {
+    start_ += kFrameHeaderBytes + payload.size();
+  }
+  return s;
+}
+
+bool FrameReader::frame_ready() const noexcept {
+  if (buffered() < kFrameHeaderBytes) {
+    return false;
+  }
+  const std::size_t len = get_u32(buf_.data() + start_);
+  return len > max_frame_ || buffered() >= kFrameHeaderBytes + len;
 }
 
 bool FrameReader::take_raw(std::uint8_t* out, std::size_t n) {
@@ -105,7 +122,7 @@ bool FrameReader::take_raw(std::uint8_t* out, std::size_t n) {
 }
 
 void FrameReader::shrink_if_idle() noexcept {
-  if (start_ == end_ && buf_.capacity() > kIdleKeep * 8) {
+  if (start_ == end_ && buf_.capacity() > kIdleKeep) {
     std::vector<std::uint8_t>().swap(buf_);
     start_ = end_ = 0;
   }

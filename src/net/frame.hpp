@@ -44,17 +44,26 @@ class FrameReader {
   enum class Status { need_more, frame, too_large };
   explicit FrameReader(std::size_t max_frame_bytes) : max_frame_(max_frame_bytes) {}
 
-  // Reads once from the socket (up to 64 KiB, or the rest of the current frame if larger).
+  // Reads once from the socket (up to 64 KiB). The buffer grows only by the bytes received, so
+  // memory follows what the peer sent, never the length it announced.
   IoResult read_from(Socket& socket);
   // Appends bytes received by other means.
   void feed(std::span<const std::uint8_t> bytes);
   // Extracts the next complete frame payload. The span stays valid until the next call of
-  // next(), read_from() or feed().
+  // next(), pop(), read_from() or feed().
   Status next(std::span<const std::uint8_t>& payload);
+  // Like next() but leaves the frame buffered; pop() then consumes it. Lets a server look at a
+  // request and keep it for later when it cannot afford the reply yet.
+  Status peek(std::span<const std::uint8_t>& payload);
+  void pop() noexcept;
+  // A complete frame (or a too-large header) is buffered: reading more would only grow memory.
+  bool frame_ready() const noexcept;
   // Consumes raw bytes ahead of framing (e.g. a fixed-size handshake). False if fewer buffered.
   bool take_raw(std::uint8_t* out, std::size_t n);
 
   std::size_t buffered() const noexcept { return end_ - start_; }
+  // Bytes of memory the buffer holds (for memory budgets).
+  std::size_t footprint() const noexcept { return buf_.capacity(); }
   // True while a frame has started but is incomplete (header or payload partially received).
   bool mid_frame() const noexcept { return buffered() > 0; }
   std::size_t announced() const noexcept { return announced_; }  // last header's length

@@ -122,10 +122,12 @@ class FileStore final : public Store {
       }
       value = *parsed;
     }
-    value = static_cast<std::int64_t>(static_cast<std::uint64_t>(value) +
-                                      static_cast<std::uint64_t>(delta));
-    write_key(key, to_bytes(std::to_string(value)));
-    return value;
+    const auto next = store::checked_counter_add(value, delta);
+    if (!next) {
+      throw StoreError("FileStore " + store::counter_overflow_message(key, value, delta));
+    }
+    write_key(key, to_bytes(std::to_string(*next)));
+    return *next;
   }
 
   Bytes compare_set(const std::string& key, const Bytes& expected, const Bytes& desired) override {

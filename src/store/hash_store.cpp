@@ -49,11 +49,13 @@ class HashStore final : public Store {
       }
       current = *parsed;
     }
-    const auto next = static_cast<std::int64_t>(static_cast<std::uint64_t>(current) +
-                                                static_cast<std::uint64_t>(delta));
-    map_[key] = to_bytes(std::to_string(next));
+    const auto next = store::checked_counter_add(current, delta);
+    if (!next) {
+      throw StoreError("HashStore " + store::counter_overflow_message(key, current, delta));
+    }
+    map_[key] = to_bytes(std::to_string(*next));
     cv_.notify_all();
-    return next;
+    return *next;
   }
 
   Bytes compare_set(const std::string& key, const Bytes& expected, const Bytes& desired) override {

@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <charconv>
 
+#include <fmt/format.h>
+
 namespace chorus::store {
 
 std::optional<std::int64_t> parse_counter(const Bytes& value) {
@@ -21,22 +23,43 @@ std::optional<std::int64_t> parse_counter(const Bytes& value) {
   return v;
 }
 
+std::optional<std::int64_t> checked_counter_add(std::int64_t current, std::int64_t delta) noexcept {
+  std::int64_t sum = 0;
+  if (__builtin_add_overflow(current, delta, &sum)) {
+    return std::nullopt;
+  }
+  return sum;
+}
+
+std::string counter_overflow_message(const std::string& key, std::int64_t current, std::int64_t delta) {
+  return fmt::format("add('{}', {}): the counter holds {} and the sum leaves the int64 range; the "
+                     "counter is unchanged (reset it with set() or use another key)",
+                     key, delta, current);
+}
+
 const Bytes* KvTable::find(const std::string& key) const {
   auto it = map_.find(key);
   return it == map_.end() ? nullptr : &it->second;
 }
 
-std::vector<std::string> KvTable::keys() const {
-  std::vector<std::string> out;
-  out.reserve(map_.size());
-  for (const auto& [k, v] : map_) {
-    out.push_back(k);
+const std::vector<std::string>& KvTable::keys() const {
+  // Cached: many list_keys calls on a large table must not each pay for a sort.
+  if (!sorted_valid_) {
+    sorted_keys_.clear();
+    sorted_keys_.reserve(map_.size());
+    for (const auto& [k, v] : map_) {
+      sorted_keys_.push_back(k);
+    }
+    std::sort(sorted_keys_.begin(), sorted_keys_.end());
+    sorted_valid_ = true;
   }
-  std::sort(out.begin(), out.end());
-  return out;
+  return sorted_keys_;
 }
 
 void KvTable::on_key_created(const std::string& key) {
+  key_bytes_ += key.size();
+  ++key_generation_;
+  sorted_valid_ = false;
   auto it = waiting_.find(key);
   if (it == waiting_.end()) {
     return;
@@ -76,21 +99,22 @@ void KvTable::set(const std::string& key, Bytes value) {
   }
 }
 
-std::optional<std::int64_t> KvTable::add(const std::string& key, std::int64_t delta) {
+KvTable::AddResult KvTable::add(const std::string& key, std::int64_t delta) {
   auto it = map_.find(key);
   std::int64_t current = 0;
   if (it != map_.end()) {
     auto parsed = parse_counter(it->second);
     if (!parsed) {
-      return std::nullopt;
+      return {AddResult::Status::not_integer, 0};
     }
     current = *parsed;
   }
-  // Wraps like two's complement instead of overflowing (UB); counters never get there.
-  const auto next = static_cast<std::int64_t>(static_cast<std::uint64_t>(current) +
-                                              static_cast<std::uint64_t>(delta));
-  set(key, to_bytes(std::to_string(next)));
-  return next;
+  const auto next = checked_counter_add(current, delta);
+  if (!next) {
+    return {AddResult::Status::overflow, current};
+  }
+  set(key, to_bytes(std::to_string(*next)));
+  return {AddResult::Status::ok, *next};
 }
 
 Bytes KvTable::compare_set(const std::string& key, const Bytes& expected, Bytes desired) {
@@ -118,7 +142,15 @@ void KvTable::append(const std::string& key, const Bytes& value) {
   it->second.insert(it->second.end(), value.begin(), value.end());
 }
 
-bool KvTable::erase(const std::string& key) { return map_.erase(key) != 0; }
+bool KvTable::erase(const std::string& key) {
+  if (map_.erase(key) == 0) {
+    return false;
+  }
+  key_bytes_ -= key.size();
+  ++key_generation_;
+  sorted_valid_ = false;
+  return true;
+}
 
 KvTable::WatchId KvTable::add_watch(const std::vector<std::string>& keys) {
   if (std::all_of(keys.begin(), keys.end(), [&](const std::string& k) { return contains(k); })) {

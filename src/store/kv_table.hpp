@@ -24,13 +24,20 @@ class KvTable {
   const Bytes* find(const std::string& key) const;
   bool contains(const std::string& key) const { return map_.count(key) != 0; }
   std::size_t size() const noexcept { return map_.size(); }
-  std::vector<std::string> keys() const;  // sorted
+  const std::vector<std::string>& keys() const;  // sorted; cached until a key is created or erased
+  // Bytes of every key name together (what a list_keys reply costs, without building it).
+  std::size_t key_bytes() const noexcept { return key_bytes_; }
+  // Changes whenever a key is created or erased (for caches of the key list).
+  std::uint64_t key_generation() const noexcept { return key_generation_; }
 
   // Mutations. Any watch whose keys all exist afterwards is queued for take_ready().
   void set(const std::string& key, Bytes value);
-  // Adds delta to the decimal integer at key (missing = 0) and returns the new value; nullopt
-  // (nothing changed) if the stored value is not a decimal integer.
-  std::optional<std::int64_t> add(const std::string& key, std::int64_t delta);
+  // Adds delta to the decimal integer at key (missing = 0). Nothing changes unless status is ok.
+  struct AddResult {
+    enum class Status { ok, not_integer, overflow } status = Status::ok;
+    std::int64_t value = 0;  // ok: the new value; overflow: the current value
+  };
+  AddResult add(const std::string& key, std::int64_t delta);
   // See Store::compare_set. Returns the value stored afterwards (empty if the key is missing).
   Bytes compare_set(const std::string& key, const Bytes& expected, Bytes desired);
   void append(const std::string& key, const Bytes& value);
@@ -54,6 +61,10 @@ class KvTable {
   void park(WatchId id, Watch& watch);
 
   std::unordered_map<std::string, Bytes> map_;
+  std::size_t key_bytes_ = 0;
+  std::uint64_t key_generation_ = 0;
+  mutable std::vector<std::string> sorted_keys_;  // cache for keys()
+  mutable bool sorted_valid_ = false;
   std::unordered_map<WatchId, Watch> watches_;
   std::unordered_map<std::string, std::unordered_set<WatchId>> waiting_;  // key -> watches
   std::vector<WatchId> ready_;
@@ -62,5 +73,10 @@ class KvTable {
 
 // Parses a stored counter ("-12"); nullopt if it is not a decimal int64.
 std::optional<std::int64_t> parse_counter(const Bytes& value);
+// current + delta, or nullopt when the sum leaves int64 (counters never wrap silently).
+std::optional<std::int64_t> checked_counter_add(std::int64_t current, std::int64_t delta) noexcept;
+// "add('k', 5): the counter holds 9223372036854775806; adding 5 overflows int64 ..." (one wording
+// for every store).
+std::string counter_overflow_message(const std::string& key, std::int64_t current, std::int64_t delta);
 
 }  // namespace chorus::store

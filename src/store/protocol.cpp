@@ -323,6 +323,8 @@ void encode_reply(Op op, const Reply& p, std::vector<std::uint8_t>& out) {
   } else if (p.status == ReplyStatus::error) {
     put_u8(out, static_cast<std::uint8_t>(p.error));
     put_string(out, p.message);
+  } else if (p.encoded_body != nullptr) {
+    out.insert(out.end(), p.encoded_body->begin(), p.encoded_body->end());
   } else {
     switch (op) {
       case Op::get:
@@ -356,6 +358,10 @@ void encode_reply(Op op, const Reply& p, std::vector<std::uint8_t>& out) {
     }
   }
   net::end_frame(out, header);
+}
+
+void encode_strings(const std::vector<std::string>& strings, std::vector<std::uint8_t>& out) {
+  put_strings(out, strings);
 }
 
 bool decode_reply(Op op, std::span<const std::uint8_t> payload, Reply& p, DecodeError& error) {

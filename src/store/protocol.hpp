@@ -60,6 +60,8 @@ struct Limits {
   std::size_t max_value_bytes = 8 * 1024 * 1024;
   // Largest request frame: one maximal value plus 1 MiB for keys and headers (a multi_get of
   // thousands of keys fits). Replies are bounded separately by the client.
+  // Largest reply frame a client accepts (TcpStoreOptions::max_reply_bytes).
+  std::size_t max_reply_bytes = 256u << 20;
   std::size_t max_request_frame() const noexcept { return max_value_bytes + max_key_bytes + (1u << 20); }
 };
 
@@ -91,7 +93,12 @@ struct Reply {
   bool flag = false;
   ErrorKind error = ErrorKind::bad_request;
   std::string message;
+  // ok replies only: the body already encoded (the server's cached list_keys answer); used
+  // instead of the fields above.
+  const std::vector<std::uint8_t>* encoded_body = nullptr;
 };
+// Appends `strs` (u32 count, count x str) to out: a list_keys body.
+void encode_strings(const std::vector<std::string>& strings, std::vector<std::uint8_t>& out);
 
 // Appends one whole frame (length header included) to out.
 void encode_request(const Request& request, std::vector<std::uint8_t>& out);

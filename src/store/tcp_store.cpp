@@ -2,6 +2,8 @@
 // TcpStore façade: optional embedded server, one client connection, errors worded for users.
 #include <chorus/tcp_store.hpp>
 
+#include <algorithm>
+
 #include <fmt/format.h>
 
 #include <chorus/errors.hpp>
@@ -32,6 +34,8 @@ class TcpStore::Impl {
   Impl(const TcpStoreOptions& options, Duration timeout) : host(options.host) {
     limits.max_key_bytes = options.max_key_bytes;
     limits.max_value_bytes = options.max_value_bytes;
+    // Whatever the option says, a reply carrying one maximal value must fit.
+    limits.max_reply_bytes = std::max(options.max_reply_bytes, limits.max_value_bytes + (64u << 10));
     std::string connect_host = options.host;
     port = options.port;
     if (options.is_server) {

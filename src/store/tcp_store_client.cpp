@@ -20,8 +20,6 @@ namespace {
 // Waiting ops are timed out by the server at their deadline; the client waits this much longer
 // for that answer before it declares the server unresponsive.
 constexpr Duration kReplyGrace = std::chrono::seconds(5);
-// Largest reply the client accepts (a multi_get of many large values).
-constexpr std::size_t kMaxReplyFrame = std::size_t{1} << 31;
 
 int do_hello(net::Socket& s, Deadline deadline, bool member) {
   std::uint8_t hello[kHelloBytes];
@@ -52,12 +50,23 @@ int do_hello(net::Socket& s, Deadline deadline, bool member) {
   return 0;
 }
 
+// True if the peer closed or reset the connection (EOF or an error is pending). Called with no
+// request outstanding; bytes the server sent unasked are left for the reader to judge.
+bool peer_closed(int fd) {
+  std::uint8_t byte;
+  const ssize_t n = ::recv(fd, &byte, 1, MSG_PEEK | MSG_DONTWAIT);
+  if (n == 0) {
+    return true;
+  }
+  return n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR;
+}
+
 }  // namespace
 
 Client::Client(std::string host, std::uint16_t port, Limits limits, Deadline connect_deadline,
                bool member)
     : host_(std::move(host)), port_(port), limits_(limits), member_(member),
-      reader_(kMaxReplyFrame) {
+      reader_(limits.max_reply_bytes) {
   std::lock_guard<std::mutex> lock(mu_);
   connect_locked(connect_deadline);
 }
@@ -73,11 +82,12 @@ void Client::connect_locked(Deadline deadline) {
   o.after_connect = [member](net::Socket& s, Deadline d) { return do_hello(s, d, member); };
   net::Socket s = net::connect(host_, port_, deadline, o);
   socket_ = std::move(s);
-  reader_ = net::FrameReader(kMaxReplyFrame);
+  reader_ = net::FrameReader(limits_.max_reply_bytes);
   ++generation_;
   broken_ = false;
   broken_why_.clear();
   broken_errno_ = 0;
+  broken_protocol_ = false;
   pending_.clear();
 }
 
@@ -101,6 +111,7 @@ bool Client::read_one_frame(std::unique_lock<std::mutex>& lock, Deadline deadlin
   std::string failure;
   int failure_errno = 0;
   bool timed_out = false;
+  bool protocol_violation = false;
   for (;;) {
     std::span<const std::uint8_t> payload;
     const auto status = reader_.next(payload);
@@ -110,7 +121,12 @@ bool Client::read_one_frame(std::unique_lock<std::mutex>& lock, Deadline deadlin
       break;
     }
     if (status == net::FrameReader::Status::too_large) {
-      failure = fmt::format("reply of {} bytes exceeds {} bytes", reader_.announced(), kMaxReplyFrame);
+      // Refused from the header alone: nothing of the announced size is allocated.
+      failure = fmt::format("the server announced a reply of {} bytes, over this client's limit of "
+                            "{} bytes (TcpStoreOptions::max_reply_bytes); it is not a chorus store "
+                            "server of this version, or it is misbehaving",
+                            reader_.announced(), limits_.max_reply_bytes);
+      protocol_violation = true;
       break;
     }
     net::IoResult r = reader_.read_from(socket_);
@@ -140,22 +156,26 @@ bool Client::read_one_frame(std::unique_lock<std::mutex>& lock, Deadline deadlin
   }
   if (!failure.empty()) {
     fail_connection_locked(failure, failure_errno);
+    broken_protocol_ = broken_protocol_ || protocol_violation;
     return true;
   }
   if (frame.size() < 5) {
     fail_connection_locked("malformed reply (shorter than its header)", 0);
+    broken_protocol_ = true;
     return true;
   }
   const std::uint32_t id = net::get_u32(frame.data() + 1);
   auto it = pending_.find(id);
   if (it == pending_.end()) {
     fail_connection_locked(fmt::format("reply for unknown request id {}", id), 0);
+    broken_protocol_ = true;
     return true;
   }
   Reply reply;
   DecodeError err;
   if (!decode_reply(it->second.op, frame, reply, err)) {
     fail_connection_locked(fmt::format("malformed reply: {}", err.message), 0);
+    broken_protocol_ = true;
     return true;
   }
   if (it->second.abandoned) {
@@ -183,6 +203,12 @@ Reply Client::call(Request& q, Deadline deadline) {
   };
 
   std::unique_lock<std::mutex> lock(mu_);
+  if (!broken_ && socket_.valid() && !reading_ && pending_.empty() && peer_closed(socket_.fd())) {
+    // The server closed this idle connection (restart, or eviction of idle connections at its
+    // connection limit): reconnect instead of failing this call.
+    broken_ = true;
+    broken_why_ = "the server closed the idle connection";
+  }
   if (broken_ || !socket_.valid()) {
     // Reconnect once nobody is still using the old socket.
     cv_.wait_until(lock, reply_deadline.when(), [&] { return !reading_; });
@@ -234,6 +260,11 @@ Reply Client::call(Request& q, Deadline deadline) {
       pending_.erase(id);
       ErrorContext ctx = context();
       ctx.os_error = broken_errno_;
+      if (broken_protocol_) {
+        throw StoreError(fmt::format("store {} to {}: {}; the connection was closed",
+                                     to_string(q.op), address(), broken_why_),
+                         ctx);
+      }
       throw NetworkError(
           fmt::format("store {} to {}: connection lost: {}; the store server stopped or closed "
                       "this connection (see its log); the next call reconnects",

@@ -63,6 +63,7 @@ class Client {
   bool broken_ = false;                    // guarded by mu_
   std::string broken_why_;                 // guarded by mu_
   int broken_errno_ = 0;                   // guarded by mu_
+  bool broken_protocol_ = false;           // guarded by mu_: the server broke the protocol
   bool reading_ = false;                   // guarded by mu_: a thread holds the reader role
   net::FrameReader reader_;                // used only by the reader-role thread
   std::unordered_map<std::uint32_t, Pending> pending_;  // guarded by mu_

@@ -8,7 +8,9 @@
 
 #include <atomic>
 #include <cstdint>
+#include <map>
 #include <memory>
+#include <set>
 #include <thread>
 #include <unordered_map>
 
@@ -26,6 +28,14 @@ namespace chorus::store {
 // Returns the soft limit in effect afterwards.
 std::uint64_t raise_open_file_limit(std::uint64_t want);
 
+// Memory: every byte a client can make the server hold is budgeted (docs/protocol.md, "Limits").
+// Input buffers grow only with received bytes; a request is served only once its reply is
+// affordable (the connection's unread replies under max_unread_reply_bytes, all connections
+// under max_buffered_bytes, except a 64 KiB reserve per connection so that small requests such
+// as ping are always answered); otherwise the frame stays buffered and the connection is not
+// read until its replies drain or the global budget frees. Timers close connections that never
+// say hello or stall mid-frame / with unread replies; at the connection limit the oldest idle
+// stranger (no hello, or a hello and nothing since) is evicted to make room.
 class Server {
  public:
   // Binds and starts the loop thread; throws NetworkError (address in use, ...).
@@ -40,29 +50,45 @@ class Server {
  private:
   struct Conn;
   struct Parked;
+  enum class Afford { yes, connection_full, server_full };
+
   void on_accept();
+  bool accept_one();  // false: nothing more to accept now
+  bool evict_idle_stranger(const char* why);
   void on_conn_event(std::uint64_t id, std::uint32_t events);
   bool read_conn(Conn& c);     // false: the connection was closed
   bool handle_hello(Conn& c);  // false: closed
+  bool serve(Conn& c);         // runs buffered work the budget allows; false: closed
+  void schedule_serve(Conn& c);
   void handle_request(Conn& c, Request& q);
+  std::size_t reply_cost(const Request& q) const;
+  std::size_t parked_cost(const Parked& p) const;
+  Afford afford(const Conn& c, std::size_t cost) const;
+  void block(Conn& c, Afford why, std::size_t cost);
+  void deliver(Conn& c, const Parked& p);
   void reply(Conn& c, Op op, const Reply& r);
   bool flush(Conn& c);  // false: closed
   void update_interest(Conn& c);
+  void account(Conn& c);
+  void wake_budget_waiters();
   void close_conn(std::uint64_t id, const char* level, const std::string& reason);
   void deliver_ready();
   void park(Conn& c, const Request& q, Op op);
   void on_watch_timeout(KvTable::WatchId id);
   void check_client_waits();
+  void sweep();  // periodic: hello and stall timeouts
   void warn_bad_client(const std::string& peer, const std::string& reason);
 
   TcpStoreServerOptions options_;
   Limits limits_;
+  std::size_t max_connections_ = 0;
   net::EventLoop loop_;
   net::Listener listener_;
   std::uint16_t port_ = 0;
   int spare_fd_ = -1;  // released to accept-and-close when out of fds (EMFILE)
   KvTable table_;      // loop thread only
-  std::unordered_map<std::uint64_t, std::unique_ptr<Conn>> conns_;         // loop thread only
+  // Ordered by id = accept order, so the first match of a scan is the oldest connection.
+  std::map<std::uint64_t, std::unique_ptr<Conn>> conns_;                   // loop thread only
   std::unordered_map<KvTable::WatchId, std::unique_ptr<Parked>> parked_;   // loop thread only
   struct ClientWait {
     std::uint64_t conn;
@@ -75,6 +101,14 @@ class Server {
   std::int64_t members_joined_ = 0;  // loop thread only
   std::uint64_t next_conn_ = 1;
   std::atomic<std::size_t> num_clients_{0};
+  std::size_t buffered_ = 0;                   // sum of Conn::accounted (loop thread only)
+  std::set<std::uint64_t> budget_waiters_;     // connections blocked on the global budget
+  bool waiters_wake_posted_ = false;
+  std::size_t wake_level_ = 0;                 // wake budget waiters once buffered_ is this low
+  std::size_t freed_since_trim_ = 0;
+  std::vector<std::uint8_t> list_keys_cache_;  // encoded list_keys body (loop thread only)
+  std::uint64_t list_keys_generation_ = 0;
+  bool list_keys_cache_valid_ = false;           // bytes released since the last malloc_trim
   // Rate limit for "closed a misbehaving connection" warnings (loop thread only).
   Clock::time_point warn_window_{};
   int warns_in_window_ = 0;

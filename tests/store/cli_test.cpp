@@ -213,6 +213,39 @@ TEST_CASE("chorus-store serves on port 0 and answers the client commands", "[sto
   REQUIRE(not_integer.status == 4);
   REQUIRE(not_integer.err.find("not an integer") != std::string::npos);
   REQUIRE(run({"--connect", a, "delete", "greeting"}).out == "true\n");
+
+  // add takes any int64; out-of-range numbers are usage errors, never clamped or wrapped.
+  REQUIRE(run({"--connect", a, "add", "huge", "9223372036854775807"}).out == "9223372036854775807\n");
+  auto overflow = run({"--connect", a, "add", "huge", "1"});
+  REQUIRE(overflow.status == 4);
+  REQUIRE(overflow.err.find("int64") != std::string::npos);
+  auto out_of_range = run({"--connect", a, "add", "m", "9223372036854775808"});
+  REQUIRE(out_of_range.status == 2);
+  REQUIRE(out_of_range.err.find("9223372036854775808") != std::string::npos);
+  REQUIRE(run({"--connect", a, "add", "m", "-99999999999999999999"}).status == 2);
+  REQUIRE(run({"--connect", a, "check", "m"}).out == "false\n");
+}
+
+TEST_CASE("chorus-store: malformed numeric flags are refused, not misread", "[store][cli]") {
+  for (const char* bad : {"abc", "-1", "5G", "", "0", "1e3", "99999999999999999999"}) {
+    auto r = run({"--port", "0", "--max-value-bytes", bad});
+    INFO("--max-value-bytes " << bad << ": " << r.err);
+    REQUIRE(r.status == 2);
+    REQUIRE(r.err.find("--max-value-bytes expects an integer") != std::string::npos);
+  }
+  for (const char* bad : {"inf", "nan", "1e30", "-1", "0", "abc", "10s", "2000000"}) {
+    auto r = run({"--connect", "127.0.0.1:1", "--timeout", bad, "ping"});
+    INFO("--timeout " << bad << ": " << r.err);
+    REQUIRE(r.status == 2);
+    REQUIRE(r.err.find("--timeout expects seconds") != std::string::npos);
+  }
+  for (const char* flag : {"--max-buffered-bytes", "--max-unread-reply-bytes", "--max-reply-bytes",
+                           "--max-connections"}) {
+    auto r = run({"--port", "0", flag, "4K"});
+    INFO(flag << ": " << r.err);
+    REQUIRE(r.status == 2);
+  }
+  REQUIRE(run({"--port", "0", "--hello-timeout", "inf"}).status == 2);
 }
 
 TEST_CASE("chorus-store: failures exit non-zero with the reason", "[store][cli]") {

@@ -3,6 +3,8 @@
 // HashStore and over TcpStore) and TcpStore (embedded server).
 #include <catch2/catch.hpp>
 
+#include <limits>
+
 #include <atomic>
 #include <functional>
 #include <memory>
@@ -111,6 +113,17 @@ void contract(const std::string& kind) {
     s.set("text", std::string_view("abc"));
     REQUIRE_THROWS_AS(s.add("text", 1), chorus::StoreError);
     REQUIRE(s.get_string("text") == "abc");
+  }
+
+  SECTION("add past the int64 range is an error that says so, and changes nothing") {
+    const auto max = std::numeric_limits<std::int64_t>::max();
+    REQUIRE(s.add("big", max) == max);
+    REQUIRE_THROWS_WITH(s.add("big", 1), Catch::Contains("int64"));
+    REQUIRE(s.get_string("big") == std::to_string(max));
+    REQUIRE(s.add("small", -max) == -max);
+    REQUIRE(s.add("small", -1) == -max - 1);
+    REQUIRE_THROWS_AS(s.add("small", -1), chorus::StoreError);
+    REQUIRE(s.add("small", max) == -1);
   }
 
   SECTION("add from 8 threads keeps an exact count") {

@@ -3,6 +3,8 @@
 // limits, fuzz), KvTable watches, FrameReader partial reads, host:port parsing.
 #include <catch2/catch.hpp>
 
+#include <limits>
+
 #include <random>
 
 #include <chorus/errors.hpp>
@@ -267,11 +269,66 @@ TEST_CASE("KvTable: watches fire when every key exists, survive deletes, and can
   t.set("x", {});
   REQUIRE(t.take_ready().empty());
 
-  REQUIRE(*t.add("n", 5) == 5);
+  REQUIRE(t.add("n", 5).value == 5);
   t.set("s", to_bytes("abc"));
-  REQUIRE_FALSE(t.add("s", 1));
+  REQUIRE(t.add("s", 1).status == KvTable::AddResult::Status::not_integer);
   REQUIRE(t.compare_set("cs", {}, to_bytes("v")) == to_bytes("v"));
   REQUIRE(t.keys() == std::vector<std::string>{"a", "b", "cs", "n", "s", "x"});
+  REQUIRE(t.key_bytes() == 1 + 1 + 2 + 1 + 1 + 1);
+  // The sorted key cache follows creations and deletions.
+  REQUIRE(t.erase("cs"));
+  t.set("c", {});
+  REQUIRE(t.keys() == std::vector<std::string>{"a", "b", "c", "n", "s", "x"});
+  REQUIRE(t.key_bytes() == 6);
+}
+
+TEST_CASE("KvTable: add refuses to overflow int64 and leaves the counter unchanged", "[store]") {
+  KvTable t;
+  const auto max = std::numeric_limits<std::int64_t>::max();
+  const auto min = std::numeric_limits<std::int64_t>::min();
+  REQUIRE(t.add("c", max - 1).value == max - 1);
+  REQUIRE(t.add("c", 1).value == max);
+  const auto r = t.add("c", 1);
+  REQUIRE(r.status == KvTable::AddResult::Status::overflow);
+  REQUIRE(r.value == max);
+  REQUIRE(*t.find("c") == to_bytes(std::to_string(max)));
+  REQUIRE(t.add("d", min).value == min);
+  REQUIRE(t.add("d", -1).status == KvTable::AddResult::Status::overflow);
+  REQUIRE(checked_counter_add(max, min).value() == -1);
+  REQUIRE_FALSE(checked_counter_add(min, min));
+  REQUIRE_THAT(counter_overflow_message("c", max, 1),
+               Catch::Contains("int64") && Catch::Contains("unchanged"));
+}
+
+TEST_CASE("FrameReader: memory follows received bytes, never the announced length", "[net]") {
+  net::FrameReader r(16u << 20);
+  std::uint8_t header[4];
+  net::put_u32(header, 9u << 20);  // announces 9 MiB
+  r.feed(header);
+  std::span<const std::uint8_t> payload;
+  REQUIRE(r.next(payload) == net::FrameReader::Status::need_more);
+  REQUIRE(r.footprint() < (128u << 10));
+  std::vector<std::uint8_t> chunk(1000, 7);
+  r.feed(chunk);
+  REQUIRE(r.footprint() < (128u << 10));
+  REQUIRE_FALSE(r.frame_ready());
+  // peek leaves the frame buffered until pop.
+  net::FrameReader small(100);
+  net::put_u32(header, 3);
+  small.feed(header);
+  const std::uint8_t body[3] = {1, 2, 3};
+  small.feed(body);
+  REQUIRE(small.frame_ready());
+  REQUIRE(small.peek(payload) == net::FrameReader::Status::frame);
+  REQUIRE(small.peek(payload) == net::FrameReader::Status::frame);
+  small.pop();
+  REQUIRE(small.peek(payload) == net::FrameReader::Status::need_more);
+  REQUIRE_FALSE(small.mid_frame());
+  // A header over the limit is reported as soon as the header is in.
+  net::put_u32(header, 101);
+  small.feed(header);
+  REQUIRE(small.frame_ready());
+  REQUIRE(small.next(payload) == net::FrameReader::Status::too_large);
 }
 
 TEST_CASE("host:port parsing and formatting", "[net]") {

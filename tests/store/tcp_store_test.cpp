@@ -167,6 +167,12 @@ TEST_CASE("TcpStore: list_keys, ping, limits, wait_for_clients, dual-stack", "[s
   REQUIRE_THROWS_AS(store.set("k", Bytes(1025, 0)), InvalidArgument);
   // The connection is still fine after refused calls.
   REQUIRE(store.get_string("a") == "2");
+  // append cannot grow a value past the limit either; nothing is appended then.
+  store.append("grow", Bytes(600, 1));
+  REQUIRE_THROWS_WITH(store.append("grow", Bytes(600, 2)), Catch::Contains("max_value_bytes"));
+  REQUIRE(store.get("grow") == Bytes(600, 1));
+  store.append("grow", Bytes(424, 3));
+  REQUIRE(store.get("grow").size() == 1024);
 
   // wait_for_clients: the embedded server's own client counted 1; two more join.
   std::thread joiner([&] {

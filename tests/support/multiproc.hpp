@@ -17,6 +17,10 @@
 
 #include <chorus/deadline.hpp>
 
+namespace chorus {
+struct TcpStoreServerOptions;
+}
+
 namespace chorus::test {
 
 // Exit codes a child uses to say how fn ended.
@@ -60,7 +64,9 @@ std::vector<ChildResult> wait_children(std::vector<ChildResult> children, std::v
 // Destruction kills it. Create it before anything starts threads in the parent.
 class StoreServerProcess {
  public:
-  StoreServerProcess();
+  StoreServerProcess();  // 127.0.0.1, a free port, default limits
+  // host and port of `options` are replaced by 127.0.0.1 and a free port.
+  explicit StoreServerProcess(const TcpStoreServerOptions& options);
   ~StoreServerProcess();
   StoreServerProcess(const StoreServerProcess&) = delete;
   StoreServerProcess& operator=(const StoreServerProcess&) = delete;

@@ -17,7 +17,9 @@
 
 namespace chorus::test {
 
-StoreServerProcess::StoreServerProcess() {
+StoreServerProcess::StoreServerProcess() : StoreServerProcess(TcpStoreServerOptions{}) {}
+
+StoreServerProcess::StoreServerProcess(const TcpStoreServerOptions& options) {
   int fds[2];
   if (pipe2(fds, O_CLOEXEC) != 0) {
     throw std::runtime_error("pipe2 failed");
@@ -33,7 +35,10 @@ StoreServerProcess::StoreServerProcess() {
     alarm(600);  // never outlive a broken parent for long
     int code = 0;
     try {
-      TcpStoreServer server({.host = "127.0.0.1", .port = 0});
+      TcpStoreServerOptions o = options;
+      o.host = "127.0.0.1";
+      o.port = 0;
+      TcpStoreServer server(o);
       const std::uint16_t port = server.port();
       (void)!::write(fds[1], &port, sizeof(port));
       ::close(fds[1]);
