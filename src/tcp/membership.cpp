@@ -131,10 +131,21 @@ std::string who_claims(Store& store, const std::string& epoch, int rank) {
   }
 }
 
-void throw_recorded_clash(Store& store, const std::string& epoch) {
+std::optional<std::string> recorded_clash(Store& store, const std::string& epoch) {
   const std::string key = epoch_key(epoch, "clash");
-  if (store.check({key})) {
-    throw InvalidArgument(store.get_string(key, std::chrono::seconds(1)));
+  if (!store.check({key})) {
+    return std::nullopt;
+  }
+  try {
+    return store.get_string(key, std::chrono::seconds(1));
+  } catch (const TimeoutError&) {
+    return std::nullopt;
+  }
+}
+
+void throw_recorded_clash(Store& store, const std::string& epoch) {
+  if (auto message = recorded_clash(store, epoch)) {
+    throw InvalidArgument(*message);
   }
 }
 
@@ -196,6 +207,17 @@ std::vector<std::string> wait_for_addresses(Store& store, const std::string& epo
   return out;
 }
 
+// wait_for_addresses, removing our records again if the others never come (they would only
+// mislead a relaunch); a clash stays recorded, for the ranks that have yet to see it.
+std::vector<std::string> wait_for_members(Store& store, const Membership& m, const MembershipOptions& o) {
+  try {
+    return wait_for_addresses(store, m.epoch, o);
+  } catch (const TimeoutError&) {
+    leave_group(store, m, o.rank);
+    throw;
+  }
+}
+
 std::string member_record(const MembershipOptions& o) {
   return fmt::format("{} {}", o.size, pid_at_host());
 }
@@ -222,7 +244,7 @@ Membership lead(Store& store, const MembershipOptions& o) {
                                         o.local_address)),
                    to_bytes(o.local_address), to_bytes(member_record(o))});
   store.set(kCurrentEpochKey, m.epoch);
-  m.addresses = wait_for_addresses(store, m.epoch, o);
+  m.addresses = wait_for_members(store, m, o);
   return m;
 }
 
@@ -230,6 +252,7 @@ Membership lead(Store& store, const MembershipOptions& o) {
 Membership follow(Store& store, const MembershipOptions& o) {
   std::string skipped;  // an epoch whose leader did not answer
   int slices_skipped = 0;
+  std::string last_clash;
   for (;;) {
     const std::string epoch = current_epoch(store);
     std::optional<Leader> leader;
@@ -240,6 +263,11 @@ Membership follow(Store& store, const MembershipOptions& o) {
                           "live rank 0 to start a new one",
                     o.where, leader->who, leader->address);
         skipped = epoch;
+        // A formation that failed on a clash before we came: if no new rank 0 comes, that is
+        // the story to tell at the timeout.
+        if (auto message = recorded_clash(store, epoch)) {
+          last_clash = *message;
+        }
         leader.reset();
       }
     }
@@ -254,10 +282,11 @@ Membership follow(Store& store, const MembershipOptions& o) {
         c.timeout = o.timeout;
         throw TimeoutError(
             fmt::format("{}: rank 0 never showed up within {} ({}); check that it was started with the same "
-                        "store and run id, and its log",
+                        "store and run id, and its log{}",
                         o.where, format_duration(o.timeout),
                         skipped.empty() ? "no formation recorded in the store"
-                                        : "the store only holds a formation whose rank 0 is gone"),
+                                        : "the store only holds a formation whose rank 0 is gone",
+                        last_clash.empty() ? "" : "; that formation failed: " + last_clash),
             c);
       }
       // Wait a slice for rank 0 to record a new formation; re-probe a skipped leader now and
@@ -294,7 +323,7 @@ Membership follow(Store& store, const MembershipOptions& o) {
     Membership m;
     m.epoch = epoch;
     m.group_id = leader->group_id;
-    m.addresses = wait_for_addresses(store, epoch, o);
+    m.addresses = wait_for_members(store, m, o);
     return m;
   }
 }

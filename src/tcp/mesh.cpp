@@ -180,6 +180,8 @@ Mesh build_mesh(Store& store, const MeshOptions& o) {
   mesh.membership = join_group(store, mo);
   try {
     connect_mesh(store, o, mo, mesh, channels);
+  } catch (const InvalidArgument&) {
+    throw;  // a clash: its record stays for the ranks that have yet to see it
   } catch (...) {
     leave_group(store, mesh.membership, o.rank);
     throw;
