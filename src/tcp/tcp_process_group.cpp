@@ -37,6 +37,8 @@ struct WeakKeyLess {
   }
 };
 
+// A full mesh of more ranks than this is never what was meant (and would not fit in memory).
+constexpr int kMaxTcpWorldSize = 1 << 20;
 // Descriptors kept free for the store client, files and the application.
 constexpr unsigned long long kSpareDescriptors = 64;
 
@@ -229,6 +231,11 @@ std::uint64_t next_group_index(const std::shared_ptr<Store>& store, int rank) {
 // A full mesh holds (size - 1) x (sockets_per_peer + 1) sockets: refuse a world that cannot fit
 // in the open-file limit before anything is allocated for it.
 void check_world_size_fits(int rank, int size, int sockets_per_peer) {
+  if (size > kMaxTcpWorldSize) {
+    throw InvalidArgument(fmt::format(
+        "make_tcp_group on rank {}: size {} is more than the tcp backend's full mesh supports ({}); check WORLD_SIZE",
+        rank, size, kMaxTcpWorldSize));
+  }
   rlimit limit{};
   if (::getrlimit(RLIMIT_NOFILE, &limit) != 0 || limit.rlim_cur == RLIM_INFINITY) {
     return;
