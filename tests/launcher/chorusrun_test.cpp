@@ -286,3 +286,43 @@ TEST_CASE("chorusrun's own errors", "[launcher][chorusrun]") {
   CHECK_THAT(p.output, Catch::Contains("CHORUS_STORE_ADDR"));
   CHECK_THAT(p.output, Catch::Contains("OMPI_COMM_WORLD_RANK"));
 }
+
+TEST_CASE("a SIGINT ignored when chorusrun started stays ignored (a script's background job)",
+          "[launcher][chorusrun]") {
+  // As `chorusrun ... &` in a script: the shell starts background jobs with SIGINT ignored, and
+  // the terminal's Ctrl-C reaches them anyway. chorusrun must neither stop nor forward it.
+  const std::string dir = temp_dir();
+  std::vector<std::string> argv{"/bin/sh", "-c", "trap '' INT; exec \"$0\" \"$@\"", chorusrun(),
+                                "--standalone", "-n", "2", "--", "/bin/sh", "-c",
+                                "echo ready; while [ ! -e " + dir + "/go ]; do sleep 0.05; done; echo done-$RANK"};
+  Process p = start(argv, {}, launcher_vars());
+  REQUIRE(read_until(p, "ready\n", 2, Seconds(30)));
+  ::kill(p.pid, SIGINT);
+  // The ranks go on; they finish once released, and chorusrun exits 0 with them.
+  std::ofstream(dir + "/go").put('\n');
+  REQUIRE(finish(p, Seconds(30)));
+  INFO(p.output);
+  CHECK(shell_status(p) == 0);
+  CHECK(count(p.output, "done-") == 2);
+  CHECK(count(p.output, "SIGINT") == 0);
+  std::remove((dir + "/go").c_str());
+  ::rmdir(dir.c_str());
+}
+
+TEST_CASE("chorusrun names each launch with a CHORUS_RUN_ID of its own, or keeps the user's",
+          "[launcher][chorusrun]") {
+  Process a = run_script({"--standalone", "-n", "2"}, "echo \"id=$CHORUS_RUN_ID\"");
+  Process b = run_script({"--standalone", "-n", "1"}, "echo \"id=$CHORUS_RUN_ID\"");
+  INFO(a.output << b.output);
+  std::smatch m;
+  const std::regex re("id=(chorusrun-[0-9a-f]{16})");
+  REQUIRE(std::regex_search(a.output, m, re));
+  const std::string first = m[1];
+  CHECK(count(a.output, "id=" + first) == 2);  // the same on every rank
+  REQUIRE(std::regex_search(b.output, m, re));
+  CHECK(m[1] != first);  // and new per launch
+  std::vector<std::string> argv{chorusrun(), "--standalone", "-n", "1", "--", "/bin/sh", "-c",
+                                "echo \"id=$CHORUS_RUN_ID\""};
+  Process mine = run(argv, Seconds(60), {"CHORUS_RUN_ID=nightly-42"}, launcher_vars());
+  CHECK_THAT(mine.output, Catch::Contains("id=nightly-42"));
+}
