@@ -167,6 +167,9 @@ std::vector<std::string> wait_for_addresses(Store& store, const std::string& epo
       break;
     } catch (const TimeoutError&) {
     }
+    if (o.between_slices) {
+      o.between_slices();
+    }
     throw_recorded_clash(store, epoch);
     if (o.rank == 0) {
       const std::string now = current_epoch(store);

@@ -36,6 +36,9 @@ struct MembershipOptions {
   Duration timeout{0};      // the group timeout, for messages
   Deadline deadline = Deadline::never();
   std::string local_address;  // our "host:port"
+  // Called between the slices of every wait (rank 0 drains its listener there, so that a
+  // large group's liveness probes never fill its backlog).
+  std::function<void()> between_slices;
 };
 
 struct Membership {

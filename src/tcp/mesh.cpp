@@ -177,6 +177,14 @@ Mesh build_mesh(Store& store, const MeshOptions& o) {
   mo.timeout = o.timeout;
   mo.deadline = o.deadline;
   mo.local_address = mesh.local_address;
+  if (o.rank == 0) {
+    // Nobody connects to rank 0 for the mesh (lower ranks connect to higher ones): what
+    // arrives while it waits are the other ranks' liveness probes, and strangers.
+    mo.between_slices = [&listener = mesh.listener] {
+      while (listener.accept().io.ok()) {
+      }
+    };
+  }
   mesh.membership = join_group(store, mo);
   try {
     connect_mesh(store, o, mo, mesh, channels);
