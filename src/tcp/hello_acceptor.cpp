@@ -26,6 +26,7 @@ struct Pending {
   std::array<std::uint8_t, kHelloBytes> hello{};
   std::size_t got = 0;
   Deadline deadline = Deadline::never();
+  bool done = false;  // kept, answered or dropped: remove from the pending list
 };
 
 // Connections waiting for their hello beyond the ranks we expect: the oldest is dropped first,
@@ -82,14 +83,12 @@ class Acceptor {
       return;  // timeout, or EINTR: the caller's loop re-checks its deadlines
     }
     // Read hellos first (indices refer to pending_ as polled), then accept new connections.
-    std::vector<bool> finished(pending_.size(), false);
     for (std::size_t i = 0; i < pending_.size(); ++i) {
       if (fds[i + 1].revents != 0) {
-        finished[i] = read_hello(pending_[i]);
+        pending_[i].done = read_hello(pending_[i]);
       }
     }
-    std::size_t k = 0;
-    std::erase_if(pending_, [&](const Pending&) { return finished[k++]; });
+    std::erase_if(pending_, [](const Pending& p) { return p.done; });
     if (fds[0].revents & POLLIN) {
       accept_all();
     }

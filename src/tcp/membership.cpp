@@ -24,6 +24,8 @@ namespace {
 
 // How often a waiting rank looks for a clash or a new epoch: the bound on "at once".
 constexpr Duration kPollSlice = std::chrono::milliseconds(100);
+// Keys named in one bounded wait for the members' addresses.
+constexpr std::size_t kKeysPerWait = 64;
 // A leader that does not accept a connection within this is treated as gone for now.
 constexpr Duration kProbeTimeout = std::chrono::seconds(2);
 // A leader that did not answer is probed again after this many slices.
@@ -161,10 +163,16 @@ std::vector<std::string> wait_for_addresses(Store& store, const std::string& epo
   for (int r = 0; r < o.size; ++r) {
     keys.push_back(addr_key(epoch, r));
   }
-  for (;;) {
+  // In chunks, so that a large group's ranks do not each re-send every key every slice.
+  std::size_t next = 0;
+  while (next < keys.size()) {
+    const std::size_t end = std::min(keys.size(), next + kKeysPerWait);
+    const std::vector<std::string> chunk(keys.begin() + static_cast<std::ptrdiff_t>(next),
+                                         keys.begin() + static_cast<std::ptrdiff_t>(end));
     try {
-      store.wait(keys, std::min(kPollSlice, o.deadline.remaining()));
-      break;
+      store.wait(chunk, std::min(kPollSlice, o.deadline.remaining()));
+      next = end;
+      continue;
     } catch (const TimeoutError&) {
     }
     if (o.between_slices) {
@@ -174,11 +182,12 @@ std::vector<std::string> wait_for_addresses(Store& store, const std::string& epo
     if (o.rank == 0) {
       const std::string now = current_epoch(store);
       if (!now.empty() && now != epoch) {
-        const std::string other = "process " + read_leader(store, now).value_or(Leader{}).who;
+        const std::string other = read_leader(store, now).value_or(Leader{}).who;
         clash(store, now,
               fmt::format("{}: two processes claim rank 0 of this group: this one ({}) and {}; a duplicate "
                           "RANK=0, or another job using the same store and run id; {}",
-                          o.where, process_identity(), other.empty() ? "another" : other, clash_advice()));
+                          o.where, process_identity(), other.empty() ? "another process" : "process " + other,
+                          clash_advice()));
       }
     }
     if (o.deadline.expired()) {
@@ -210,17 +219,6 @@ std::vector<std::string> wait_for_addresses(Store& store, const std::string& epo
   return out;
 }
 
-// wait_for_addresses, removing our records again if the others never come (they would only
-// mislead a relaunch); a clash stays recorded, for the ranks that have yet to see it.
-std::vector<std::string> wait_for_members(Store& store, const Membership& m, const MembershipOptions& o) {
-  try {
-    return wait_for_addresses(store, m.epoch, o);
-  } catch (const TimeoutError&) {
-    leave_group(store, m, o.rank);
-    throw;
-  }
-}
-
 std::string member_record(const MembershipOptions& o) {
   return fmt::format("{} {}", o.size, pid_at_host());
 }
@@ -247,7 +245,7 @@ Membership lead(Store& store, const MembershipOptions& o) {
                                         o.local_address)),
                    to_bytes(o.local_address), to_bytes(member_record(o))});
   store.set(kCurrentEpochKey, m.epoch);
-  m.addresses = wait_for_members(store, m, o);
+  m.addresses = wait_for_addresses(store, m.epoch, o);
   return m;
 }
 
@@ -326,7 +324,7 @@ Membership follow(Store& store, const MembershipOptions& o) {
     Membership m;
     m.epoch = epoch;
     m.group_id = leader->group_id;
-    m.addresses = wait_for_members(store, m, o);
+    m.addresses = wait_for_addresses(store, m.epoch, o);
     return m;
   }
 }
@@ -354,8 +352,7 @@ Membership join_group(Store& store, const MembershipOptions& o) {
   return o.rank == 0 ? lead(store, o) : follow(store, o);
 }
 
-void check_no_clash(Store& store, const Membership& m, const MembershipOptions& o) {
-  (void)o;
+void check_no_clash(Store& store, const Membership& m) {
   if (!m.epoch.empty()) {
     throw_recorded_clash(store, m.epoch);
   }

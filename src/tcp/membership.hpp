@@ -13,7 +13,9 @@
 // Rank 0 always starts a new epoch (so a relaunch never reuses a dead formation). A rank r > 0
 // joins the current epoch only once its rank 0 answers a connection (a leader record left by
 // a dead process is skipped: wait for the next epoch). Every clash is written to the epoch's
-// clash key, so every member fails at once with the same message.
+// clash key, so every member fails at once with the same message. A formation that never
+// completes keeps its records (the others' "never showed up" lists stay true while they time
+// out; a relaunch starts a new epoch and ignores them).
 #pragma once
 
 #include "core/private.hpp"
@@ -53,7 +55,7 @@ struct Membership {
 Membership join_group(Store& store, const MembershipOptions& options);
 
 // Throws InvalidArgument if a clash was recorded for the formation since it was joined.
-void check_no_clash(Store& store, const Membership& membership, const MembershipOptions& options);
+void check_no_clash(Store& store, const Membership& membership);
 
 // Removes this rank's records (rank 0: also the leader record and `current`). Best effort:
 // never throws. A destroyed group leaves no keys behind.

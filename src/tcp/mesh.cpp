@@ -46,7 +46,7 @@ std::string where(const MeshOptions& o) {
 }
 
 // Phases 1-3 over the formation's addresses.
-void connect_mesh(Store& store, const MeshOptions& o, const MembershipOptions& mo, Mesh& mesh, int channels) {
+void connect_mesh(Store& store, const MeshOptions& o, Mesh& mesh, int channels) {
   const int n = o.size;
   mesh.group_id = mesh.membership.group_id;
   mesh.peers.resize(static_cast<std::size_t>(n));
@@ -96,7 +96,7 @@ void connect_mesh(Store& store, const MeshOptions& o, const MembershipOptions& m
   ao.timeout = o.timeout;
   ao.deadline = o.deadline;
   ao.hello_timeout = o.hello_timeout;
-  ao.on_tick = [&] { check_no_clash(store, mesh.membership, mo); };
+  ao.on_tick = [&] { check_no_clash(store, mesh.membership); };
   std::vector<std::vector<net::Socket>> incoming = accept_lower_ranks(mesh.listener, ao);
   for (int peer = 0; peer < o.rank; ++peer) {
     PeerLink& link = mesh.peers[static_cast<std::size_t>(peer)];
@@ -187,7 +187,7 @@ Mesh build_mesh(Store& store, const MeshOptions& o) {
   }
   mesh.membership = join_group(store, mo);
   try {
-    connect_mesh(store, o, mo, mesh, channels);
+    connect_mesh(store, o, mesh, channels);
   } catch (const InvalidArgument&) {
     throw;  // a clash: its record stays for the ranks that have yet to see it
   } catch (...) {

@@ -5,9 +5,12 @@
 //
 // Synchronization is by output: a rank prints "ready" and the test reads chorusrun's output
 // until every rank did. Time bounds are upper bounds only.
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/prctl.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -325,4 +328,33 @@ TEST_CASE("chorusrun names each launch with a CHORUS_RUN_ID of its own, or keeps
                                 "echo \"id=$CHORUS_RUN_ID\""};
   Process mine = run(argv, Seconds(60), {"CHORUS_RUN_ID=nightly-42"}, launcher_vars());
   CHECK_THAT(mine.output, Catch::Contains("id=nightly-42"));
+}
+
+TEST_CASE("every node's chorusrun gives its ranks node 0's run id", "[launcher][chorusrun]") {
+  // A free loopback port for node 0's store (released just before chorusrun binds it).
+  const int probe = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in sa{};
+  sa.sin_family = AF_INET;
+  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof(sa);
+  REQUIRE(::bind(probe, reinterpret_cast<sockaddr*>(&sa), sizeof(sa)) == 0);
+  REQUIRE(::getsockname(probe, reinterpret_cast<sockaddr*>(&sa), &len) == 0);
+  const std::string port = std::to_string(ntohs(sa.sin_port));
+  ::close(probe);
+  // Node 0's rank keeps the store up until node 1's rank has run.
+  const std::string client = binary("CHORUS_STORE_BIN") + " --connect $CHORUS_STORE_ADDR --timeout 20 ";
+  auto node = [&](const char* rank, const std::string& then) {
+    return start({chorusrun(), "--nnodes", "2", "--node-rank", rank, "-n", "1", "--master-addr", "127.0.0.1",
+                  "--master-port", port, "--", "/bin/sh", "-c", "echo \"id=$CHORUS_RUN_ID\"; " + then},
+                 {}, launcher_vars());
+  };
+  Process second = node("1", client + "set node1-done 1 >/dev/null");  // waits for node 0's store
+  Process first = node("0", client + "wait node1-done >/dev/null");
+  REQUIRE(finish(first, Seconds(60)));
+  REQUIRE(finish(second, Seconds(60)));
+  INFO(first.output << second.output);
+  std::smatch m;
+  const std::regex re("id=(chorusrun-[0-9a-f]{16})");
+  REQUIRE(std::regex_search(first.output, m, re));
+  CHECK_THAT(second.output, Catch::Contains("id=" + std::string(m[1])));
 }
