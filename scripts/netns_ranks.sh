@@ -34,7 +34,7 @@ netns_start_ranks() {
   RANK_PIDS=()
   for ((r = 0; r < n; r++)); do
     "$NETNS_CLUSTER" run "$r" env RANK="$r" WORLD_SIZE="$n" LOCAL_RANK=0 LOCAL_WORLD_SIZE=1 \
-      CHORUS_STORE_ADDR="$STORE_ADDR" CHORUS_SOCKET_IFNAME="$ifname" \
+      CHORUS_STORE_ADDR="$STORE_ADDR" CHORUS_RUN_ID="${CHORUS_RUN_ID:-netns-$$}" CHORUS_SOCKET_IFNAME="$ifname" \
       timeout -k 5 "$limit" "$@" >"$dir/rank$r.out" 2>"$dir/rank$r.err" &
     RANK_PIDS+=($!)
   done

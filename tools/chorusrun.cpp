@@ -16,6 +16,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <memory>
+#include <random>
 #include <string>
 
 #include <chorus/chorus.hpp>
@@ -54,6 +55,14 @@ std::string resolve_program(const std::string& name) {
   return {};
 }
 
+// "chorusrun-<16 hex digits>" from the system's random source.
+std::string random_run_id() {
+  std::random_device rd;
+  char text[40];
+  std::snprintf(text, sizeof(text), "chorusrun-%08x%08x", rd(), rd());
+  return text;
+}
+
 // Variables chorusrun sets for each rank; inherited values of these are dropped.
 bool set_by_chorusrun(const char* entry) {
   static const char* const kNames[] = {
@@ -70,6 +79,24 @@ bool set_by_chorusrun(const char* entry) {
   return false;
 }
 
+// The run id every rank of this launch gets (CHORUS_RUN_ID), or "" when the user set one (it is
+// inherited). Unique per launch: node 0 makes one up and keeps it in its store, where the
+// other nodes' chorusruns read it, so every node names the same run.
+std::string chorusrun_run_id(const chorusrun::RunArgs& args, const chorusrun::LaunchPlan& plan) {
+  if (std::getenv("CHORUS_RUN_ID") != nullptr) {
+    return {};
+  }
+  if (args.nnodes == 1) {
+    return random_run_id();
+  }
+  const std::string key = "chorusrun/run_id";
+  chorus::TcpStore store(chorus::TcpStoreOptions{.host = plan.store_host, .port = static_cast<std::uint16_t>(plan.store_port)});
+  if (args.node_rank == 0) {
+    store.set(key, random_run_id());
+  }
+  return store.get_string(key);
+}
+
 void print_help_env() {
   std::fputs(chorus::environment_help(), stdout);
   std::fputs(
@@ -77,6 +104,7 @@ void print_help_env() {
       "RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, GROUP_RANK, GROUP_WORLD_SIZE,\n"
       "ROLE_RANK, ROLE_WORLD_SIZE, ROLE_NAME, MASTER_ADDR, MASTER_PORT,\n"
       "CHORUS_STORE_ADDR     the store chorusrun hosts (init_from_env connects, hosts nothing)\n"
+      "CHORUS_RUN_ID         kept if set, else made up per launch (node 0's, on every node)\n"
       "CHORUS_LAUNCHER       chorusrun\n"
       "CHORUS_RESTART_COUNT, TORCHELASTIC_RESTART_COUNT   0 on the first attempt, +1 per restart\n"
       "TORCHELASTIC_MAX_RESTARTS                          --max-restarts\n",
@@ -130,10 +158,18 @@ int main(int argc, char** argv) {
 
   // Signals are read from a signalfd; they must be blocked in every thread, so before the
   // store server starts its thread.
+  // A signal ignored when chorusrun started stays ignored, for chorusrun and its ranks, as a
+  // shell does: a script's background job ignores SIGINT, so the script's Ctrl-C must not be
+  // forwarded as a stop (nor nohup's SIGHUP). Blocking it for signalfd would catch it anyway.
   ::signal(SIGPIPE, SIG_IGN);
   sigset_t handled;
   ::sigemptyset(&handled);
-  for (int sig : {SIGCHLD, SIGINT, SIGTERM, SIGHUP}) {
+  ::sigaddset(&handled, SIGCHLD);
+  for (int sig : {SIGINT, SIGTERM, SIGHUP}) {
+    struct sigaction at_start {};
+    if (::sigaction(sig, nullptr, &at_start) == 0 && at_start.sa_handler == SIG_IGN) {
+      continue;
+    }
     ::sigaddset(&handled, sig);
   }
   ::sigprocmask(SIG_BLOCK, &handled, nullptr);
@@ -166,6 +202,15 @@ int main(int argc, char** argv) {
     if (!set_by_chorusrun(*e)) {
       plan.base_env.emplace_back(*e);
     }
+  }
+  try {
+    if (const std::string run_id = chorusrun_run_id(args, plan); !run_id.empty()) {
+      plan.base_env.push_back("CHORUS_RUN_ID=" + run_id);
+    }
+  } catch (const chorus::Error& e) {
+    std::fprintf(stderr, "chorusrun: cannot agree on a run id with node 0's chorusrun at %s:%d: %s\n",
+                 plan.store_host.c_str(), plan.store_port, e.what());
+    return 1;
   }
 
   for (int attempt = 0;; ++attempt) {

@@ -5,6 +5,7 @@
 #include <chorus/dlpack.hpp>
 
 #include "capi/dlpack_abi.hpp"
+#include "capi/extent.hpp"
 
 namespace chorus::capi {
 namespace {
@@ -24,6 +25,7 @@ Tensor to_tensor(const chorus_tensor_t* t, const char* function, const char* wha
         "{}: {}.device_type is {}; use CHORUS_DEVICE_CPU or CHORUS_DEVICE_CUDA", function, what,
         static_cast<int>(t->device_type)));
   }
+  check_extent(t->data, t->count, static_cast<DataType>(dtype), fmt::format("{}: {}", function, what));
   return Tensor(t->data, t->count, static_cast<DataType>(dtype), device);
 }
 

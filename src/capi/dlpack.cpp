@@ -3,6 +3,8 @@
 #include <chorus/dlpack.hpp>
 
 #include <cstddef>
+#include <cstdint>
+#include <limits>
 #include <optional>
 #include <string>
 #include <vector>
@@ -13,6 +15,7 @@
 #include <chorus/errors.hpp>
 
 #include "capi/dlpack_abi.hpp"
+#include "capi/extent.hpp"
 
 namespace chorus {
 namespace {
@@ -119,7 +122,13 @@ Tensor tensor_from_dlpack_fields(const DLTensorFields* fields) {
       throw InvalidArgument(fmt::format("from_dlpack: shape[{}] is {}; dimensions cannot be negative",
                                         i, f.shape[i]));
     }
-    count *= static_cast<std::size_t>(f.shape[i]);
+    const auto extent = static_cast<std::size_t>(f.shape[i]);
+    if (extent != 0 && count > std::numeric_limits<std::size_t>::max() / extent) {
+      throw InvalidArgument(fmt::format("from_dlpack: the shape's element count overflows at shape[{}] = {}; "
+                                        "the DLTensor is malformed",
+                                        i, f.shape[i]));
+    }
+    count *= extent;
   }
   if (f.strides != nullptr && count > 0) {
     // Compact row-major: stride[i] = product of shape[i+1:]. A dimension of extent 1 may have
@@ -152,7 +161,13 @@ Tensor tensor_from_dlpack_fields(const DLTensorFields* fields) {
     throw InvalidArgument(fmt::format("from_dlpack: data is null but the tensor has {} elements", count));
   }
   // byte_offset counts from data (CUDA pointers included: adding to a device address is fine).
+  if (f.data != nullptr && reinterpret_cast<std::uintptr_t>(f.data) > UINTPTR_MAX - f.byte_offset) {
+    throw InvalidArgument(fmt::format("from_dlpack: byte_offset {} from data {} runs past the end of the address "
+                                      "space; the DLTensor is malformed",
+                                      f.byte_offset, f.data));
+  }
   void* data = f.data == nullptr ? nullptr : static_cast<char*>(f.data) + f.byte_offset;
+  capi::check_extent(data, count, *dtype, "from_dlpack");
   return Tensor(data, count, *dtype, *device);
 }
 

@@ -11,6 +11,7 @@
 
 #include "core/env.hpp"
 #include "core/logging.hpp"
+#include "init/launch_env.hpp"
 
 namespace chorus {
 
@@ -62,6 +63,9 @@ World init_world_from_env(Backend backend, const InitOptions& options) {
   World world;
   world.launch = launch_info_from_env();
   const LaunchInfo& launch = world.launch;
+  if (const std::string unsafe = init::shared_store_without_run_id(launch); !unsafe.empty()) {
+    throw InvalidArgument(unsafe);
+  }
   // A store hosted by chorusrun survives restarts, and one run by chorus-store may serve many
   // jobs: each job and attempt gets its own key space, split between the group and the app.
   auto base = store_from_launch(launch, options.store_timeout);

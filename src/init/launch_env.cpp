@@ -279,7 +279,7 @@ void parse_torchrun_style(LaunchInfo& info) {
   const char* who = chorusrun ? "chorusrun" : torchrun ? "torchrun" : "torchrun or chorusrun";
   const char* because = env::get("RANK") ? "RANK" : "WORLD_SIZE";
   info.rank = require_int("RANK", 0, INT_MAX - 1, who, because);
-  info.world_size = require_int("WORLD_SIZE", 1, INT_MAX, who, because);
+  info.world_size = require_int("WORLD_SIZE", 1, kMaxWorldSize, who, because);
   check_rank_below("RANK", info.rank, "WORLD_SIZE", info.world_size, who);
   // Launching by hand often sets only RANK and WORLD_SIZE: then every rank is on one node.
   info.local_world_size = optional_int("LOCAL_WORLD_SIZE", 1, INT_MAX, who, info.world_size);
@@ -296,7 +296,7 @@ void parse_openmpi(LaunchInfo& info) {
       env::get("OMPI_COMM_WORLD_RANK") ? "OMPI_COMM_WORLD_RANK" : "OMPI_COMM_WORLD_SIZE";
   info.launcher = "openmpi";
   info.rank = require_int("OMPI_COMM_WORLD_RANK", 0, INT_MAX - 1, who, because);
-  info.world_size = require_int("OMPI_COMM_WORLD_SIZE", 1, INT_MAX, who, because);
+  info.world_size = require_int("OMPI_COMM_WORLD_SIZE", 1, kMaxWorldSize, who, because);
   check_rank_below("OMPI_COMM_WORLD_RANK", info.rank, "OMPI_COMM_WORLD_SIZE", info.world_size, who);
   info.local_rank = require_int("OMPI_COMM_WORLD_LOCAL_RANK", 0, INT_MAX - 1, who, because);
   info.local_world_size = require_int("OMPI_COMM_WORLD_LOCAL_SIZE", 1, INT_MAX, who, because);
@@ -318,7 +318,7 @@ void parse_mpich(LaunchInfo& info) {
   const char* because = env::get("PMI_RANK") ? "PMI_RANK" : "PMI_SIZE";
   info.launcher = "mpich";
   info.rank = require_int("PMI_RANK", 0, INT_MAX - 1, who, because);
-  info.world_size = require_int("PMI_SIZE", 1, INT_MAX, who, because);
+  info.world_size = require_int("PMI_SIZE", 1, kMaxWorldSize, who, because);
   check_rank_below("PMI_RANK", info.rank, "PMI_SIZE", info.world_size, who);
   info.local_world_size = optional_int("MPI_LOCALNRANKS", 1, INT_MAX, who, -1);
   info.local_rank = optional_int("MPI_LOCALRANKID", 0, INT_MAX - 1, who, -1);
@@ -345,7 +345,7 @@ void parse_slurm(LaunchInfo& info) {
   info.launcher = "slurm";
   info.rank = require_int("SLURM_PROCID", 0, INT_MAX - 1, who, "SLURM_PROCID");
   const char* size_name = env::get("SLURM_NTASKS") ? "SLURM_NTASKS" : "SLURM_NPROCS";
-  info.world_size = require_int(size_name, 1, INT_MAX, who, "SLURM_PROCID");
+  info.world_size = require_int(size_name, 1, kMaxWorldSize, who, "SLURM_PROCID");
   check_rank_below("SLURM_PROCID", info.rank, size_name, info.world_size, who);
   info.local_rank = require_int("SLURM_LOCALID", 0, INT_MAX - 1, who, "SLURM_PROCID");
   info.node_rank = optional_int("SLURM_NODEID", 0, INT_MAX - 1, who, 0);
@@ -402,6 +402,27 @@ std::string run_id_of(const LaunchInfo& info) {
     }
   }
   return id.empty() ? "default" : id;
+}
+
+std::string shared_store_without_run_id(const LaunchInfo& info) {
+  // chorusrun always hosts a private store (and names the run); a store hosted by our own
+  // rank 0 (MASTER_ADDR/MASTER_PORT) serves this launch only.
+  if (!info.store_exists || info.launcher == "chorusrun" || env::get("CHORUS_RUN_ID")) {
+    return {};
+  }
+  const bool torchrun_default = info.launcher == "torchrun" && info.run_id == "none";
+  if (info.run_id != "default" && !torchrun_default) {
+    return {};
+  }
+  return fmt::format(
+      "rank {}/{} (launched by {}): CHORUS_STORE_ADDR={}:{} names a store that other jobs may share, "
+      "and {}: two such jobs would use the same keys and their ranks could meet. Set CHORUS_RUN_ID "
+      "to a value unique to this job and the same on every rank (e.g. CHORUS_RUN_ID=$(uuidgen) "
+      "exported to every rank){}",
+      info.rank, info.world_size, info.launcher, info.store_host, info.store_port,
+      torchrun_default ? "TORCHELASTIC_RUN_ID is torchrun's default \"none\""
+                       : "no run id names this job (no CHORUS_RUN_ID and no job id from a launcher)",
+      torchrun_default ? ", or pass torchrun --rdzv-id <unique id>" : "");
 }
 
 }  // namespace chorus::init

@@ -12,6 +12,10 @@
 
 namespace chorus::init {
 
+// The largest world size a launcher variable may give: checked while parsing, before anything
+// is sized by it (a typo like WORLD_SIZE=2000000000 is an error, not an allocation).
+inline constexpr int kMaxWorldSize = 1 << 20;
+
 // "host:port", "[v6]:port" or "v6addr:port" (last colon); nullopt if malformed or port 0.
 struct HostPort {
   std::string host;
@@ -40,5 +44,11 @@ struct LaunchInfo;
 namespace init {
 // LaunchInfo::run_id for a parsed launch (CHORUS_RUN_ID, else the launcher's job id).
 std::string run_id_of(const LaunchInfo& info);
+
+// Why this launch must not use its store as it is, or "" if it may: a store named by
+// CHORUS_STORE_ADDR (one that other jobs may share) with no run id that is unique to this
+// launch ("default", or torchrun's default rdzv id "none"). Two such jobs would share key
+// names; init_from_env refuses instead of letting their ranks meet.
+std::string shared_store_without_run_id(const LaunchInfo& info);
 }  // namespace init
 }  // namespace chorus

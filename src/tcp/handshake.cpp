@@ -16,6 +16,7 @@ std::array<std::uint8_t, kHelloBytes> encode_hello(const Hello& h) noexcept {
   put_le(&out[8], h.channels, 2);
   put_le(&out[12], h.src, 4);
   put_le(&out[16], h.dst, 4);
+  put_le(&out[20], h.size, 4);
   put_le(&out[24], h.group_id, 8);
   return out;
 }
@@ -34,10 +35,17 @@ std::string check_hello(const std::uint8_t* b, std::uint64_t group_id, int my_ra
   out.channels = static_cast<std::uint16_t>(get_le(&b[8], 2));
   out.src = static_cast<std::uint32_t>(get_le(&b[12], 4));
   out.dst = static_cast<std::uint32_t>(get_le(&b[16], 4));
+  out.size = static_cast<std::uint32_t>(get_le(&b[20], 4));
   out.group_id = get_le(&b[24], 8);
   if (out.group_id != group_id) {
     return fmt::format("group id {:016x} but this group is {:016x} (a connection from another group or job)",
                        out.group_id, group_id);
+  }
+  if (out.size != static_cast<std::uint32_t>(size)) {
+    return fmt::format("from a rank with WORLD_SIZE={} but this rank has WORLD_SIZE={}", out.size, size);
+  }
+  if (out.channel == kProbeChannel) {
+    return {};
   }
   if (out.dst != static_cast<std::uint32_t>(my_rank)) {
     return fmt::format("meant for rank {} but this is rank {}", out.dst, my_rank);

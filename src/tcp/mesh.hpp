@@ -1,7 +1,9 @@
 // SPDX-License-Identifier: BSD-3-Clause
 // The connection mesh of a group, built through the store: every rank listens on port 0 of
-// the chosen local address and publishes "host:port"; the lower rank of each pair connects
-// (one control socket plus sockets_per_peer data sockets); both ends verify a hello.
+// the chosen local address and joins the group's formation in the store (membership.hpp);
+// the lower rank of each pair connects (one control socket plus sockets_per_peer data
+// sockets); both ends verify a hello (handshake.hpp); the accepting end verifies all pending
+// connections at once (hello_acceptor.hpp).
 #pragma once
 
 #include "core/private.hpp"
@@ -13,7 +15,9 @@
 #include <chorus/deadline.hpp>
 #include <chorus/store.hpp>
 
+#include "net/listener.hpp"
 #include "net/socket.hpp"
+#include "tcp/membership.hpp"
 
 namespace chorus::tcp {
 
@@ -27,6 +31,10 @@ struct Mesh {
   std::uint64_t group_id = 0;
   std::string local_address;    // this rank's "host:port"
   std::vector<PeerLink> peers;  // indexed by rank; this rank's entry is empty
+  // The listening socket stays open for the group's life, never accepted from again: a live
+  // group answers connections (membership probes), a dead one refuses them.
+  net::Listener listener;
+  Membership membership;        // what leave_group() removes from the store
 };
 
 struct MeshOptions {
@@ -37,11 +45,14 @@ struct MeshOptions {
   std::string group_name;
   Duration timeout{0};
   Deadline deadline = Deadline::never();
+  Duration hello_timeout = std::chrono::seconds(5);  // TcpGroupOptions::hello_timeout
 };
 
 // Collective over the group. Blocks until every connection is up and verified, or throws:
 // TimeoutError naming the ranks that never published an address or never connected (within
-// the deadline), NetworkError for a bad address or a refused handshake.
+// the deadline), NetworkError for a bad address or a refused handshake, InvalidArgument for a
+// clash (duplicate rank, different world size, another job's rank 0). On failure this rank's
+// store records are removed again.
 Mesh build_mesh(Store& store, const MeshOptions& options);
 
 }  // namespace chorus::tcp

@@ -1,9 +1,13 @@
 // SPDX-License-Identifier: BSD-3-Clause
 // TcpProcessGroup: the tcp backend's ProcessGroup. The public methods (in the base) have
 // checked the arguments; each do_<op>() here only builds an Op and hands it to the engine.
+#include <sys/resource.h>
+
 #include <algorithm>
 #include <atomic>
+#include <map>
 #include <memory>
+#include <mutex>
 
 #include <fmt/format.h>
 
@@ -21,6 +25,26 @@ namespace chorus {
 namespace tcp {
 namespace {
 
+struct WeakKeyLess {
+  bool operator()(const std::pair<std::weak_ptr<Store>, int>& a, const std::pair<std::weak_ptr<Store>, int>& b) const {
+    if (a.first.owner_before(b.first)) {
+      return true;
+    }
+    if (b.first.owner_before(a.first)) {
+      return false;
+    }
+    return a.second < b.second;
+  }
+};
+
+// A full mesh of more ranks than this is never what was meant (and would not fit in memory).
+constexpr int kMaxTcpWorldSize = 1 << 20;
+// Descriptors kept free for the store client, files and the application.
+constexpr unsigned long long kSpareDescriptors = 64;
+
+std::uint64_t next_group_index(const std::shared_ptr<Store>& store, int rank);
+void check_world_size_fits(int rank, int size, int sockets_per_peer);
+
 class TcpProcessGroup final : public ProcessGroup {
  public:
   TcpProcessGroup(std::shared_ptr<Store> store, int rank, int size, const TcpGroupOptions& options)
@@ -33,7 +57,10 @@ class TcpProcessGroup final : public ProcessGroup {
     mo.group_name = name();
     mo.timeout = timeout();
     mo.deadline = Deadline::after(timeout());
+    mo.hello_timeout = options.hello_timeout;
     Mesh mesh = build_mesh(*store_, mo);
+    listener_ = std::move(mesh.listener);
+    membership_ = std::move(mesh.membership);
     EngineConfig ec;
     ec.rank = rank;
     ec.size = size;
@@ -42,7 +69,14 @@ class TcpProcessGroup final : public ProcessGroup {
     engine_ = std::make_unique<Engine>(std::move(ec), std::move(mesh));
   }
 
-  ~TcpProcessGroup() override { engine_.reset(); }
+  ~TcpProcessGroup() override {
+    engine_.reset();
+    // A healthy group removes its store keys (a failed one may have lost its store: skip the
+    // round trips; an earlier launch's records never stop a relaunch, see membership.hpp).
+    if (!failure()) {
+      leave_group(*store_, membership_, rank());
+    }
+  }
 
   const char* backend_name() const noexcept override { return "tcp"; }
   Device device() const noexcept override { return Device::cpu(); }
@@ -179,8 +213,42 @@ class TcpProcessGroup final : public ProcessGroup {
   std::shared_ptr<Store> store_;
   TcpGroupOptions options_;
   std::atomic<std::uint64_t> splits_{0};
+  net::Listener listener_;  // open for the group's life: answers membership probes
+  Membership membership_;
   std::unique_ptr<Engine> engine_;
 };
+
+// Index of the next group created as `rank` on `store` in this process (1-based). Keyed by
+// the store object (held weakly, so a freed store's address is never mistaken for a new one).
+std::uint64_t next_group_index(const std::shared_ptr<Store>& store, int rank) {
+  static std::mutex mutex;
+  static std::map<std::pair<std::weak_ptr<Store>, int>, std::uint64_t, WeakKeyLess> counters;
+  std::lock_guard<std::mutex> lock(mutex);
+  std::erase_if(counters, [](const auto& entry) { return entry.first.first.expired(); });
+  return ++counters[{std::weak_ptr<Store>(store), rank}];
+}
+
+// A full mesh holds (size - 1) x (sockets_per_peer + 1) sockets: refuse a world that cannot fit
+// in the open-file limit before anything is allocated for it.
+void check_world_size_fits(int rank, int size, int sockets_per_peer) {
+  if (size > kMaxTcpWorldSize) {
+    throw InvalidArgument(fmt::format(
+        "make_tcp_group on rank {}: size {} is more than the tcp backend's full mesh supports ({}); check WORLD_SIZE",
+        rank, size, kMaxTcpWorldSize));
+  }
+  rlimit limit{};
+  if (::getrlimit(RLIMIT_NOFILE, &limit) != 0 || limit.rlim_cur == RLIM_INFINITY) {
+    return;
+  }
+  const auto needed = static_cast<unsigned long long>(size - 1) * static_cast<unsigned>(sockets_per_peer + 1) + 1;
+  if (needed + kSpareDescriptors > limit.rlim_cur) {
+    throw InvalidArgument(fmt::format(
+        "make_tcp_group on rank {}: WORLD_SIZE={} needs {} sockets per rank for the tcp backend's full mesh "
+        "(sockets_per_peer={}), but the open-file limit is {}; check WORLD_SIZE, or raise the limit "
+        "(ulimit -n)",
+        rank, size, needed, sockets_per_peer, static_cast<unsigned long long>(limit.rlim_cur)));
+  }
+}
 
 }  // namespace
 }  // namespace tcp
@@ -191,12 +259,16 @@ std::shared_ptr<ProcessGroup> make_tcp_group(std::shared_ptr<Store> store, int r
   check_arg(options.sockets_per_peer >= 1 && options.sockets_per_peer <= 8,
             "make_tcp_group: sockets_per_peer must be in 1..8, got {}", options.sockets_per_peer);
   check_arg(options.slice_bytes >= 1, "make_tcp_group: slice_bytes must be at least 1");
+  check_arg(options.hello_timeout > Duration::zero(), "make_tcp_group: hello_timeout must be positive");
   check_arg(size >= 1 && rank >= 0 && rank < size,
             "make_tcp_group: rank {} is not in [0, {}); check RANK and WORLD_SIZE", rank, size);
-  // Each group gets its own namespace in the store: the k-th group this rank creates on
-  // `store` is "tcp/g<k>" (all ranks create their groups in the same order, like every other
-  // collective), so two groups over one store never read each other's addresses.
-  const std::int64_t instance = store->add(fmt::format("tcp/instances/rank{}", rank), 1);
+  tcp::check_world_size_fits(rank, size, options.sockets_per_peer);
+  // Each group gets its own namespace in the store: the k-th group this process creates as
+  // `rank` on `store` is "tcp/g<k>" (all ranks create their groups in the same order, like
+  // every other collective), so two groups over one store never read each other's addresses.
+  // The count lives in the process, not the store, so a relaunch starts again at g1 on every
+  // rank (membership.hpp replaces a dead launch's records).
+  const std::uint64_t instance = tcp::next_group_index(store, rank);
   auto group_store = make_prefix_store(fmt::format("tcp/g{}", instance), std::move(store));
   return std::make_shared<tcp::TcpProcessGroup>(std::move(group_store), rank, size, options);
 }

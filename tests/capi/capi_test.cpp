@@ -201,6 +201,15 @@ TEST_CASE("C ABI: one-rank group; bad rank, bad root and mismatched sizes are st
   bad.dtype = static_cast<chorus_dtype_t>(-1);
   REQUIRE(chorus_allreduce(group, &bad, &bad, nullptr, &work) == CHORUS_ERR_INVALID_ARGUMENT);
 
+  // A count whose byte size overflows size_t (or runs past the address space) is refused
+  // before the group sees it; without the check it wraps to a small nbytes().
+  chorus_tensor_t huge = chorus_cpu_tensor(a.data(), SIZE_MAX / 4 + 2, CHORUS_FLOAT32);
+  REQUIRE(chorus_allreduce(group, &huge, &huge, nullptr, &work) == CHORUS_ERR_INVALID_ARGUMENT);
+  REQUIRE_THAT(last_error(), Catch::Contains("overflows"));
+  chorus_tensor_t wraps = chorus_cpu_tensor(a.data(), SIZE_MAX / 4 - 1, CHORUS_FLOAT32);
+  REQUIRE(chorus_allreduce(group, &wraps, &wraps, nullptr, &work) == CHORUS_ERR_INVALID_ARGUMENT);
+  REQUIRE_THAT(last_error(), Catch::Contains("past the end of the address space"));
+
   // A correct op: out-of-place avg on one rank copies the input.
   options = CHORUS_OP_OPTIONS_INITIALIZER;
   options.op = CHORUS_AVG;

@@ -112,6 +112,11 @@ TEST_CASE("from_dlpack: rejects what chorus cannot take, saying why", "[capi][dl
   Dl opencl(buf.data(), {2}, kF32, {}, {kDLOpenCL, 0});
   REQUIRE_THROWS_WITH(from_dlpack(opencl.t), Catch::Contains("device type 4 (OpenCL) is not supported"));
   REQUIRE_THROWS_AS(from_dlpack(static_cast<const DLTensor*>(nullptr)), InvalidArgument);
+  // Shapes whose element or byte count overflows size_t are malformed, not a small tensor.
+  Dl overflow(buf.data(), {std::int64_t{1} << 40, std::int64_t{1} << 40}, kF32);
+  REQUIRE_THROWS_WITH(from_dlpack(overflow.t), Catch::Contains("overflows"));
+  Dl bytes_overflow(buf.data(), {std::int64_t{1} << 62}, kF32);
+  REQUIRE_THROWS_WITH(from_dlpack(bytes_overflow.t), Catch::Contains("overflows"));
 }
 
 TEST_CASE("chorus_tensor_from_dlpack: the C ABI takes DLTensor*", "[capi][dlpack]") {

@@ -5,9 +5,12 @@
 //
 // Synchronization is by output: a rank prints "ready" and the test reads chorusrun's output
 // until every rank did. Time bounds are upper bounds only.
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/prctl.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -329,4 +332,73 @@ TEST_CASE("chorusrun's own errors", "[launcher][chorusrun]") {
   CHECK_THAT(p.output, Catch::Contains("CHORUS_TIMEOUT"));
   CHECK_THAT(p.output, Catch::Contains("CHORUS_STORE_ADDR"));
   CHECK_THAT(p.output, Catch::Contains("OMPI_COMM_WORLD_RANK"));
+}
+
+TEST_CASE("a SIGINT ignored when chorusrun started stays ignored (a script's background job)",
+          "[launcher][chorusrun]") {
+  // As `chorusrun ... &` in a script: the shell starts background jobs with SIGINT ignored, and
+  // the terminal's Ctrl-C reaches them anyway. chorusrun must neither stop nor forward it.
+  const std::string dir = temp_dir();
+  std::vector<std::string> argv{"/bin/sh", "-c", "trap '' INT; exec \"$0\" \"$@\"", chorusrun(),
+                                "--standalone", "-n", "2", "--", "/bin/sh", "-c",
+                                "echo ready; while [ ! -e " + dir + "/go ]; do sleep 0.05; done; echo done-$RANK"};
+  Process p = start(argv, {}, launcher_vars());
+  REQUIRE(read_until(p, "ready\n", 2, Seconds(30)));
+  ::kill(p.pid, SIGINT);
+  // The ranks go on; they finish once released, and chorusrun exits 0 with them.
+  std::ofstream(dir + "/go").put('\n');
+  REQUIRE(finish(p, Seconds(30)));
+  INFO(p.output);
+  CHECK(shell_status(p) == 0);
+  CHECK(count(p.output, "done-") == 2);
+  CHECK(count(p.output, "SIGINT") == 0);
+  std::remove((dir + "/go").c_str());
+  ::rmdir(dir.c_str());
+}
+
+TEST_CASE("chorusrun names each launch with a CHORUS_RUN_ID of its own, or keeps the user's",
+          "[launcher][chorusrun]") {
+  Process a = run_script({"--standalone", "-n", "2"}, "echo \"id=$CHORUS_RUN_ID\"");
+  Process b = run_script({"--standalone", "-n", "1"}, "echo \"id=$CHORUS_RUN_ID\"");
+  INFO(a.output << b.output);
+  std::smatch m;
+  const std::regex re("id=(chorusrun-[0-9a-f]{16})");
+  REQUIRE(std::regex_search(a.output, m, re));
+  const std::string first = m[1];
+  CHECK(count(a.output, "id=" + first) == 2);  // the same on every rank
+  REQUIRE(std::regex_search(b.output, m, re));
+  CHECK(m[1] != first);  // and new per launch
+  std::vector<std::string> argv{chorusrun(), "--standalone", "-n", "1", "--", "/bin/sh", "-c",
+                                "echo \"id=$CHORUS_RUN_ID\""};
+  Process mine = run(argv, Seconds(60), {"CHORUS_RUN_ID=nightly-42"}, launcher_vars());
+  CHECK_THAT(mine.output, Catch::Contains("id=nightly-42"));
+}
+
+TEST_CASE("every node's chorusrun gives its ranks node 0's run id", "[launcher][chorusrun]") {
+  // A free loopback port for node 0's store (released just before chorusrun binds it).
+  const int probe = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in sa{};
+  sa.sin_family = AF_INET;
+  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof(sa);
+  REQUIRE(::bind(probe, reinterpret_cast<sockaddr*>(&sa), sizeof(sa)) == 0);
+  REQUIRE(::getsockname(probe, reinterpret_cast<sockaddr*>(&sa), &len) == 0);
+  const std::string port = std::to_string(ntohs(sa.sin_port));
+  ::close(probe);
+  // Node 0's rank keeps the store up until node 1's rank has run.
+  const std::string client = binary("CHORUS_STORE_BIN") + " --connect $CHORUS_STORE_ADDR --timeout 20 ";
+  auto node = [&](const char* rank, const std::string& then) {
+    return start({chorusrun(), "--nnodes", "2", "--node-rank", rank, "-n", "1", "--master-addr", "127.0.0.1",
+                  "--master-port", port, "--", "/bin/sh", "-c", "echo \"id=$CHORUS_RUN_ID\"; " + then},
+                 {}, launcher_vars());
+  };
+  Process second = node("1", client + "set node1-done 1 >/dev/null");  // waits for node 0's store
+  Process first = node("0", client + "wait node1-done >/dev/null");
+  REQUIRE(finish(first, Seconds(60)));
+  REQUIRE(finish(second, Seconds(60)));
+  INFO(first.output << second.output);
+  std::smatch m;
+  const std::regex re("id=(chorusrun-[0-9a-f]{16})");
+  REQUIRE(std::regex_search(first.output, m, re));
+  CHECK_THAT(second.output, Catch::Contains("id=" + std::string(m[1])));
 }

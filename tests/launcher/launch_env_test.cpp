@@ -351,3 +351,53 @@ TEST_CASE("init_from_env with no launcher builds a world of one", "[launcher][en
   world.store->set("k", std::string("v"));
   CHECK(world.store->get_string("k") == "v");
 }
+
+TEST_CASE("a huge WORLD_SIZE is refused while parsing, before anything is sized by it", "[launcher][env]") {
+  CleanEnv env({{"RANK", "0"}, {"WORLD_SIZE", "2000000000"}, {"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", "29500"}});
+  CHECK_THAT(error_of_launch(), Catch::Contains("WORLD_SIZE"));
+  ::setenv("WORLD_SIZE", std::to_string(init::kMaxWorldSize).c_str(), 1);
+  CHECK(launch_info_from_env().world_size == init::kMaxWorldSize);
+}
+
+TEST_CASE("a shared store without a run id is refused; launchers that name the run are not",
+          "[launcher][env][run_id]") {
+  SECTION("RANK/WORLD_SIZE by hand + CHORUS_STORE_ADDR, no run id: refused, saying what to set") {
+    CleanEnv env({{"RANK", "1"}, {"WORLD_SIZE", "2"}, {"CHORUS_STORE_ADDR", "127.0.0.1:29500"}});
+    const std::string why = init::shared_store_without_run_id(launch_info_from_env());
+    CHECK_THAT(why, Catch::Contains("CHORUS_STORE_ADDR=127.0.0.1:29500") && Catch::Contains("CHORUS_RUN_ID") &&
+                        Catch::Contains("rank 1/2"));
+    // init_world_from_env refuses before it connects to anything.
+    CHECK_THROWS_WITH(init_world_from_env(Backend::tcp), Catch::Contains("Set CHORUS_RUN_ID"));
+  }
+  SECTION("torchrun's default rdzv id \"none\" is no name either") {
+    CleanEnv env({{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"CHORUS_STORE_ADDR", "127.0.0.1:29500"},
+                  {"TORCHELASTIC_RUN_ID", "none"}});
+    CHECK_THAT(init::shared_store_without_run_id(launch_info_from_env()), Catch::Contains("--rdzv-id"));
+  }
+  SECTION("allowed: CHORUS_RUN_ID, a launcher's job id, chorusrun, or a store our rank 0 hosts") {
+    {
+      CleanEnv env({{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"CHORUS_STORE_ADDR", "127.0.0.1:29500"},
+                    {"CHORUS_RUN_ID", "nightly-42"}});
+      CHECK(init::shared_store_without_run_id(launch_info_from_env()).empty());
+    }
+    {
+      CleanEnv env({{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"CHORUS_STORE_ADDR", "127.0.0.1:29500"},
+                    {"TORCHELASTIC_RUN_ID", "job7"}});
+      CHECK(init::shared_store_without_run_id(launch_info_from_env()).empty());
+    }
+    {
+      CleanEnv env({{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"CHORUS_STORE_ADDR", "127.0.0.1:29500"},
+                    {"CHORUS_LAUNCHER", "chorusrun"}});
+      CHECK(init::shared_store_without_run_id(launch_info_from_env()).empty());
+    }
+    {
+      CleanEnv env({{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", "29500"}});
+      CHECK(init::shared_store_without_run_id(launch_info_from_env()).empty());
+    }
+    {
+      CleanEnv env({{"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "2"}, {"SLURM_LOCALID", "0"},
+                    {"SLURM_JOB_ID", "812"}, {"CHORUS_STORE_ADDR", "127.0.0.1:29500"}});
+      CHECK(init::shared_store_without_run_id(launch_info_from_env()).empty());
+    }
+  }
+}

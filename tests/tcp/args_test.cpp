@@ -44,6 +44,16 @@ TEST_CASE("wrong arguments throw InvalidArgument at call time", "[tcp]") {
   bad.sockets_per_peer = 9;
   CHECK_THROWS_AS(make_tcp_group(make_hash_store(), 0, 1, bad), InvalidArgument);
   CHECK_THROWS_AS(make_tcp_group(make_hash_store(), 1, 1, opts()), InvalidArgument);
+  // A world that could never fit (a WORLD_SIZE typo) is refused before anything is sized by it
+  // or published: the store stays empty.
+  auto untouched = make_hash_store();
+  CHECK_THROWS_WITH(make_tcp_group(untouched, 0, 2'000'000'000, opts()), Catch::Contains("WORLD_SIZE"));
+  CHECK_THROWS_WITH(make_tcp_group(untouched, 0, 1 << 20, opts()), Catch::Contains("open-file limit") ||
+                                                                      Catch::Contains("full mesh"));
+  CHECK(untouched->num_keys() == 0);
+  bad = opts();
+  bad.hello_timeout = Duration::zero();
+  CHECK_THROWS_AS(make_tcp_group(make_hash_store(), 0, 1, bad), InvalidArgument);
 
   auto pg = make_tcp_group(make_hash_store(), 0, 1, opts());
   std::vector<float> a(4);
