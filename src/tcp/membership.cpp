@@ -231,8 +231,8 @@ Membership lead(Store& store, const MembershipOptions& o) {
   if (!previous.empty()) {
     if (auto other = read_leader(store, previous); other && leader_alive(*other, o.rank, o.deadline)) {
       clash(store, previous,
-            fmt::format("{}: two processes claim rank 0 of this group: process {} (at {}) and this one ({}); a duplicate "
-                        "RANK=0, or another job using the same store and run id; {}",
+            fmt::format("{}: two processes claim rank 0 of this group: process {} (at {}) and this one ({}); "
+                        "a duplicate RANK=0, or another job using the same store and run id; {}",
                         o.where, other->who, other->address, process_identity(), clash_advice()));
     }
   }
@@ -277,7 +277,7 @@ Membership follow(Store& store, const MembershipOptions& o) {
         ErrorContext c;
         c.rank = o.rank;
         c.size = o.size;
-      c.group = o.group;
+        c.group = o.group;
         c.op = "connect";
         c.peers = {0};
         c.timeout = o.timeout;
@@ -308,8 +308,8 @@ Membership follow(Store& store, const MembershipOptions& o) {
     throw_recorded_clash(store, epoch);
     if (leader->size != o.size) {
       clash(store, epoch,
-            fmt::format("{}: WORLD_SIZE differs between ranks: rank 0 (process {}) has WORLD_SIZE={} but rank {} ({}) has "
-                        "WORLD_SIZE={}; start every rank with the same WORLD_SIZE ({})",
+            fmt::format("{}: WORLD_SIZE differs between ranks: rank 0 (process {}) has WORLD_SIZE={} but rank {} "
+                        "({}) has WORLD_SIZE={}; start every rank with the same WORLD_SIZE ({})",
                         o.where, leader->who, leader->size, o.rank, process_identity(), o.size, clash_advice()));
     }
     if (store.add(claim_key(epoch, o.rank), 1) > 1) {
