@@ -559,6 +559,7 @@ bool Server::read_conn(Conn& c) {
 bool Server::serve(Conn& c) {
   const std::uint64_t id = c.id;
   c.blocked = false;
+  budget_waiters_.erase(id);  // blocks again below if the budget still says no
   // Ready replies of parked requests first: they were asked before anything still buffered.
   while (!c.deferred.empty()) {
     const std::size_t cost = parked_cost(*c.deferred.front());
