@@ -12,6 +12,7 @@
 #include <new>
 #include <optional>
 #include <string>
+#include <type_traits>
 
 #include <fmt/format.h>
 
@@ -62,6 +63,17 @@ T* require(T* p, const char* function, const char* what) {
     throw InvalidArgument(fmt::format("{}: {} is NULL; pass a valid pointer", function, what));
   }
   return p;
+}
+
+// The integer a C caller stored in an enum-typed field. C lets any int sit there; C++ makes
+// loading a value outside the enumerators' range through the enum type undefined (UBSan:
+// "load of value 17, which is not a valid value for type 'chorus_reduce_op_t'"), so every
+// enum field from a caller is read as its bytes and range-checked as an integer.
+template <class Enum>
+long long c_enum_value(const Enum& field) noexcept {
+  std::underlying_type_t<Enum> raw;
+  std::memcpy(&raw, &field, sizeof(raw));
+  return static_cast<long long>(raw);
 }
 
 // Milliseconds from the C ABI: 0 = default (nullopt); negative is an error.

@@ -12,18 +12,19 @@ namespace {
 
 Tensor to_tensor(const chorus_tensor_t* t, const char* function, const char* what) {
   require(t, function, what);
-  const auto dtype = static_cast<int>(t->dtype);
+  const auto dtype = c_enum_value(t->dtype);
   if (dtype < 0 || dtype >= kNumDataTypes) {
     throw InvalidArgument(fmt::format("{}: {}.dtype is {}, not a chorus_dtype_t (CHORUS_INT8 .. CHORUS_FLOAT64)",
                                       function, what, dtype));
   }
   Device device;
-  if (t->device_type == CHORUS_DEVICE_CUDA) {
+  const auto device_type = c_enum_value(t->device_type);
+  if (device_type == CHORUS_DEVICE_CUDA) {
     device = Device::cuda(t->device_index);
-  } else if (t->device_type != CHORUS_DEVICE_CPU) {
+  } else if (device_type != CHORUS_DEVICE_CPU) {
     throw InvalidArgument(fmt::format(
         "{}: {}.device_type is {}; use CHORUS_DEVICE_CPU or CHORUS_DEVICE_CUDA", function, what,
-        static_cast<int>(t->device_type)));
+        device_type));
   }
   check_extent(t->data, t->count, static_cast<DataType>(dtype), fmt::format("{}: {}", function, what));
   return Tensor(t->data, t->count, static_cast<DataType>(dtype), device);
@@ -39,7 +40,7 @@ OpOptions op_options(const chorus_op_options_t* options, const char* function) {
   const chorus_op_options_t defaults = CHORUS_OP_OPTIONS_INITIALIZER;
   const auto c = read_config(options, defaults, sizeof(chorus_op_options_t), function,
                              "CHORUS_OP_OPTIONS_INITIALIZER");
-  const auto op = static_cast<int>(c.op);
+  const auto op = c_enum_value(c.op);
   if (op < 0 || op >= kNumReduceOps) {
     throw InvalidArgument(fmt::format("{}: options.op is {}, not a chorus_reduce_op_t (CHORUS_SUM .. CHORUS_AVG)",
                                       function, op));
@@ -87,7 +88,7 @@ chorus_result_t chorus_tensor_from_dlpack(const void* dl_tensor, chorus_tensor_t
 }
 
 size_t chorus_dtype_size(chorus_dtype_t dtype) {
-  const auto d = static_cast<int>(dtype);
+  const auto d = chorus::capi::c_enum_value(dtype);  // any int may come from C
   return d < 0 || d >= chorus::kNumDataTypes ? 0 : chorus::element_size(static_cast<chorus::DataType>(d));
 }
 

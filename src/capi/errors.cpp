@@ -74,7 +74,7 @@ extern "C" {
 const char* chorus_get_last_error(void) { return chorus::capi::g_last_error.c_str(); }
 
 const char* chorus_result_string(chorus_result_t result) {
-  switch (result) {
+  switch (chorus::capi::c_enum_value(result)) {  // any int may come from C
     case CHORUS_OK:
       return "ok";
     case CHORUS_ERR_INVALID_ARGUMENT:

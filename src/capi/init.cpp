@@ -22,13 +22,14 @@ chorus_result_t chorus_init_from_env(const chorus_init_config_t* config, chorus_
     const auto c = chorus::capi::read_config(config, defaults, sizeof(chorus_init_config_t), fn,
                                              "CHORUS_INIT_CONFIG_INITIALIZER");
     chorus::Backend backend;
-    if (c.backend == CHORUS_BACKEND_TCP) {
+    const auto backend_value = chorus::capi::c_enum_value(c.backend);
+    if (backend_value == CHORUS_BACKEND_TCP) {
       backend = chorus::Backend::tcp;
-    } else if (c.backend == CHORUS_BACKEND_NCCL) {
+    } else if (backend_value == CHORUS_BACKEND_NCCL) {
       backend = chorus::Backend::nccl;
     } else {
       throw chorus::InvalidArgument(fmt::format(
-          "{}: config.backend is {}; use CHORUS_BACKEND_TCP or CHORUS_BACKEND_NCCL", fn, static_cast<int>(c.backend)));
+          "{}: config.backend is {}; use CHORUS_BACKEND_TCP or CHORUS_BACKEND_NCCL", fn, backend_value));
     }
     chorus::GroupOptions g;
     if (c.name != nullptr) {
