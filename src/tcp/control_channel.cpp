@@ -1,10 +1,10 @@
 // SPDX-License-Identifier: BSD-3-Clause
 // SocketTransport, control channel: framed messages on one socket per peer (wire.hpp).
 // Tagged send/recv payloads and control frames share it; control frames are queued ahead of
-// every tagged payload that has not started (see send_control), and tagged payloads leave in
-// chunks of at most kP2pChunkBytes, so an abort notice or a status reply waits for one chunk
-// at most, however large the queued sends. The socket is always read: a peer's notices and
-// its death are seen even when no op involves it.
+// every tagged payload that has not started (see send_control), so an abort notice or a
+// status reply waits at most for the rest of the one frame being written, however many sends
+// are queued. The socket is always read: a peer's notices and its death are seen even when no
+// op involves it.
 #include <sys/epoll.h>
 #include <sys/uio.h>
 

@@ -197,8 +197,8 @@ void Engine::start_next() {
     build_schedule(*schedule_, current_->args);
     schedule_->finalize(current_->sig);
     executor_ = std::make_unique<Executor>(*transport_, *schedule_, (++epoch_) << 32);
-    executor_->start();
     transport_->op_started(current_->call.seq);
+    executor_->start();
     if (executor_->done()) {
       finish_current(nullptr);
     }

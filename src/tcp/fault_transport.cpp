@@ -208,7 +208,11 @@ void FaultTransport::op_started(std::uint64_t seq) noexcept {
     }
     fired_[i] = true;
     if (f.kind == Fault::Kind::stall) {
-      stall_ += f.stall;
+      // The rehearsed fault itself: before posting anything of the op, this rank neither
+      // reads nor writes, as if stopped.
+      CHORUS_WARN(coll, "CHORUS_FAULT: rank {} stalls its progress for {} ms at op seq {}", rank_,
+                  std::chrono::duration_cast<std::chrono::milliseconds>(f.stall).count(), seq);
+      std::this_thread::sleep_for(f.stall);
     } else {
       exit_ = true;
     }
@@ -219,16 +223,10 @@ void FaultTransport::op_started(std::uint64_t seq) noexcept {
 void FaultTransport::poll(Deadline until, std::vector<std::uint64_t>& completed,
                           std::vector<TransportEvent>& events) {
   if (exit_) {
+    // The op's first transfers are posted (some written): the peers see a rank die mid-op.
     CHORUS_WARN(coll, "CHORUS_FAULT: rank {} exits (status {}) in the middle of an op", rank_, kFaultExitStatus);
     std::fflush(nullptr);
     ::_exit(kFaultExitStatus);
-  }
-  if (stall_ > Duration::zero()) {
-    CHORUS_WARN(coll, "CHORUS_FAULT: rank {} stalls its progress for {} ms", rank_,
-                std::chrono::duration_cast<std::chrono::milliseconds>(stall_).count());
-    // The rehearsed fault itself: this rank neither reads nor writes, as if stopped.
-    std::this_thread::sleep_for(stall_);
-    stall_ = Duration::zero();
   }
   inner_->poll(pending_.empty() ? until : Deadline::after(Duration::zero()), completed, events);
   for (auto& ev : pending_) {

@@ -8,7 +8,7 @@
 //                                        would, once it has sent N bytes to P (default 0; N
 //                                        may end in K, M or G, binary); R fails at once
 //   rank=R:stall=T[,at_seq=S]            rank R's engine stops all progress for T (500ms, 3s)
-//                                        when it starts op seq S (default 1)
+//                                        just before it starts collective seq S (default 1)
 //   rank=R:exit_at_seq=S                 rank R's process exits (status 3) in the middle of op
 //                                        seq S, after posting its first transfers
 // R and P are ranks within each tcp group the process creates.
@@ -82,8 +82,7 @@ class FaultTransport final : public EngineTransport {
   std::vector<bool> fired_;
   std::vector<std::uint64_t> sent_;  // bytes sent per peer
   std::vector<TransportEvent> pending_;
-  Duration stall_{0};
-  bool exit_ = false;
+  bool exit_ = false;  // exit_at_seq reached: exit at the next poll, once the op is posted
 };
 
 }  // namespace chorus::tcp

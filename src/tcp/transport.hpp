@@ -87,8 +87,8 @@ class EngineTransport : public Transport {
   // Fault injection: closes every connection to `peer` at once, as a crash would (no goodbye,
   // no event here; later transfers to `peer` are dropped). The peer sees a dead link.
   virtual void reset_link(int peer) noexcept = 0;
-  // The engine starts op `seq` (its first transfers are posted). A hook for fault injection;
-  // real transports ignore it.
+  // The engine is about to start collective `seq` (nothing of it is posted yet). A hook for
+  // fault injection; real transports ignore it.
   virtual void op_started(std::uint64_t seq) noexcept { (void)seq; }
 
   virtual bool peer_connected(int peer) const = 0;
