@@ -32,12 +32,12 @@ Duration probe_grace(Duration timeout) {
 
 }  // namespace
 
-Engine::Engine(EngineConfig config, Mesh mesh) : config_(std::move(config)) {
-  local_address_ = mesh.local_address;
+Engine::Engine(EngineConfig config, std::unique_ptr<EngineTransport> transport)
+    : config_(std::move(config)), transport_(std::move(transport)) {
+  local_address_ = transport_->local_address();
   for (int r = 0; r < config_.size; ++r) {
-    addresses_.push_back(r == config_.rank ? mesh.local_address : mesh.peers[static_cast<std::size_t>(r)].address);
+    addresses_.push_back(r == config_.rank ? local_address_ : transport_->address(r));
   }
-  transport_ = std::make_unique<SocketTransport>(config_.rank, config_.size, std::move(mesh), loop_);
   thread_ = std::thread([this] { run(); });
 }
 
@@ -46,7 +46,7 @@ Engine::~Engine() {
     std::lock_guard lock(mu_);
     stop_ = true;
   }
-  loop_.wakeup();
+  transport_->wakeup();
   if (thread_.joinable()) {
     thread_.join();
   }
@@ -101,19 +101,19 @@ void Engine::submit(std::unique_ptr<Op> op) {
     op->work->complete(failed);
     return;
   }
-  loop_.wakeup();
+  transport_->wakeup();
 }
 
 void Engine::abort(std::exception_ptr error) {
   if (std::this_thread::get_id() == thread_.get_id()) {
-    fail_group(std::move(error), true);
+    fail_group(std::move(error), true, config_.rank);
     return;
   }
   std::unique_lock lock(mu_);
   abort_request_ = std::move(error);
   abort_done_ = false;
   lock.unlock();
-  loop_.wakeup();
+  transport_->wakeup();
   lock.lock();
   // The engine answers within one loop iteration (it never blocks on a peer); the bound only
   // guards against a bug turning abort() into a hang.
@@ -136,7 +136,7 @@ void Engine::run() noexcept {
     } catch (const std::exception& e) {
       fail_group(make_error(ErrorCode::internal, fmt::format("{}: event loop failed: {}", prefix(nullptr), e.what()),
                             context(nullptr, {})),
-                 true);
+                 true, config_.rank);
     }
     for (std::uint64_t token : completed_) {
       on_completion(token);
@@ -161,7 +161,7 @@ void Engine::take_submitted() {
     abort_request_ = nullptr;
   }
   if (abort_request) {
-    fail_group(abort_request, true);
+    fail_group(abort_request, true, config_.rank);
     {
       std::lock_guard lock(mu_);
       abort_done_ = true;
@@ -197,6 +197,7 @@ void Engine::start_next() {
     build_schedule(*schedule_, current_->args);
     schedule_->finalize(current_->sig);
     executor_ = std::make_unique<Executor>(*transport_, *schedule_, (++epoch_) << 32);
+    transport_->op_started(current_->call.seq);
     executor_->start();
     if (executor_->done()) {
       finish_current(nullptr);
@@ -234,7 +235,7 @@ void Engine::on_completion(std::uint64_t token) {
                                       "collectives, with the same count, dtype, op and root, in the same order",
                                       prefix(op), rank_name(m.peer), what),
                           context(op, {m.peer})),
-               true);
+               true, config_.rank);  // either side may be the odd one: the message names both
   } else if (executor_->done()) {
     finish_current(nullptr);
   }
@@ -276,12 +277,22 @@ void Engine::on_event(TransportEvent& ev) {
       }
       ErrorContext c = context(op, {ev.peer});
       c.os_error = ev.os_error;
-      fail_group(make_error(ErrorCode::network, fmt::format("{}: {}", prefix(op), what), c), true);
+      fail_group(make_error(ErrorCode::network, fmt::format("{}: {}", prefix(op), what), c), true, ev.peer);
       return;
     }
     case TransportEvent::Kind::control:
       on_control(ev);
       return;
+    case TransportEvent::Kind::fault: {
+      if (failure_) {
+        return;
+      }
+      const Op* op = current_.get();
+      fail_group(make_error(ErrorCode::aborted, fmt::format("{}: {}", prefix(op), ev.error),
+                            context(op, {config_.rank})),
+                 true, config_.rank);
+      return;
+    }
   }
 }
 
@@ -291,19 +302,25 @@ void Engine::on_control(TransportEvent& ev) {
       if (failure_) {
         return;
       }
-      const auto notice = decode_abort(ev.payload);
-      const Op* op = current_.get();
-      ErrorContext c = context(op, notice ? notice->peers : std::vector<int>{ev.peer});
-      const int code = notice ? notice->code : static_cast<int>(ErrorCode::network);
-      const auto error_code = code >= static_cast<int>(ErrorCode::invalid_argument) &&
-                                      code <= static_cast<int>(ErrorCode::internal)
-                                  ? static_cast<ErrorCode>(code)
-                                  : ErrorCode::network;
-      fail_group(make_error(error_code,
-                            fmt::format("{}: {} failed and aborted the group: {}", prefix(op), rank_name(ev.peer),
-                                        notice ? notice->message : std::string("(unreadable notice)")),
-                            c),
-                 false);
+      if (auto notice = decode_abort(ev.payload)) {
+        fail_from_news(ev.peer, *notice, false);
+      } else {
+        const Op* op = current_.get();
+        fail_group(make_error(ErrorCode::network,
+                              fmt::format("{}: {} failed and aborted the group (its notice was unreadable)",
+                                          prefix(op), rank_name(ev.peer)),
+                              context(op, {ev.peer})),
+                   false, ev.peer);
+      }
+      return;
+    }
+    case FrameType::goodbye: {
+      // A goodbye alone fails nothing (the peer's transport reports it if this rank still
+      // needs the peer). A goodbye of a failed group is news of that failure, with its root.
+      const auto bye = decode_goodbye(ev.payload);
+      if (!failure_ && bye && bye->cause) {
+        fail_from_news(ev.peer, *bye->cause, true);
+      }
       return;
     }
     case FrameType::status_request: {
@@ -318,7 +335,6 @@ void Engine::on_control(TransportEvent& ev) {
         probe_->replies[static_cast<std::size_t>(ev.peer)] = decode_status(ev.payload);
       }
       return;
-    case FrameType::goodbye:
     case FrameType::p2p:
       return;
   }
@@ -445,10 +461,38 @@ void Engine::conclude_probe() {
       fmt::format("{} timed out after {}{}{}; check the named ranks (log, stack), or raise the timeout "
                   "(per-call option, GroupOptions::timeout or CHORUS_TIMEOUT) if the op is legitimately slow",
                   prefix(op), format_duration(op->call.timeout), waiting, details);
-  fail_group(make_error(ErrorCode::timeout, message, context(op, culprits)), true);
+  const int root = culprits.empty() ? config_.rank : culprits.front();
+  fail_group(make_error(ErrorCode::timeout, message, context(op, culprits)), true, root);
 }
 
-void Engine::fail_group(std::exception_ptr error, bool notify_peers) {
+void Engine::fail_from_news(int from, const AbortNotice& n, bool left) {
+  const Op* op = current_.get();
+  const int root = valid_rank(n.root_rank) ? n.root_rank : from;
+  const std::string& root_message = valid_rank(n.root_rank) && !n.root_message.empty() ? n.root_message : n.message;
+  const std::string how = left ? "left the group" : "aborted the group";
+  std::string what;
+  if (root == from || root == config_.rank) {
+    // The sender is the root, or this rank is (its own timeout culprit): the sender's words.
+    what = fmt::format("{} failed and {}: {}", rank_name(from), how, n.message);
+  } else {
+    what = fmt::format("the group failed because of {}: {}; {} {} because of it", rank_name(root), root_message,
+                       rank_name(from), how);
+  }
+  std::vector<int> peers = n.peers;
+  if (std::find(peers.begin(), peers.end(), root) == peers.end()) {
+    peers.insert(peers.begin(), root);
+  }
+  const int code = n.code;
+  const auto error_code = code >= static_cast<int>(ErrorCode::invalid_argument) &&
+                                  code <= static_cast<int>(ErrorCode::internal)
+                              ? static_cast<ErrorCode>(code)
+                              : ErrorCode::network;
+  // An abort notice went to every rank already; a goodbye went only here, so pass it on.
+  fail_group(make_error(error_code, fmt::format("{}: {}", prefix(op), what), context(op, std::move(peers))), left,
+             root, root_message);
+}
+
+void Engine::fail_group(std::exception_ptr error, bool notify_peers, int root_rank, std::string root_message) {
   if (failure_) {
     return;
   }
@@ -472,6 +516,9 @@ void Engine::fail_group(std::exception_ptr error, bool notify_peers) {
     notice.code = static_cast<int>(ErrorCode::internal);
     notice.message = e.what();
   }
+  notice.root_rank = valid_rank(root_rank) ? root_rank : config_.rank;
+  notice.root_message = root_message.empty() ? notice.message : std::move(root_message);
+  failure_notice_ = notice;
   // A background thread has no caller to throw to: it logs the failure once, here.
   CHORUS_WARN(coll, "group failed: {}", notice.message);
   transport_->drop_all();
@@ -545,9 +592,17 @@ void Engine::shutdown() {
   for (auto& op : pending) {
     op->work->complete(gone);
   }
+  // The goodbye of a failed group carries its root cause: a peer that hears of this rank
+  // leaving before it hears of the failure still names the rank where it began.
+  Goodbye bye;
+  bye.last_seq = issued_seq_.load();
+  if (failure_) {
+    bye.cause = failure_notice_;
+  }
+  const std::vector<std::uint8_t> payload = encode(bye);
   for (int p = 0; p < config_.size; ++p) {
     if (p != config_.rank) {
-      transport_->send_control(p, FrameType::goodbye, encode_u64(issued_seq_.load()));
+      transport_->send_control(p, FrameType::goodbye, payload);
     }
   }
   transport_->flush_control(Deadline::after(std::chrono::seconds(2)));

@@ -12,7 +12,12 @@
 // rank that is really stuck: the one that does not answer, or that has not issued the op.
 // Then, for any failure (timeout, dead peer, mismatched signatures, abort()), every pending
 // op fails with the same error, the transport drops all posted buffers, and an abort notice
-// tells every peer, so all ranks fail at once with the original cause.
+// tells every peer, so all ranks fail at once with the original cause. Notices and the
+// goodbye of a failed group carry the root cause (the rank where the failure began), so a
+// survivor names that rank whatever order the news reaches it in.
+//
+// The engine receives its transport (EngineTransport): sockets in production, a fault
+// injecting decorator under CHORUS_FAULT, an in-memory fabric in tests.
 #pragma once
 
 #include "core/private.hpp"
@@ -32,12 +37,10 @@
 
 #include <chorus/errors.hpp>
 
-#include "net/event_loop.hpp"
 #include "tcp/executor.hpp"
-#include "tcp/mesh.hpp"
 #include "tcp/op.hpp"
 #include "tcp/schedule.hpp"
-#include "tcp/socket_transport.hpp"
+#include "tcp/transport.hpp"
 #include "tcp/wire.hpp"
 
 namespace chorus::tcp {
@@ -52,7 +55,7 @@ struct EngineConfig {
 
 class Engine {
  public:
-  Engine(EngineConfig config, Mesh mesh);
+  Engine(EngineConfig config, std::unique_ptr<EngineTransport> transport);
   ~Engine();  // fails pending ops, says goodbye to the peers, joins the thread
   Engine(const Engine&) = delete;
   Engine& operator=(const Engine&) = delete;
@@ -85,7 +88,12 @@ class Engine {
   void check_deadlines();
   void start_probe(Op* op);
   void conclude_probe();
-  void fail_group(std::exception_ptr error, bool notify_peers);
+  // root_rank: where the failure began (this rank, a dead peer, a timeout's culprit, or the
+  // root named by a peer's notice); root_message: what that rank said (empty: this error's).
+  void fail_group(std::exception_ptr error, bool notify_peers, int root_rank, std::string root_message = {});
+  // A peer's abort notice, or the cause in its goodbye: fail naming the root cause.
+  void fail_from_news(int from, const AbortNotice& notice, bool left);
+  bool valid_rank(int r) const { return r >= 0 && r < config_.size; }
   Deadline nearest_deadline() const;
   ErrorContext context(const Op* op, std::vector<int> peers) const;
   std::string prefix(const Op* op) const;
@@ -93,8 +101,7 @@ class Engine {
   void shutdown();
 
   EngineConfig config_;
-  net::EventLoop loop_;
-  std::unique_ptr<SocketTransport> transport_;
+  std::unique_ptr<EngineTransport> transport_;
   std::string local_address_;
   std::vector<std::string> addresses_;
 
@@ -118,6 +125,7 @@ class Engine {
   std::uint64_t next_p2p_token_ = 1;
   std::optional<Probe> probe_;
   std::exception_ptr failure_;  // engine's copy of the first failure
+  AbortNotice failure_notice_;  // the same, as told to peers (in abort notices and goodbyes)
   std::vector<std::uint64_t> completed_;
   std::vector<TransportEvent> events_;
 

@@ -1,5 +1,8 @@
 // SPDX-License-Identifier: BSD-3-Clause
-// SocketTransport: the Transport over the group's mesh, plus the control channel.
+// SocketTransport: the EngineTransport over the group's mesh. It owns the event loop that the
+// engine's thread runs in poll(). The code is in three files: socket_transport.cpp (setup,
+// poll, failures, teardown), data_streams.cpp (collective streams) and control_channel.cpp
+// (framed tagged messages and control frames).
 //
 // Per peer pair: sockets_per_peer data sockets carry the collective streams (no framing: both
 // ends post the same messages in the same order, see transport.hpp; a message of at least
@@ -31,52 +34,31 @@
 
 namespace chorus::tcp {
 
-struct TransportEvent {
-  enum class Kind : std::uint8_t {
-    p2p_done,     // a tagged send/recv finished (error set if it failed on its own)
-    control,      // a control frame arrived (abort, goodbye, status)
-    peer_failed,  // a connection to `peer` broke: reset, or closed without a goodbye
-  };
-  Kind kind = Kind::control;
-  int peer = -1;
-  std::uint64_t token = 0;
-  FrameType frame = FrameType::abort;
-  std::vector<std::uint8_t> payload;
-  std::string error;  // p2p_done: why it failed; peer_failed: what happened
-  int os_error = 0;
-  bool left = false;  // peer_failed: the peer had said goodbye (left the group)
-};
-
-class SocketTransport final : public Transport {
+class SocketTransport final : public EngineTransport {
  public:
   static constexpr std::size_t kStripeBytes = 64 * 1024;
+  static constexpr int kMaxIov = 32;
+  // Bytes one readiness callback may move before returning to the loop, so that one busy
+  // socket cannot starve the others (level-triggered epoll reports it again).
+  static constexpr std::size_t kIoBudget = 8u << 20;
 
-  SocketTransport(int rank, int size, Mesh mesh, net::EventLoop& loop);
+  SocketTransport(int rank, int size, Mesh mesh);
   ~SocketTransport() override;
 
   void post_send(int peer, const void* data, std::size_t bytes, std::uint64_t token) override;
   void post_recv(int peer, void* data, std::size_t bytes, std::uint64_t token) override;
-
-  // Tagged point-to-point on the control channel. The recv matches the first frame from
-  // `peer` with `tag`; a frame that arrives before its recv is buffered.
-  void send_p2p(int peer, std::uint32_t tag, const void* data, std::size_t bytes, std::uint64_t token);
-  void recv_p2p(int peer, std::uint32_t tag, void* data, std::size_t bytes, std::uint64_t token);
-  // Queues a control frame (best effort: dropped if the peer is gone).
-  void send_control(int peer, FrameType type, std::vector<std::uint8_t> payload);
-
-  // Runs the event loop once (until `until`, or not at all if results are pending) and hands
-  // over what happened: completed collective tokens, and other events.
-  void poll(Deadline until, std::vector<std::uint64_t>& completed, std::vector<TransportEvent>& events);
-
-  // Forgets every posted transfer (the group failed): no user buffer is touched afterwards.
-  void drop_all() noexcept;
-  // Writes queued control frames until none is left or `until` passes (for goodbyes/aborts).
-  void flush_control(Deadline until);
-  void close_all() noexcept;
-
-  bool peer_connected(int peer) const;
-  const std::string& address(int peer) const { return peers_[static_cast<std::size_t>(peer)].address; }
-  const std::string& local_address() const { return local_address_; }
+  void send_p2p(int peer, std::uint32_t tag, const void* data, std::size_t bytes, std::uint64_t token) override;
+  void recv_p2p(int peer, std::uint32_t tag, void* data, std::size_t bytes, std::uint64_t token) override;
+  void send_control(int peer, FrameType type, std::vector<std::uint8_t> payload) override;
+  void poll(Deadline until, std::vector<std::uint64_t>& completed, std::vector<TransportEvent>& events) override;
+  void wakeup() noexcept override { loop_.wakeup(); }
+  void drop_all() noexcept override;
+  void flush_control(Deadline until) override;
+  void close_all() noexcept override;
+  void reset_link(int peer) noexcept override;
+  bool peer_connected(int peer) const override;
+  const std::string& address(int peer) const override { return peers_[static_cast<std::size_t>(peer)].address; }
+  const std::string& local_address() const override { return local_address_; }
 
  private:
   struct Part {
@@ -170,7 +152,7 @@ class SocketTransport final : public Transport {
 
   int rank_;
   int size_;
-  net::EventLoop& loop_;
+  net::EventLoop loop_;
   std::string local_address_;
   std::vector<Peer> peers_;
   std::vector<Req> reqs_;

@@ -19,6 +19,7 @@
 #include "core/format.hpp"
 #include "core/logging.hpp"
 #include "tcp/engine.hpp"
+#include "tcp/fault_transport.hpp"
 #include "tcp/mesh.hpp"
 
 namespace chorus {
@@ -66,7 +67,7 @@ class TcpProcessGroup final : public ProcessGroup {
     ec.size = size;
     ec.group = name();
     ec.on_failure = [this](std::exception_ptr e) { record_failure(std::move(e)); };
-    engine_ = std::make_unique<Engine>(std::move(ec), std::move(mesh));
+    engine_ = std::make_unique<Engine>(std::move(ec), make_transport(rank, size, std::move(mesh)));
   }
 
   ~TcpProcessGroup() override {

@@ -1,19 +1,34 @@
 // SPDX-License-Identifier: BSD-3-Clause
-// Transport: what the collective algorithms need from the wire, and nothing more.
+// The transport seam: everything the engine needs from the wire, as two interfaces.
 //
-// A transport gives every ordered pair of ranks a message stream (the collective channel).
-// Messages from one rank to a peer leave in posting order and the i-th send to a peer is the
-// i-th receive that peer posts for this rank, with the same length; algorithms are written so
-// that both sides post in the same order (see schedule.hpp). Completion is reported by token
-// to whoever drives the transport (the engine, or a test's loop over LoopbackTransports).
-// Algorithms never include net/: socket_transport.hpp implements this over sockets, and
-// tests/tcp/loopback_transport.hpp in memory.
+// Transport (what the collective algorithms need): every ordered pair of ranks has a message
+// stream (the collective channel). Messages from one rank to a peer leave in posting order and
+// the i-th send to a peer is the i-th receive that peer posts for this rank, with the same
+// length; algorithms are written so that both sides post in the same order (see
+// schedule.hpp). Completion is reported by token to whoever drives the transport.
+//
+// EngineTransport (what the engine needs on top): tagged point-to-point messages and control
+// frames (abort notices, goodbyes, status probes) on a per-peer control channel, one poll()
+// that sleeps until something happens, failure events that name the peer, and teardown.
+// Control frames overtake queued tagged payloads (a frame already partly written is finished
+// first); what a peer wrote before its link broke is delivered before the peer_failed event.
+//
+// Implementations: socket_transport.hpp (sockets, production), fault_transport.hpp (a
+// decorator injecting CHORUS_FAULT faults), tests/tcp/memory_fabric.hpp (in memory, with
+// injectable faults) and tests/tcp/loopback_transport.hpp (collective streams only).
+// Algorithms never include net/.
 #pragma once
 
 #include "core/private.hpp"
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
+#include <vector>
+
+#include <chorus/deadline.hpp>
+
+#include "tcp/wire.hpp"
 
 namespace chorus::tcp {
 
@@ -25,6 +40,61 @@ class Transport {
   virtual void post_send(int peer, const void* data, std::size_t bytes, std::uint64_t token) = 0;
   // Queues a receive of exactly `bytes` from `peer` into `data` (borrowed until completion).
   virtual void post_recv(int peer, void* data, std::size_t bytes, std::uint64_t token) = 0;
+};
+
+struct TransportEvent {
+  enum class Kind : std::uint8_t {
+    p2p_done,     // a tagged send/recv finished (error set if it failed on its own)
+    control,      // a control frame arrived (abort, goodbye, status)
+    peer_failed,  // a connection to `peer` broke: reset, or closed without a goodbye
+    fault,        // an injected fault (CHORUS_FAULT) failed this rank; error says which
+  };
+  Kind kind = Kind::control;
+  int peer = -1;
+  std::uint64_t token = 0;
+  FrameType frame = FrameType::abort;
+  std::vector<std::uint8_t> payload;
+  std::string error;  // p2p_done: why it failed; peer_failed: what happened
+  int os_error = 0;
+  bool left = false;  // peer_failed: the peer had said goodbye (left the group)
+};
+
+// Every method except wakeup() runs on the engine's thread.
+class EngineTransport : public Transport {
+ public:
+  // Tagged point-to-point on the control channel. The recv matches the first frame from
+  // `peer` with `tag`; a frame that arrives before its recv is buffered. Completion (or a
+  // failure of this message alone, e.g. a size mismatch) comes back as a p2p_done event.
+  virtual void send_p2p(int peer, std::uint32_t tag, const void* data, std::size_t bytes,
+                        std::uint64_t token) = 0;
+  virtual void recv_p2p(int peer, std::uint32_t tag, void* data, std::size_t bytes, std::uint64_t token) = 0;
+  // Queues a control frame ahead of any queued tagged payload (best effort: dropped if the
+  // peer is gone).
+  virtual void send_control(int peer, FrameType type, std::vector<std::uint8_t> payload) = 0;
+
+  // Waits until something happens or `until` passes (not at all if results are pending) and
+  // hands over what happened: completed collective tokens, and other events.
+  virtual void poll(Deadline until, std::vector<std::uint64_t>& completed, std::vector<TransportEvent>& events) = 0;
+  // Any thread: makes a blocked poll() return soon.
+  virtual void wakeup() noexcept = 0;
+
+  // Forgets every posted transfer (the group failed): no user buffer is touched afterwards.
+  virtual void drop_all() noexcept = 0;
+  // Writes queued control frames until none is left or `until` passes (for goodbyes/aborts).
+  virtual void flush_control(Deadline until) = 0;
+  virtual void close_all() noexcept = 0;
+
+  // Fault injection: closes every connection to `peer` at once, as a crash would (no goodbye,
+  // no event here; later transfers to `peer` are dropped). The peer sees a dead link.
+  virtual void reset_link(int peer) noexcept = 0;
+  // The engine is about to start collective `seq` (nothing of it is posted yet). A hook for
+  // fault injection; real transports ignore it.
+  virtual void op_started(std::uint64_t seq) noexcept { (void)seq; }
+
+  virtual bool peer_connected(int peer) const = 0;
+  // "host:port" of a peer, and of this rank: for error messages.
+  virtual const std::string& address(int peer) const = 0;
+  virtual const std::string& local_address() const = 0;
 };
 
 }  // namespace chorus::tcp

@@ -18,7 +18,7 @@ namespace chorus::tcp {
 enum class FrameType : std::uint32_t {
   p2p = 1,             // tag = user tag; payload = the tensor bytes
   abort = 2,           // the sender's group failed; payload = AbortNotice
-  goodbye = 3,         // the sender destroys its group; payload = u64 last seq
+  goodbye = 3,         // the sender destroys its group; payload = Goodbye
   status_request = 4,  // payload = u64 seq the requester timed out on
   status_reply = 5,    // payload = StatusReply
 };
@@ -33,14 +33,28 @@ struct FrameHeader {
 std::array<std::uint8_t, kFrameHeaderBytes> encode_header(const FrameHeader& h) noexcept;
 FrameHeader decode_header(const std::uint8_t* bytes) noexcept;
 
+// Why a group failed. A rank that fails because of news from another rank forwards the root
+// cause unchanged (root_rank, root_message), so every survivor can name the rank where the
+// failure began, whatever order the news reaches it in.
 struct AbortNotice {
-  int code = 0;             // ErrorCode of the original error
-  std::uint64_t seq = 0;    // op it happened in (0: none)
-  std::vector<int> peers;   // ranks it implicated
-  std::string message;      // the original what()
+  int code = 0;              // ErrorCode of the original error
+  std::uint64_t seq = 0;     // op it happened in (0: none)
+  int root_rank = -1;        // the rank whose failure started it (-1: unknown)
+  std::vector<int> peers;    // ranks it implicated
+  std::string message;       // the sender's what()
+  std::string root_message;  // what the rank that first saw the failure said
 };
 std::vector<std::uint8_t> encode(const AbortNotice& n);
 std::optional<AbortNotice> decode_abort(const std::vector<std::uint8_t>& payload);
+
+// A rank destroying its group. `cause` is set when its group had failed: it leaves because of
+// that failure, not because the program ended early.
+struct Goodbye {
+  std::uint64_t last_seq = 0;
+  std::optional<AbortNotice> cause;
+};
+std::vector<std::uint8_t> encode(const Goodbye& g);
+std::optional<Goodbye> decode_goodbye(const std::vector<std::uint8_t>& payload);
 
 struct StatusReply {
   std::uint64_t issued_seq = 0;   // last collective the peer's user issued

@@ -1,0 +1,88 @@
+// SPDX-License-Identifier: BSD-3-Clause
+// CHORUS_FAULT: rehearse failures on a real cluster. When the variable is set, the socket
+// transport of the named ranks is wrapped in a FaultTransport that injects the faults; when it
+// is unset, make_transport() returns the SocketTransport itself (no cost).
+//
+// Syntax: FAULT[;FAULT...], each FAULT one of
+//   rank=R:close_link=P[,after_bytes=N]  rank R closes its connections to rank P, as a crash
+//                                        would, once it has sent N bytes to P (default 0; N
+//                                        may end in K, M or G, binary); R fails at once
+//   rank=R:stall=T[,at_seq=S]            rank R's engine stops all progress for T (500ms, 3s)
+//                                        just before it starts collective seq S (default 1)
+//   rank=R:exit_at_seq=S                 rank R's process exits (status 3) in the middle of op
+//                                        seq S, after posting its first transfers
+// R and P are ranks within each tcp group the process creates.
+#pragma once
+
+#include "core/private.hpp"
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <chorus/deadline.hpp>
+
+#include "tcp/mesh.hpp"
+#include "tcp/transport.hpp"
+
+namespace chorus::tcp {
+
+struct Fault {
+  enum class Kind : std::uint8_t { close_link, stall, exit };
+  Kind kind = Kind::close_link;
+  int rank = 0;
+  int peer = -1;                 // close_link
+  std::uint64_t after_bytes = 0; // close_link
+  Duration stall{0};             // stall
+  std::uint64_t at_seq = 1;      // stall, exit
+};
+
+inline constexpr int kFaultExitStatus = 3;
+
+// Parses a CHORUS_FAULT value; throws InvalidArgument naming the variable and the accepted
+// forms when it is malformed.
+std::vector<Fault> parse_faults(const std::string& text);
+
+// The transport of one rank of a group: a SocketTransport over `mesh`, wrapped in a
+// FaultTransport if CHORUS_FAULT names this rank.
+std::unique_ptr<EngineTransport> make_transport(int rank, int size, Mesh mesh);
+
+// Forwards everything to `inner` and injects the faults of this rank.
+class FaultTransport final : public EngineTransport {
+ public:
+  FaultTransport(int rank, std::unique_ptr<EngineTransport> inner, std::vector<Fault> faults);
+
+  void post_send(int peer, const void* data, std::size_t bytes, std::uint64_t token) override;
+  void post_recv(int peer, void* data, std::size_t bytes, std::uint64_t token) override {
+    inner_->post_recv(peer, data, bytes, token);
+  }
+  void send_p2p(int peer, std::uint32_t tag, const void* data, std::size_t bytes, std::uint64_t token) override;
+  void recv_p2p(int peer, std::uint32_t tag, void* data, std::size_t bytes, std::uint64_t token) override {
+    inner_->recv_p2p(peer, tag, data, bytes, token);
+  }
+  void send_control(int peer, FrameType type, std::vector<std::uint8_t> payload) override;
+  void poll(Deadline until, std::vector<std::uint64_t>& completed, std::vector<TransportEvent>& events) override;
+  void wakeup() noexcept override { inner_->wakeup(); }
+  void drop_all() noexcept override { inner_->drop_all(); }
+  void flush_control(Deadline until) override { inner_->flush_control(until); }
+  void close_all() noexcept override { inner_->close_all(); }
+  void reset_link(int peer) noexcept override { inner_->reset_link(peer); }
+  void op_started(std::uint64_t seq) noexcept override;
+  bool peer_connected(int peer) const override { return inner_->peer_connected(peer); }
+  const std::string& address(int peer) const override { return inner_->address(peer); }
+  const std::string& local_address() const override { return inner_->local_address(); }
+
+ private:
+  void count_sent(int peer, std::size_t bytes);
+
+  int rank_;
+  std::unique_ptr<EngineTransport> inner_;
+  std::vector<Fault> faults_;
+  std::vector<bool> fired_;
+  std::vector<std::uint64_t> sent_;  // bytes sent per peer
+  std::vector<TransportEvent> pending_;
+  bool exit_ = false;  // exit_at_seq reached: exit at the next poll, once the op is posted
+};
+
+}  // namespace chorus::tcp

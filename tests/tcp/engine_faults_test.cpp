@@ -1,0 +1,403 @@
+// SPDX-License-Identifier: BSD-3-Clause
+// The engine's failure protocol on the in-memory MemoryFabric: dead, silent and stalled peers,
+// probes and their replies, mismatches, abort racing completion, timeout ordering, root-cause
+// propagation under every arrival order, and the CHORUS_FAULT decorator. One process, one
+// engine thread per rank; every wait is bounded.
+#include <algorithm>
+#include <atomic>
+#include <memory>
+#include <numeric>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <catch2/catch.hpp>
+#include <fmt/format.h>
+
+#include <chorus/errors.hpp>
+
+#include "core/format.hpp"
+#include "tcp/engine.hpp"
+#include "tcp/fault_transport.hpp"
+#include "tcp/memory_fabric.hpp"
+
+namespace chorus::test {
+namespace {
+
+using namespace std::chrono_literals;
+using tcp::Engine;
+using tcp::FrameType;
+using tcp::Op;
+
+constexpr auto kBound = 20s;  // a failure that should be immediate must arrive well before this
+
+struct Group {
+  explicit Group(int n, MemoryFabric& fabric, std::vector<int> engines = {}) : n(n) {
+    if (engines.empty()) {
+      engines.resize(static_cast<std::size_t>(n));
+      std::iota(engines.begin(), engines.end(), 0);
+    }
+    ranks.resize(static_cast<std::size_t>(n));
+    for (int r : engines) {
+      start(r, fabric.endpoint(r));
+    }
+  }
+  void start(int r, std::unique_ptr<tcp::EngineTransport> t) {
+    tcp::EngineConfig c;
+    c.rank = r;
+    c.size = n;
+    c.group = "fabric";
+    ranks[static_cast<std::size_t>(r)] = std::make_unique<Engine>(std::move(c), std::move(t));
+  }
+  Engine& operator[](int r) { return *ranks[static_cast<std::size_t>(r)]; }
+  int n;
+  std::vector<std::unique_ptr<Engine>> ranks;
+};
+
+std::shared_ptr<WorkState> allreduce(Engine& e, float* data, std::size_t count, std::uint64_t seq,
+                                     Duration timeout = 60s) {
+  auto o = std::make_unique<Op>();
+  o->kind = Op::Kind::collective;
+  o->args.kind = OpKind::allreduce;
+  o->args.in = data;
+  o->args.out = data;
+  o->args.count = count;
+  o->args.dtype = DataType::float32;
+  o->args.op = ReduceOp::sum;
+  o->args.small_bytes = 256 * 1024;
+  o->args.slice_bytes = 1 << 20;
+  o->sig.kind = OpKind::allreduce;
+  o->sig.seq = seq;
+  o->sig.dtype = DataType::float32;
+  o->sig.count = count;
+  o->sig.redop = ReduceOp::sum;
+  o->bytes = count * sizeof(float);
+  o->call.seq = seq;
+  o->call.name = "allreduce";
+  o->call.timeout = timeout;
+  o->call.deadline = Deadline::after(timeout);
+  o->what = describe(o->sig);
+  o->work = std::make_shared<WorkState>("allreduce", seq);
+  auto w = o->work;
+  e.submit(std::move(o));
+  return w;
+}
+
+// Waits (bounded) and returns the error; fails the test if the op succeeded or hung.
+Error error_of(const std::shared_ptr<WorkState>& w) {
+  REQUIRE(w->wait_for(kBound));
+  try {
+    w->wait();
+  } catch (const Error& e) {
+    return e;
+  }
+  FAIL("the op succeeded but should have failed");
+  throw std::logic_error("unreachable");
+}
+
+bool names(const Error& e, int rank) {
+  const auto& p = e.context().peers;
+  return std::find(p.begin(), p.end(), rank) != p.end() &&
+         std::string(e.what()).find(fmt::format("rank {} (mem:{})", rank, rank)) != std::string::npos;
+}
+
+bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
+
+}  // namespace
+
+TEST_CASE("fabric: a healthy allreduce completes on every rank", "[tcp][fabric]") {
+  MemoryFabric fabric(3);
+  Group g(3, fabric);
+  std::vector<std::vector<float>> data(3, std::vector<float>(1000, 1.0f));
+  std::vector<std::shared_ptr<WorkState>> w;
+  for (int r = 0; r < 3; ++r) {
+    w.push_back(allreduce(g[r], data[static_cast<std::size_t>(r)].data(), 1000, 1));
+  }
+  for (int r = 0; r < 3; ++r) {
+    REQUIRE(w[static_cast<std::size_t>(r)]->wait_for(kBound));
+    w[static_cast<std::size_t>(r)]->wait();
+    CHECK(data[static_cast<std::size_t>(r)][999] == 3.0f);
+  }
+}
+
+TEST_CASE("fabric: a dead peer fails every survivor at once, naming it", "[tcp][fabric][failure]") {
+  MemoryFabric fabric(3);
+  Group g(3, fabric, {0, 1});
+  std::vector<float> a(1000, 1.0f), b(1000, 1.0f);
+  auto w0 = allreduce(g[0], a.data(), a.size(), 1);
+  auto w1 = allreduce(g[1], b.data(), b.size(), 1);
+  fabric.crash(2);
+  for (auto& w : {w0, w1}) {
+    const Error e = error_of(w);
+    INFO(e.what());
+    CHECK(e.code() == ErrorCode::network);
+    CHECK(names(e, 2));
+  }
+}
+
+TEST_CASE("fabric: a stalled peer is named by the status probe after the timeout", "[tcp][fabric][failure]") {
+  MemoryFabric fabric(3);
+  Group g(3, fabric);
+  fabric.stall(2);  // rank 2 neither reads nor writes: no data, no probe replies
+  std::vector<std::vector<float>> data(3, std::vector<float>(100, 1.0f));
+  auto w0 = allreduce(g[0], data[0].data(), 100, 1, 300ms);
+  auto w1 = allreduce(g[1], data[1].data(), 100, 1, 300ms);
+  auto w2 = allreduce(g[2], data[2].data(), 100, 1, 60s);
+  for (auto& w : {w0, w1}) {
+    const Error e = error_of(w);
+    INFO(e.what());
+    CHECK(e.code() == ErrorCode::timeout);
+    CHECK(names(e, 2));
+    CHECK(contains(e.what(), "did not answer a status probe"));
+  }
+  fabric.unstall(2);  // it then hears the notices
+  const Error e2 = error_of(w2);
+  CHECK(e2.code() == ErrorCode::timeout);
+  CHECK(names(e2, 2));
+}
+
+TEST_CASE("fabric: a silent link (dropped, nobody told) ends in a timeout naming the silent rank",
+          "[tcp][fabric][failure]") {
+  MemoryFabric fabric(2);
+  Group g(2, fabric, {0});
+  fabric.drop_link(0, 1);
+  std::vector<float> a(10, 1.0f);
+  const Error e = error_of(allreduce(g[0], a.data(), a.size(), 1, 200ms));
+  INFO(e.what());
+  CHECK(e.code() == ErrorCode::timeout);
+  CHECK(names(e, 1));
+  CHECK(contains(e.what(), "did not answer a status probe"));
+  CHECK(fabric.sent(0, 1, FrameType::status_request).size() == 1);
+}
+
+TEST_CASE("fabric: probe replies name the rank that has not issued the op", "[tcp][fabric][failure]") {
+  MemoryFabric fabric(3);
+  Group g(3, fabric);
+  std::vector<float> a(10, 1.0f), b(10, 1.0f), c(10, 1.0f);
+  // Rank 2 runs seq 1 with the others, then never issues seq 2.
+  auto w = {allreduce(g[0], a.data(), 10, 1), allreduce(g[1], b.data(), 10, 1), allreduce(g[2], c.data(), 10, 1)};
+  for (auto& x : w) {
+    REQUIRE(x->wait_for(kBound));
+  }
+  auto w0 = allreduce(g[0], a.data(), 10, 2, 300ms);
+  auto w1 = allreduce(g[1], b.data(), 10, 2, 300ms);
+  for (auto& x : {w0, w1}) {
+    const Error e = error_of(x);
+    INFO(e.what());
+    CHECK(e.code() == ErrorCode::timeout);
+    CHECK(names(e, 2));
+    CHECK(e.context().seq == 2);
+  }
+  // Rank 2 answered the probes (it was alive, just behind), and says its last seq was 1.
+  const auto replies = fabric.sent(2, 0, FrameType::status_reply);
+  REQUIRE(!replies.empty());
+  const auto reply = tcp::decode_status(replies.front());
+  REQUIRE(reply);
+  CHECK(reply->issued_seq == 1);
+  const Error e0 = error_of(w0);
+  CHECK(contains(e0.what(), "has not issued this op yet (its last collective is seq 1)"));
+}
+
+TEST_CASE("fabric: mismatched collectives fail every rank, naming both signatures", "[tcp][fabric][failure]") {
+  MemoryFabric fabric(3);
+  Group g(3, fabric);
+  std::vector<float> a(20, 1.0f), b(20, 1.0f), c(20, 1.0f);
+  auto w0 = allreduce(g[0], a.data(), 20, 1);
+  auto w1 = allreduce(g[1], b.data(), 10, 1);
+  auto w2 = allreduce(g[2], c.data(), 20, 1);
+  for (auto& w : {w0, w1, w2}) {
+    const Error e = error_of(w);
+    INFO(e.what());
+    CHECK(e.code() == ErrorCode::invalid_argument);
+    CHECK(contains(e.what(), "10 x float32"));
+    CHECK(contains(e.what(), "20 x float32"));
+  }
+}
+
+TEST_CASE("fabric: a corrupted control header is a protocol error naming the sender", "[tcp][fabric][failure]") {
+  MemoryFabric fabric(2);
+  Group g(2, fabric, {0});
+  std::vector<float> a(10, 1.0f);
+  auto w = allreduce(g[0], a.data(), a.size(), 1);
+  fabric.corrupt_next_header(1, 0);
+  fabric.inject(1, 0, FrameType::status_request, tcp::encode_u64(1));
+  const Error e = error_of(w);
+  INFO(e.what());
+  CHECK(e.code() == ErrorCode::network);
+  CHECK(names(e, 1));
+  CHECK(contains(e.what(), "protocol error"));
+}
+
+TEST_CASE("fabric: abort racing completion never hangs and leaves one outcome per op", "[tcp][fabric][failure]") {
+  for (int round = 0; round < 50; ++round) {
+    MemoryFabric fabric(2);
+    Group g(2, fabric);
+    std::vector<float> a(64, 1.0f), b(64, 1.0f);
+    auto w0 = allreduce(g[0], a.data(), a.size(), 1);
+    auto w1 = allreduce(g[1], b.data(), b.size(), 1);
+    std::thread aborter([&] {
+      g[0].abort(std::make_exception_ptr(Error(ErrorCode::aborted, "test abort", ErrorContext{})));
+    });
+    aborter.join();
+    for (auto& w : {w0, w1}) {
+      REQUIRE(w->wait_for(kBound));
+      try {
+        w->wait();
+      } catch (const Error& e) {
+        CHECK(e.code() == ErrorCode::aborted);
+        CHECK(contains(e.what(), "test abort"));
+      }
+    }
+    // After the abort every new op fails fast with it.
+    const Error later = error_of(allreduce(g[0], a.data(), a.size(), 2));
+    CHECK(contains(later.what(), "test abort"));
+  }
+}
+
+TEST_CASE("fabric: the op with the earliest deadline times out first, and the others fail with it",
+          "[tcp][fabric][failure]") {
+  MemoryFabric fabric(2);
+  Group g(2, fabric, {0});  // rank 1 never issues anything (and never answers)
+  std::vector<float> a(10, 1.0f), b(10, 1.0f);
+  auto first = allreduce(g[0], a.data(), 10, 1, 60s);
+  auto second = allreduce(g[0], b.data(), 10, 2, 200ms);  // queued behind seq 1, expires first
+  const Error e2 = error_of(second);
+  INFO(e2.what());
+  CHECK(e2.code() == ErrorCode::timeout);
+  CHECK(e2.context().seq == 2);
+  CHECK(contains(e2.what(), "queued behind"));
+  const Error e1 = error_of(first);
+  CHECK(std::string(e1.what()) == e2.what());
+}
+
+// Rank 3 died; rank 2 noticed and aborted (its notice names root 3); rank 1 got that notice
+// and left (its goodbye carries the cause). Rank 0 hears the news in every possible order
+// (each link keeps its own order, as TCP does) and must name rank 3 every time.
+TEST_CASE("fabric: every arrival order of cascading news names the root-cause rank", "[tcp][fabric][failure]") {
+  tcp::AbortNotice root;
+  root.code = static_cast<int>(ErrorCode::network);
+  root.seq = 1;
+  root.root_rank = 3;
+  root.peers = {3};
+  root.message = "allreduce on rank 2/4 [fabric]: lost the connection to rank 3 (mem:3): reset";
+  root.root_message = root.message;
+  tcp::AbortNotice forwarded = root;  // rank 1's failure: it heard rank 2's notice
+  forwarded.message = "allreduce on rank 1/4 [fabric]: rank 2 (mem:2) failed and aborted the group: " + root.message;
+  tcp::Goodbye bye{1, forwarded};
+
+  struct News {
+    int from;
+    int kind;  // 0 frame, 1 close
+    FrameType type;
+    std::vector<std::uint8_t> payload;
+  };
+  const std::vector<std::vector<News>> links = {
+      {{1, 0, FrameType::goodbye, tcp::encode(bye)}, {1, 1, FrameType::abort, {}}},
+      {{2, 0, FrameType::abort, tcp::encode(root)}, {2, 1, FrameType::abort, {}}},
+      {{3, 1, FrameType::abort, {}}},
+  };
+  // Every interleaving of the three links' sequences: permutations of the multiset of link
+  // indices {0,0,1,1,2}.
+  std::vector<int> order = {0, 0, 1, 1, 2};
+  int cases = 0;
+  do {
+    MemoryFabric fabric(4);
+    Group g(4, fabric, {0});
+    std::vector<float> a(100, 1.0f);
+    auto w = allreduce(g[0], a.data(), a.size(), 1);
+    std::vector<std::size_t> next(links.size(), 0);
+    std::string seq;
+    for (int l : order) {
+      const News& n = links[static_cast<std::size_t>(l)][next[static_cast<std::size_t>(l)]++];
+      seq += fmt::format("{}{} ", n.kind == 0 ? "frame" : "close", n.from);
+      if (n.kind == 0) {
+        fabric.inject(n.from, 0, n.type, n.payload);
+      } else {
+        fabric.inject_close(n.from, 0, "the connection was closed without the peer leaving the group");
+      }
+    }
+    const Error e = error_of(w);
+    INFO("arrival order: " << seq << "\nerror: " << e.what());
+    CHECK(names(e, 3));
+    CHECK(e.code() == ErrorCode::network);
+    ++cases;
+  } while (std::next_permutation(order.begin(), order.end()));
+  CHECK(cases == 30);
+}
+
+TEST_CASE("fabric: a rank killed mid-collective makes every survivor name it, however the news cascades",
+          "[tcp][fabric][failure]") {
+  for (int round = 0; round < 20; ++round) {
+    MemoryFabric fabric(4);
+    auto g = std::make_unique<Group>(4, fabric);
+    std::vector<std::vector<float>> data(4, std::vector<float>(4096, 1.0f));
+    std::vector<std::shared_ptr<WorkState>> w;
+    for (int r = 0; r < 3; ++r) {
+      w.push_back(allreduce((*g)[r], data[static_cast<std::size_t>(r)].data(), 4096, 1));
+    }
+    fabric.crash(3);
+    // Rank 1 leaves as soon as it failed: its goodbye must carry the root cause.
+    const Error e1 = error_of(w[1]);
+    g->ranks[1].reset();
+    for (int r : {0, 1, 2}) {
+      const Error e = r == 1 ? e1 : error_of(w[static_cast<std::size_t>(r)]);
+      INFO("round " << round << " rank " << r << ": " << e.what());
+      CHECK(names(e, 3));
+    }
+  }
+}
+
+TEST_CASE("fabric: CHORUS_FAULT close_link fails the faulty rank at once and survivors name it",
+          "[tcp][fabric][fault]") {
+  MemoryFabric fabric(3);
+  Group g(3, fabric, {0, 2});
+  tcp::Fault f;
+  f.kind = tcp::Fault::Kind::close_link;
+  f.rank = 1;
+  f.peer = 2;
+  f.after_bytes = 0;
+  g.start(1, std::make_unique<tcp::FaultTransport>(1, fabric.endpoint(1), std::vector<tcp::Fault>{f}));
+  std::vector<std::vector<float>> data(3, std::vector<float>(1000, 1.0f));
+  std::vector<std::shared_ptr<WorkState>> w;
+  for (int r = 0; r < 3; ++r) {
+    w.push_back(allreduce(g[r], data[static_cast<std::size_t>(r)].data(), 1000, 1));
+  }
+  const Error e1 = error_of(w[1]);
+  INFO(e1.what());
+  CHECK(e1.code() == ErrorCode::aborted);
+  CHECK(contains(e1.what(), "CHORUS_FAULT closed this rank's connections to rank 2"));
+  for (int r : {0, 2}) {
+    const Error e = error_of(w[static_cast<std::size_t>(r)]);
+    INFO("rank " << r << ": " << e.what());
+    CHECK(names(e, 1));
+  }
+}
+
+TEST_CASE("CHORUS_FAULT values parse, and malformed ones name the variable and the accepted forms",
+          "[tcp][fault]") {
+  const auto faults = tcp::parse_faults("rank=2:close_link=1,after_bytes=1M;rank=0:stall=500ms,at_seq=3;rank=3:exit_at_seq=5");
+  REQUIRE(faults.size() == 3);
+  CHECK(faults[0].kind == tcp::Fault::Kind::close_link);
+  CHECK(faults[0].rank == 2);
+  CHECK(faults[0].peer == 1);
+  CHECK(faults[0].after_bytes == (1u << 20));
+  CHECK(faults[1].kind == tcp::Fault::Kind::stall);
+  CHECK(faults[1].stall == 500ms);
+  CHECK(faults[1].at_seq == 3);
+  CHECK(faults[2].kind == tcp::Fault::Kind::exit);
+  CHECK(faults[2].at_seq == 5);
+  for (const char* bad : {"", "rank=1", "close_link=1", "rank=x:stall=1s", "rank=1:stall=fast", "rank=1:close_link=1",
+                          "rank=1:close_link=2,after_bytes=3X", "rank=1:exit_at_seq=0", "rank=1:explode=1",
+                          "rank=1:stall=1s,after_bytes=5"}) {
+    INFO(bad);
+    try {
+      tcp::parse_faults(bad);
+      FAIL("accepted");
+    } catch (const InvalidArgument& e) {
+      CHECK(contains(e.what(), "CHORUS_FAULT"));
+      CHECK(contains(e.what(), "rank=R:close_link=P"));
+    }
+  }
+}
+
+}  // namespace chorus::test
