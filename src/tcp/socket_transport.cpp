@@ -8,7 +8,6 @@
 
 #include <algorithm>
 
-
 namespace chorus::tcp {
 
 SocketTransport::SocketTransport(int rank, int size, Mesh mesh)
