@@ -5,15 +5,8 @@
 #include "tcp/socket_transport.hpp"
 
 #include <sys/epoll.h>
-#include <sys/uio.h>
 
 #include <algorithm>
-#include <cstring>
-
-#include <fmt/format.h>
-
-#include "core/check.hpp"
-#include "core/logging.hpp"
 
 namespace chorus::tcp {
 

@@ -179,8 +179,9 @@ TEST_CASE("fabric: probe replies name the rank that has not issued the op", "[tc
   for (auto& x : w) {
     REQUIRE(x->wait_for(kBound));
   }
-  auto w0 = allreduce(g[0], a.data(), 10, 2, 300ms);
-  auto w1 = allreduce(g[1], b.data(), 10, 2, 300ms);
+  // 3 s: the probe's grace is then 300 ms, room for rank 2's reply on a loaded machine.
+  auto w0 = allreduce(g[0], a.data(), 10, 2, 3s);
+  auto w1 = allreduce(g[1], b.data(), 10, 2, 3s);
   for (auto& x : {w0, w1}) {
     const Error e = error_of(x);
     INFO(e.what());
@@ -398,6 +399,45 @@ TEST_CASE("CHORUS_FAULT values parse, and malformed ones name the variable and t
       CHECK(contains(e.what(), "rank=R:close_link=P"));
     }
   }
+}
+
+}  // namespace chorus::test
+
+namespace chorus::test {
+
+TEST_CASE("abort notices and goodbyes carry the root cause across the wire", "[tcp][wire]") {
+  tcp::AbortNotice n;
+  n.code = static_cast<int>(ErrorCode::timeout);
+  n.seq = 7;
+  n.root_rank = 3;
+  n.peers = {3, 1};
+  n.message = "rank 2's words";
+  n.root_message = "rank 3 did not answer";
+  const auto back = tcp::decode_abort(tcp::encode(n));
+  REQUIRE(back);
+  CHECK(back->code == n.code);
+  CHECK(back->seq == 7);
+  CHECK(back->root_rank == 3);
+  CHECK(back->peers == n.peers);
+  CHECK(back->message == n.message);
+  CHECK(back->root_message == n.root_message);
+
+  const auto plain = tcp::decode_goodbye(tcp::encode(tcp::Goodbye{5, std::nullopt}));
+  REQUIRE(plain);
+  CHECK(plain->last_seq == 5);
+  CHECK(!plain->cause);
+  const auto failed = tcp::decode_goodbye(tcp::encode(tcp::Goodbye{5, n}));
+  REQUIRE(failed);
+  REQUIRE(failed->cause);
+  CHECK(failed->cause->root_rank == 3);
+  CHECK(failed->cause->root_message == n.root_message);
+
+  // Truncated payloads are rejected, never read past their end.
+  auto bytes = tcp::encode(n);
+  for (std::size_t len : {std::size_t{0}, std::size_t{19}, std::size_t{27}, std::size_t{30}}) {
+    CHECK(!tcp::decode_abort(std::vector<std::uint8_t>(bytes.begin(), bytes.begin() + static_cast<std::ptrdiff_t>(len))));
+  }
+  CHECK(!tcp::decode_goodbye({1, 2, 3}));
 }
 
 }  // namespace chorus::test
