@@ -1,9 +1,9 @@
 // SPDX-License-Identifier: BSD-3-Clause
 // SocketTransport, control channel: framed messages on one socket per peer (wire.hpp).
-// Tagged send/recv payloads and control frames share it; control frames are queued ahead of
-// every tagged payload that has not started (see send_control), so an abort notice or a
-// status reply waits at most for the rest of the one frame being written, however many sends
-// are queued. The socket is always read: a peer's notices and its death are seen even when no
+// Tagged send/recv payloads and control frames share it. A tagged message goes out in chunks of
+// at most kP2pChunkBytes, one frame each (wire.hpp), and control frames are queued ahead of
+// every chunk that has not started (see send_control), so an abort notice or a status reply
+// waits at most for the rest of one chunk, however large or many the queued sends are. The socket is always read: a peer's notices and its death are seen even when no
 // op involves it.
 #include <sys/epoll.h>
 #include <sys/uio.h>
@@ -39,13 +39,21 @@ void SocketTransport::send_p2p(int peer, std::uint32_t tag, const void* data, st
     p2p_done(peer, token, p.goodbye ? "the peer left the group" : "the connection to the peer is gone");
     return;
   }
-  OutFrame f;
-  f.header = encode_header({FrameType::p2p, tag, bytes});
-  f.data = static_cast<const std::byte*>(data);
-  f.len = bytes;
-  f.token = token;
+  // One frame per chunk (wire.hpp), so that control frames can be queued between them.
   const bool idle = p.control->sendq.empty();
-  p.control->sendq.push_back(std::move(f));
+  const auto* base = static_cast<const std::byte*>(data);
+  std::size_t off = 0;
+  do {
+    OutFrame f;
+    f.len = std::min(bytes - off, kP2pChunkBytes);
+    f.header = off == 0 ? encode_header({FrameType::p2p, tag, bytes})
+                        : encode_header({FrameType::p2p_more, tag, f.len});
+    f.data = base + off;
+    f.tagged = true;
+    off += f.len;
+    f.token = off == bytes ? token : 0;
+    p.control->sendq.push_back(std::move(f));
+  } while (off < bytes);
   if (idle) {
     write_control(peer);
   }
@@ -87,14 +95,14 @@ void SocketTransport::send_control(int peer, FrameType type, std::vector<std::ui
   f.data = reinterpret_cast<const std::byte*>(f.owned.data());
   f.len = f.owned.size();
   const bool idle = c.sendq.empty();
-  // Ahead of every tagged payload not yet started, behind the frame being written (the
-  // stream must stay on frame boundaries) and behind earlier control frames (their order
-  // holds: an abort notice never overtakes the status reply before it).
+  // Ahead of every tagged chunk not yet started, behind the frame being written (the stream
+  // must stay on frame boundaries) and behind earlier control frames (their order holds: an
+  // abort notice never overtakes the status reply before it).
   auto at = c.sendq.begin();
   if (at != c.sendq.end() && at->off > 0) {
     ++at;
   }
-  while (at != c.sendq.end() && at->token == 0) {
+  while (at != c.sendq.end() && !at->tagged) {
     ++at;
   }
   c.sendq.insert(at, std::move(f));
@@ -161,6 +169,75 @@ void SocketTransport::write_control(int peer) {
   update_control_interest(peer);
 }
 
+// Sets up where the body of the frame whose header was just read goes. False if the peer
+// broke the protocol (then the peer has failed).
+bool SocketTransport::start_frame(int peer) {
+  Control& c = *peers_[static_cast<std::size_t>(peer)].control;
+  const auto protocol_error = [&](const char* why) {
+    peer_failed(peer, fmt::format("protocol error on the control connection: {} (frame type {}, tag {}, {} bytes)",
+                                  why, static_cast<std::uint32_t>(c.frame.type), c.frame.tag, c.frame.length),
+                0);
+    return false;
+  };
+  switch (c.frame.type) {
+    case FrameType::p2p: {
+      if (c.msg_open) {
+        return protocol_error("a tagged message started before the previous one ended");
+      }
+      c.msg_open = true;
+      c.msg_tag = c.frame.tag;
+      c.msg_token = 0;
+      c.msg_dropped = false;
+      c.msg_error.clear();
+      c.msg_buf.clear();
+      std::byte* dst = nullptr;
+      auto it = std::find_if(c.posted.begin(), c.posted.end(),
+                             [&](const P2pRecv& p) { return p.tag == c.frame.tag; });
+      if (it == c.posted.end()) {
+        c.msg_buf.assign(c.frame.length, 0);
+        dst = reinterpret_cast<std::byte*>(c.msg_buf.data());
+      } else if (it->bytes != c.frame.length) {
+        c.msg_error = size_mismatch(peer, c.frame.length, c.frame.tag, it->bytes);
+        c.msg_token = it->token;
+        c.posted.erase(it);
+      } else {
+        dst = it->data;
+        c.msg_token = it->token;
+        c.posted.erase(it);
+      }
+      c.body_len = std::min<std::size_t>(c.frame.length, kP2pChunkBytes);
+      c.msg_left = c.frame.length - c.body_len;
+      c.body_dst = dst;
+      c.msg_next = dst ? dst + c.body_len : nullptr;
+      return true;
+    }
+    case FrameType::p2p_more:
+      if (!c.msg_open || c.frame.tag != c.msg_tag || c.frame.length == 0 ||
+          c.frame.length > std::min<std::size_t>(c.msg_left, kP2pChunkBytes)) {
+        return protocol_error("a tagged chunk that continues no open message, or too long");
+      }
+      c.body_len = c.frame.length;
+      c.body_dst = c.msg_next;
+      c.msg_left -= c.body_len;
+      if (c.msg_next) {
+        c.msg_next += c.body_len;
+      }
+      return true;
+    case FrameType::abort:
+    case FrameType::goodbye:
+    case FrameType::status_request:
+    case FrameType::status_reply:
+      if (c.frame.length > kMaxControlPayload) {
+        return protocol_error("a control frame over the size limit");
+      }
+      c.body_len = c.frame.length;
+      c.body_buf.assign(c.frame.length, 0);
+      c.body_dst = reinterpret_cast<std::byte*>(c.body_buf.data());
+      return true;
+  }
+  return protocol_error("an unknown frame type");
+}
+
 void SocketTransport::read_control(int peer) {
   Control& c = *peers_[static_cast<std::size_t>(peer)].control;
   std::size_t moved = 0;
@@ -197,37 +274,13 @@ void SocketTransport::read_control(int peer) {
       c.frame = decode_header(c.header.data());
       c.in_body = true;
       c.body_got = 0;
-      c.body_token = 0;
-      c.body_error.clear();
       c.body_dst = nullptr;
-      if (c.frame.type == FrameType::p2p) {
-        auto it = std::find_if(c.posted.begin(), c.posted.end(),
-                               [&](const P2pRecv& p) { return p.tag == c.frame.tag; });
-        if (it == c.posted.end()) {
-          c.body_buf.assign(c.frame.length, 0);
-          c.body_dst = reinterpret_cast<std::byte*>(c.body_buf.data());
-        } else if (it->bytes != c.frame.length) {
-          c.body_error = size_mismatch(peer, c.frame.length, c.frame.tag, it->bytes);
-          c.body_token = it->token;
-          c.posted.erase(it);
-        } else {
-          c.body_dst = it->data;
-          c.body_token = it->token;
-          c.posted.erase(it);
-        }
-      } else if (c.frame.type >= FrameType::abort && c.frame.type <= FrameType::status_reply &&
-                 c.frame.length <= kMaxControlPayload) {
-        c.body_buf.assign(c.frame.length, 0);
-        c.body_dst = reinterpret_cast<std::byte*>(c.body_buf.data());
-      } else {
-        peer_failed(peer, fmt::format("protocol error on the control connection (frame type {}, {} bytes)",
-                                      static_cast<std::uint32_t>(c.frame.type), c.frame.length),
-                    0);
+      if (!start_frame(peer)) {
         return;
       }
     }
-    if (c.body_got < c.frame.length) {
-      const std::size_t want = c.frame.length - c.body_got;
+    if (c.body_got < c.body_len) {
+      const std::size_t want = c.body_len - c.body_got;
       std::byte* dst = c.body_dst ? c.body_dst + c.body_got : discard_.data();
       const std::size_t len = c.body_dst ? want : std::min(want, discard_.size());
       const net::IoResult r = c.sock.read(dst, len);
@@ -245,7 +298,7 @@ void SocketTransport::read_control(int peer) {
       c.body_got += r.bytes;
       moved += r.bytes;
     }
-    if (c.body_got == c.frame.length) {
+    if (c.body_got == c.body_len) {
       control_frame_complete(peer);
     }
   }
@@ -255,23 +308,30 @@ void SocketTransport::control_frame_complete(int peer) {
   Peer& p = peers_[static_cast<std::size_t>(peer)];
   Control& c = *p.control;
   c.in_body = false;
-  if (c.frame.type == FrameType::p2p) {
-    if (c.body_token != 0) {
-      p2p_done(peer, c.body_token, std::move(c.body_error));
+  if (c.frame.type == FrameType::p2p || c.frame.type == FrameType::p2p_more) {
+    if (c.msg_left > 0) {
+      return;  // more chunks to come
+    }
+    c.msg_open = false;
+    if (c.msg_token != 0) {
+      p2p_done(peer, c.msg_token, std::move(c.msg_error));
       return;
+    }
+    if (c.msg_dropped) {
+      return;  // its recv was dropped with the group
     }
     // Unexpected: a recv may have been posted while the body was arriving.
     auto it = std::find_if(c.posted.begin(), c.posted.end(),
-                           [&](const P2pRecv& r) { return r.tag == c.frame.tag; });
+                           [&](const P2pRecv& r) { return r.tag == c.msg_tag; });
     if (it == c.posted.end()) {
-      c.unexpected.push_back({c.frame.tag, std::move(c.body_buf)});
+      c.unexpected.push_back({c.msg_tag, std::move(c.msg_buf)});
       return;
     }
     std::string error;
-    if (it->bytes != c.body_buf.size()) {
-      error = size_mismatch(peer, c.body_buf.size(), c.frame.tag, it->bytes);
+    if (it->bytes != c.msg_buf.size()) {
+      error = size_mismatch(peer, c.msg_buf.size(), c.msg_tag, it->bytes);
     } else if (it->bytes > 0) {
-      std::memcpy(it->data, c.body_buf.data(), it->bytes);
+      std::memcpy(it->data, c.msg_buf.data(), it->bytes);
     }
     const std::uint64_t token = it->token;
     c.posted.erase(it);

@@ -336,6 +336,7 @@ void Engine::on_control(TransportEvent& ev) {
       }
       return;
     case FrameType::p2p:
+    case FrameType::p2p_more:
       return;
   }
 }

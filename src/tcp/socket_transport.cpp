@@ -149,7 +149,7 @@ void SocketTransport::drop_all() noexcept {
       // it); finish it from a private copy instead of the user's buffer. Unstarted ones go.
       std::deque<OutFrame> keep;
       for (auto& f : c.sendq) {
-        if (f.token == 0) {
+        if (!f.tagged) {
           keep.push_back(std::move(f));
         } else if (f.off > 0) {
           f.owned.assign(reinterpret_cast<const std::uint8_t*>(f.data),
@@ -160,9 +160,14 @@ void SocketTransport::drop_all() noexcept {
         }
       }
       c.sendq = std::move(keep);
-      if (c.in_body && c.body_token != 0 && c.body_error.empty()) {
-        c.body_dst = nullptr;  // discard the rest of a matched recv's body
-        c.body_token = 0;
+      if (c.msg_open && c.msg_token != 0 && c.msg_error.empty()) {
+        // Discard the rest of a matched recv's message: its buffer is the user's.
+        if (c.in_body && (c.frame.type == FrameType::p2p || c.frame.type == FrameType::p2p_more)) {
+          c.body_dst = nullptr;
+        }
+        c.msg_next = nullptr;
+        c.msg_token = 0;
+        c.msg_dropped = true;
       }
     }
   }

@@ -84,7 +84,8 @@ class SocketTransport final : public EngineTransport {
     const std::byte* data = nullptr;  // p2p payload (borrowed) or owned.data()
     std::size_t len = 0;
     std::size_t off = 0;  // bytes of header + payload written
-    std::uint64_t token = 0;  // p2p send to complete, 0 for control frames
+    std::uint64_t token = 0;  // p2p send to complete (set on its last chunk only)
+    bool tagged = false;      // a chunk of a tagged message (else a control frame)
   };
   struct P2pRecv {
     std::uint32_t tag;
@@ -108,9 +109,17 @@ class SocketTransport final : public EngineTransport {
     FrameHeader frame{};
     std::size_t body_got = 0;
     std::byte* body_dst = nullptr;  // where the body goes (user buffer, body_buf, or discard)
-    std::vector<std::uint8_t> body_buf;
-    std::uint64_t body_token = 0;   // matched p2p recv
-    std::string body_error;         // matched recv failed (size mismatch): discard the body
+    std::size_t body_len = 0;       // body bytes of the frame being read
+    std::vector<std::uint8_t> body_buf;  // body of a control frame
+    // The tagged message being received (its chunks may be split by control frames).
+    bool msg_open = false;
+    std::uint32_t msg_tag = 0;
+    std::size_t msg_left = 0;         // bytes still due in p2p_more frames
+    std::byte* msg_next = nullptr;    // where they go (nullptr: discarded)
+    std::uint64_t msg_token = 0;      // matched p2p recv (0: unexpected, or dropped)
+    bool msg_dropped = false;         // the group failed meanwhile: the rest is discarded
+    std::string msg_error;            // matched recv failed (size mismatch): discard the body
+    std::vector<std::uint8_t> msg_buf;  // an unexpected message, until its recv is posted
     std::deque<P2pRecv> posted;
     std::deque<Unexpected> unexpected;
   };
@@ -143,6 +152,7 @@ class SocketTransport final : public EngineTransport {
   void p2p_done(int peer, std::uint64_t token, std::string error = {});
   void write_control(int peer);
   void read_control(int peer);
+  bool start_frame(int peer);
   void control_frame_complete(int peer);
   void update_interest(Stream& s);
   void update_control_interest(int peer);

@@ -21,7 +21,14 @@ enum class FrameType : std::uint32_t {
   goodbye = 3,         // the sender destroys its group; payload = Goodbye
   status_request = 4,  // payload = u64 seq the requester timed out on
   status_reply = 5,    // payload = StatusReply
+  p2p_more = 6,        // tag = the open message's tag; payload = its next chunk
 };
+// A tagged message of L bytes travels as one `p2p` frame whose header says L and whose body is
+// the first min(L, kP2pChunkBytes) bytes, then `p2p_more` frames of at most kP2pChunkBytes each
+// until L bytes have come. Control frames may come between the chunks (never other tagged
+// messages), so an abort notice or a status reply waits for at most one chunk however large
+// the tagged messages queued ahead of it are.
+inline constexpr std::size_t kP2pChunkBytes = 256 * 1024;
 inline constexpr std::size_t kFrameHeaderBytes = 16;
 inline constexpr std::uint64_t kMaxControlPayload = 1 << 20;  // non-p2p frames
 
