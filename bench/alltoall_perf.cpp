@@ -30,8 +30,14 @@ void run(const bench::Call& c, std::vector<std::shared_ptr<chorus::Work>>& works
 }  // namespace
 
 int main(int argc, char** argv) {
-  static const bench::CollBench kBench{"alltoall_perf", bench::Coll::alltoall,
-                                       /*uses_op=*/false, /*uses_root=*/false,
-                                       /*has_in_place=*/true, counts, input, expected, run};
+  static const bench::CollBench kBench{"alltoall_perf",
+                                       bench::Coll::alltoall,
+                                       /*uses_op=*/false,
+                                       /*uses_root=*/false,
+                                       /*has_in_place=*/true,
+                                       counts,
+                                       input,
+                                       expected,
+                                       run};
   return bench::run_benchmark(argc, argv, kBench);
 }

@@ -21,8 +21,14 @@ void run(const bench::Call& c, std::vector<std::shared_ptr<chorus::Work>>& works
 }  // namespace
 
 int main(int argc, char** argv) {
-  static const bench::CollBench kBench{"barrier_perf", bench::Coll::barrier,
-                                       /*uses_op=*/false, /*uses_root=*/false,
-                                       /*has_in_place=*/false, counts, input, expected, run};
+  static const bench::CollBench kBench{"barrier_perf",
+                                       bench::Coll::barrier,
+                                       /*uses_op=*/false,
+                                       /*uses_root=*/false,
+                                       /*has_in_place=*/false,
+                                       counts,
+                                       input,
+                                       expected,
+                                       run};
   return bench::run_benchmark(argc, argv, kBench);
 }

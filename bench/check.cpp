@@ -23,8 +23,9 @@ RankBuffers::~RankBuffers() {
   mem_->release(recv_);
 }
 
-std::pair<chorus::Tensor, chorus::Tensor> RankBuffers::views(const Counts& c, chorus::DataType dtype,
-                                                             int rank, bool in_place) const {
+std::pair<chorus::Tensor, chorus::Tensor> RankBuffers::views(const Counts& c,
+                                                             chorus::DataType dtype, int rank,
+                                                             bool in_place) const {
   const std::size_t esize = chorus::element_size(dtype);
   auto* recv = static_cast<std::uint8_t*>(recv_);
   const auto r = static_cast<std::size_t>(rank);
@@ -66,14 +67,15 @@ void Checker::init_data(const Counts& c, chorus::DataType dtype, chorus::ReduceO
   }
 }
 
-long long Checker::check_data(const Counts& c, chorus::DataType dtype, chorus::ReduceOp op, int root,
-                              bool in_place, int seed) {
+long long Checker::check_data(const Counts& c, chorus::DataType dtype, chorus::ReduceOp op,
+                              int root, bool in_place, int seed) {
   Memory& mem = *buf_.mem_;
   const std::size_t esize = chorus::element_size(dtype);
   const Pattern p = pattern(dtype, op, seed);
   auto [in, out] = buf_.views(c, dtype, rank_, in_place);
   // Broadcast out of place: the root's data stays in its input buffer.
-  const chorus::Tensor result = (bench_.coll == Coll::broadcast && !in_place && rank_ == root) ? in : out;
+  const chorus::Tensor result =
+      (bench_.coll == Coll::broadcast && !in_place && rank_ == root) ? in : out;
   if (rank_ == opt_.corrupt_rank && result.count() > 0 &&
       bench_.expected(p, rank_, root, in_place, result.count() / 2, c)) {
     // Test hook: flip the lowest bit of one output element, as a faulty backend would.
@@ -99,9 +101,9 @@ long long Checker::check_data(const Counts& c, chorus::DataType dtype, chorus::R
     const std::uint8_t* got = stage + i * esize;
     if (std::memcmp(got, expected, esize) != 0) {
       if (wrong < 3) {
-        std::fprintf(stderr, "%s: rank %d: %s %s %s element %zu is %.9g, expected %.9g\n", bench_.program,
-                     rank_, in_place ? "in-place" : "out-of-place", type_name(dtype),
-                     bench_.uses_op ? op_name(op) : "", i, load_value(dtype, got),
+        std::fprintf(stderr, "%s: rank %d: %s %s %s element %zu is %.9g, expected %.9g\n",
+                     bench_.program, rank_, in_place ? "in-place" : "out-of-place",
+                     type_name(dtype), bench_.uses_op ? op_name(op) : "", i, load_value(dtype, got),
                      static_cast<double>(*want));
       }
       ++wrong;

@@ -47,8 +47,8 @@ class Checker {
       : opt_(opt), bench_(bench), buf_(buffers), rank_(rank), nranks_(nranks) {}
 
   // Writes this rank's input pattern `seed` and the sentinel over the output buffer.
-  void init_data(const Counts& c, chorus::DataType dtype, chorus::ReduceOp op, int root, bool in_place,
-                 int seed);
+  void init_data(const Counts& c, chorus::DataType dtype, chorus::ReduceOp op, int root,
+                 bool in_place, int seed);
   // Checks the output of the op just completed on pattern `seed`; returns the wrong element
   // count and prints the first three on stderr.
   long long check_data(const Counts& c, chorus::DataType dtype, chorus::ReduceOp op, int root,

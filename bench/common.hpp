@@ -20,7 +20,16 @@
 
 namespace bench {
 
-enum class Coll { all_reduce, all_gather, reduce_scatter, broadcast, reduce, alltoall, sendrecv, barrier };
+enum class Coll {
+  all_reduce,
+  all_gather,
+  reduce_scatter,
+  broadcast,
+  reduce,
+  alltoall,
+  sendrecv,
+  barrier
+};
 
 // nccl-tests' bus bandwidth factor: allreduce 2(n-1)/n; allgather, reduce_scatter and alltoall
 // (n-1)/n; broadcast, reduce, sendrecv 1; barrier 0 (it moves no data).
@@ -29,26 +38,26 @@ double busbw_factor(Coll coll, int nranks);
 // ---- flags ---------------------------------------------------------------------------------
 
 struct Options {
-  std::size_t min_bytes = 32u << 20;   // -b
-  std::size_t max_bytes = 32u << 20;   // -e
-  std::size_t step_bytes = 1u << 20;   // -i
-  std::size_t step_factor = 1;         // -f (1: step by -i bytes)
-  int iters = 20;                      // -n
-  int warmup_iters = 1;                // -w
-  int agg_iters = 1;                   // -m
-  int check = 1;                       // -c: check iterations (0: no check)
-  std::vector<chorus::ReduceOp> ops{chorus::ReduceOp::sum};         // -o (all: every op)
+  std::size_t min_bytes = 32u << 20;                         // -b
+  std::size_t max_bytes = 32u << 20;                         // -e
+  std::size_t step_bytes = 1u << 20;                         // -i
+  std::size_t step_factor = 1;                               // -f (1: step by -i bytes)
+  int iters = 20;                                            // -n
+  int warmup_iters = 1;                                      // -w
+  int agg_iters = 1;                                         // -m
+  int check = 1;                                             // -c: check iterations (0: no check)
+  std::vector<chorus::ReduceOp> ops{chorus::ReduceOp::sum};  // -o (all: every op)
   std::vector<chorus::DataType> dtypes{chorus::DataType::float32};  // -d (all: every type)
-  int root = 0;                        // -r
-  int blocking = 0;                    // -z: 0 issue all, wait at end; 1 wait+barrier each op;
-                                       //     2 wait each op; 3 wait+barrier each iteration
-  int average = 1;                     // -a: 0 rank 0, 1 average, 2 min, 3 max across ranks
-  int timeout_s = 0;                   // -T: op deadline in seconds (0: the library default)
-  int nthreads = 1;                    // -t: only 1 (one rank per process)
-  int ngpus = 1;                       // -g: only 1 (one GPU per process, nccl backend)
+  int root = 0;                                                     // -r
+  int blocking = 0;   // -z: 0 issue all, wait at end; 1 wait+barrier each op;
+                      //     2 wait each op; 3 wait+barrier each iteration
+  int average = 1;    // -a: 0 rank 0, 1 average, 2 min, 3 max across ranks
+  int timeout_s = 0;  // -T: op deadline in seconds (0: the library default)
+  int nthreads = 1;   // -t: only 1 (one rank per process)
+  int ngpus = 1;      // -g: only 1 (one GPU per process, nccl backend)
   chorus::Backend backend = chorus::Backend::tcp;  // --backend
-  std::string json_path;               // --json
-  int corrupt_rank = -1;               // test hook --test-corrupt-rank (see docs/architecture.md)
+  std::string json_path;                           // --json
+  int corrupt_rank = -1;  // test hook --test-corrupt-rank (see docs/architecture.md)
   bool help = false;
 };
 
@@ -104,20 +113,20 @@ struct Counts {
 // One issue of the op on this rank.
 struct Call {
   chorus::ProcessGroup& group;
-  chorus::Tensor send;   // input view (in place: a view into recvbuf)
-  chorus::Tensor recv;   // output view
+  chorus::Tensor send;  // input view (in place: a view into recvbuf)
+  chorus::Tensor recv;  // output view
   chorus::ReduceOp op;
   int root;
   bool in_place;
-  std::uint32_t tag;     // distinct per issue (point-to-point)
+  std::uint32_t tag;  // distinct per issue (point-to-point)
 };
 
 struct CollBench {
-  const char* program;     // "all_reduce_perf"
+  const char* program;  // "all_reduce_perf"
   Coll coll;
-  bool uses_op;            // redop column and -o apply
-  bool uses_root;          // root column and -r apply
-  bool has_in_place;       // false: the in-place columns print N/A
+  bool uses_op;       // redop column and -o apply
+  bool uses_root;     // root column and -r apply
+  bool has_in_place;  // false: the in-place columns print N/A
   Counts (*counts)(std::size_t count, int nranks);
   // This rank's input element i, and its expected output element i (nullopt: this rank has no
   // output to check, e.g. reduce off the root).

@@ -11,16 +11,26 @@ namespace bench {
 const char* type_name(chorus::DataType dtype) {
   using chorus::DataType;
   switch (dtype) {
-    case DataType::int8: return "int8";
-    case DataType::uint8: return "uint8";
-    case DataType::int32: return "int32";
-    case DataType::uint32: return "uint32";
-    case DataType::int64: return "int64";
-    case DataType::uint64: return "uint64";
-    case DataType::float16: return "half";
-    case DataType::bfloat16: return "bfloat16";
-    case DataType::float32: return "float";
-    case DataType::float64: return "double";
+    case DataType::int8:
+      return "int8";
+    case DataType::uint8:
+      return "uint8";
+    case DataType::int32:
+      return "int32";
+    case DataType::uint32:
+      return "uint32";
+    case DataType::int64:
+      return "int64";
+    case DataType::uint64:
+      return "uint64";
+    case DataType::float16:
+      return "half";
+    case DataType::bfloat16:
+      return "bfloat16";
+    case DataType::float32:
+      return "float";
+    case DataType::float64:
+      return "double";
   }
   return "?";
 }
@@ -34,16 +44,23 @@ namespace {
 std::int64_t exact_limit(chorus::DataType dtype) {
   using chorus::DataType;
   switch (dtype) {
-    case DataType::int8: return 127;
-    case DataType::uint8: return 255;
-    case DataType::float16: return 2048;
-    case DataType::bfloat16: return 256;
-    case DataType::float32: return std::int64_t{1} << 24;
+    case DataType::int8:
+      return 127;
+    case DataType::uint8:
+      return 255;
+    case DataType::float16:
+      return 2048;
+    case DataType::bfloat16:
+      return 256;
+    case DataType::float32:
+      return std::int64_t{1} << 24;
     case DataType::int32:
-    case DataType::uint32: return std::int64_t{1} << 30;
+    case DataType::uint32:
+      return std::int64_t{1} << 30;
     case DataType::int64:
     case DataType::uint64:
-    case DataType::float64: return std::int64_t{1} << 40;
+    case DataType::float64:
+      return std::int64_t{1} << 40;
   }
   return 127;
 }
@@ -156,14 +173,17 @@ std::int64_t input_value(const Pattern& p, int rank, std::size_t index) {
       if (e / n >= n - 1) {
         // a + 2 * ((rank + index) mod n): every rank differs; sum = n * a + n * (n - 1).
         const std::int64_t a_max = e / n - (n - 1);
-        const std::int64_t a = static_cast<std::int64_t>(base_mix % static_cast<std::uint64_t>(a_max + 1));
+        const std::int64_t a =
+            static_cast<std::int64_t>(base_mix % static_cast<std::uint64_t>(a_max + 1));
         return a + 2 * static_cast<std::int64_t>((static_cast<std::uint64_t>(rank) + index) %
                                                  static_cast<std::uint64_t>(n));
       }
       // Many ranks, few exact integers: one rank per element adds n; sum = n * (a + 1).
       const std::int64_t a_max = std::max<std::int64_t>(0, e / n - 1);
-      const std::int64_t a = static_cast<std::int64_t>(base_mix % static_cast<std::uint64_t>(a_max + 1));
-      return a + (static_cast<std::uint64_t>(rank) == index % static_cast<std::uint64_t>(n) ? n : 0);
+      const std::int64_t a =
+          static_cast<std::int64_t>(base_mix % static_cast<std::uint64_t>(a_max + 1));
+      return a +
+             (static_cast<std::uint64_t>(rank) == index % static_cast<std::uint64_t>(n) ? n : 0);
     }
     default:
       return 0;
@@ -179,10 +199,18 @@ std::int64_t reduced_value(const Pattern& p, std::size_t index) {
     const std::int64_t v = input_value(p, r, index);
     switch (*p.op) {
       case chorus::ReduceOp::sum:
-      case chorus::ReduceOp::avg: acc += v; break;
-      case chorus::ReduceOp::prod: acc *= v; break;
-      case chorus::ReduceOp::min: acc = std::min(acc, v); break;
-      case chorus::ReduceOp::max: acc = std::max(acc, v); break;
+      case chorus::ReduceOp::avg:
+        acc += v;
+        break;
+      case chorus::ReduceOp::prod:
+        acc *= v;
+        break;
+      case chorus::ReduceOp::min:
+        acc = std::min(acc, v);
+        break;
+      case chorus::ReduceOp::max:
+        acc = std::max(acc, v);
+        break;
     }
   }
   if (*p.op == chorus::ReduceOp::avg) {
@@ -194,32 +222,112 @@ std::int64_t reduced_value(const Pattern& p, std::size_t index) {
 void store_value(chorus::DataType dtype, std::int64_t v, void* dst) {
   using chorus::DataType;
   switch (dtype) {
-    case DataType::int8: { const auto x = static_cast<std::int8_t>(v); std::memcpy(dst, &x, 1); break; }
-    case DataType::uint8: { const auto x = static_cast<std::uint8_t>(v); std::memcpy(dst, &x, 1); break; }
-    case DataType::int32: { const auto x = static_cast<std::int32_t>(v); std::memcpy(dst, &x, 4); break; }
-    case DataType::uint32: { const auto x = static_cast<std::uint32_t>(v); std::memcpy(dst, &x, 4); break; }
-    case DataType::int64: { const auto x = static_cast<std::int64_t>(v); std::memcpy(dst, &x, 8); break; }
-    case DataType::uint64: { const auto x = static_cast<std::uint64_t>(v); std::memcpy(dst, &x, 8); break; }
-    case DataType::float16: { const auto x = float_to_half_bits(static_cast<float>(v)); std::memcpy(dst, &x, 2); break; }
-    case DataType::bfloat16: { const auto x = float_to_bf16_bits(static_cast<float>(v)); std::memcpy(dst, &x, 2); break; }
-    case DataType::float32: { const auto x = static_cast<float>(v); std::memcpy(dst, &x, 4); break; }
-    case DataType::float64: { const auto x = static_cast<double>(v); std::memcpy(dst, &x, 8); break; }
+    case DataType::int8: {
+      const auto x = static_cast<std::int8_t>(v);
+      std::memcpy(dst, &x, 1);
+      break;
+    }
+    case DataType::uint8: {
+      const auto x = static_cast<std::uint8_t>(v);
+      std::memcpy(dst, &x, 1);
+      break;
+    }
+    case DataType::int32: {
+      const auto x = static_cast<std::int32_t>(v);
+      std::memcpy(dst, &x, 4);
+      break;
+    }
+    case DataType::uint32: {
+      const auto x = static_cast<std::uint32_t>(v);
+      std::memcpy(dst, &x, 4);
+      break;
+    }
+    case DataType::int64: {
+      const auto x = static_cast<std::int64_t>(v);
+      std::memcpy(dst, &x, 8);
+      break;
+    }
+    case DataType::uint64: {
+      const auto x = static_cast<std::uint64_t>(v);
+      std::memcpy(dst, &x, 8);
+      break;
+    }
+    case DataType::float16: {
+      const auto x = float_to_half_bits(static_cast<float>(v));
+      std::memcpy(dst, &x, 2);
+      break;
+    }
+    case DataType::bfloat16: {
+      const auto x = float_to_bf16_bits(static_cast<float>(v));
+      std::memcpy(dst, &x, 2);
+      break;
+    }
+    case DataType::float32: {
+      const auto x = static_cast<float>(v);
+      std::memcpy(dst, &x, 4);
+      break;
+    }
+    case DataType::float64: {
+      const auto x = static_cast<double>(v);
+      std::memcpy(dst, &x, 8);
+      break;
+    }
   }
 }
 
 double load_value(chorus::DataType dtype, const void* src) {
   using chorus::DataType;
   switch (dtype) {
-    case DataType::int8: { std::int8_t x; std::memcpy(&x, src, 1); return x; }
-    case DataType::uint8: { std::uint8_t x; std::memcpy(&x, src, 1); return x; }
-    case DataType::int32: { std::int32_t x; std::memcpy(&x, src, 4); return x; }
-    case DataType::uint32: { std::uint32_t x; std::memcpy(&x, src, 4); return x; }
-    case DataType::int64: { std::int64_t x; std::memcpy(&x, src, 8); return static_cast<double>(x); }
-    case DataType::uint64: { std::uint64_t x; std::memcpy(&x, src, 8); return static_cast<double>(x); }
-    case DataType::float16: { std::uint16_t x; std::memcpy(&x, src, 2); return half_bits_to_float(x); }
-    case DataType::bfloat16: { std::uint16_t x; std::memcpy(&x, src, 2); return bf16_bits_to_float(x); }
-    case DataType::float32: { float x; std::memcpy(&x, src, 4); return x; }
-    case DataType::float64: { double x; std::memcpy(&x, src, 8); return x; }
+    case DataType::int8: {
+      std::int8_t x;
+      std::memcpy(&x, src, 1);
+      return x;
+    }
+    case DataType::uint8: {
+      std::uint8_t x;
+      std::memcpy(&x, src, 1);
+      return x;
+    }
+    case DataType::int32: {
+      std::int32_t x;
+      std::memcpy(&x, src, 4);
+      return x;
+    }
+    case DataType::uint32: {
+      std::uint32_t x;
+      std::memcpy(&x, src, 4);
+      return x;
+    }
+    case DataType::int64: {
+      std::int64_t x;
+      std::memcpy(&x, src, 8);
+      return static_cast<double>(x);
+    }
+    case DataType::uint64: {
+      std::uint64_t x;
+      std::memcpy(&x, src, 8);
+      return static_cast<double>(x);
+    }
+    case DataType::float16: {
+      std::uint16_t x;
+      std::memcpy(&x, src, 2);
+      return half_bits_to_float(x);
+    }
+    case DataType::bfloat16: {
+      std::uint16_t x;
+      std::memcpy(&x, src, 2);
+      return bf16_bits_to_float(x);
+    }
+    case DataType::float32: {
+      float x;
+      std::memcpy(&x, src, 4);
+      return x;
+    }
+    case DataType::float64: {
+      double x;
+      std::memcpy(&x, src, 8);
+      return x;
+    }
   }
   return 0;
 }

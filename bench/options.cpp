@@ -5,8 +5,8 @@
 #include <cstdlib>
 #include <string_view>
 
-#include "common.hpp"
 #include "../tools/cli_number.hpp"
+#include "common.hpp"
 
 namespace bench {
 
@@ -43,11 +43,23 @@ std::optional<std::size_t> parse_size(const std::string& text) {
   double scale = 1;
   if (!suffix.empty()) {
     switch (suffix[0]) {
-      case 'k': case 'K': scale = 1024.0; break;
-      case 'm': case 'M': scale = 1024.0 * 1024; break;
-      case 'g': case 'G': scale = 1024.0 * 1024 * 1024; break;
-      case 'b': case 'B': break;
-      default: return std::nullopt;
+      case 'k':
+      case 'K':
+        scale = 1024.0;
+        break;
+      case 'm':
+      case 'M':
+        scale = 1024.0 * 1024;
+        break;
+      case 'g':
+      case 'G':
+        scale = 1024.0 * 1024 * 1024;
+        break;
+      case 'b':
+      case 'B':
+        break;
+      default:
+        return std::nullopt;
     }
     suffix.remove_prefix(1);
     if (scale != 1 && !suffix.empty() && (suffix == "B" || suffix == "b")) {
@@ -66,7 +78,8 @@ std::optional<std::size_t> parse_size(const std::string& text) {
 
 namespace {
 
-long long parse_int(const std::string& flag, const std::string& value, long long min, long long max) {
+long long parse_int(const std::string& flag, const std::string& value, long long min,
+                    long long max) {
   if (auto v = chorus::cli::parse_int_in(value, min, max)) {
     return *v;
   }
@@ -89,10 +102,10 @@ char short_of(std::string_view name) {
     char flag;
   };
   static const Alias kAliases[] = {
-      {"nthreads", 't'},     {"ngpus", 'g'},        {"minbytes", 'b'},     {"maxbytes", 'e'},
-      {"stepbytes", 'i'},    {"stepfactor", 'f'},   {"iters", 'n'},        {"agg_iters", 'm'},
-      {"warmup_iters", 'w'}, {"check", 'c'},        {"op", 'o'},           {"datatype", 'd'},
-      {"root", 'r'},         {"blocking", 'z'},     {"average", 'a'},      {"timeout", 'T'},
+      {"nthreads", 't'},     {"ngpus", 'g'},      {"minbytes", 'b'}, {"maxbytes", 'e'},
+      {"stepbytes", 'i'},    {"stepfactor", 'f'}, {"iters", 'n'},    {"agg_iters", 'm'},
+      {"warmup_iters", 'w'}, {"check", 'c'},      {"op", 'o'},       {"datatype", 'd'},
+      {"root", 'r'},         {"blocking", 'z'},   {"average", 'a'},  {"timeout", 'T'},
       {"help", 'h'},
   };
   std::string normalized(name);
@@ -149,18 +162,42 @@ Options parse_options(int argc, const char* const* argv) {
       return argv[++i];
     };
     switch (key) {
-      case 'b': o.min_bytes = size_arg(flag, value()); break;
-      case 'e': o.max_bytes = size_arg(flag, value()); break;
-      case 'i': o.step_bytes = size_arg(flag, value()); break;
-      case 'f': o.step_factor = static_cast<std::size_t>(parse_int(flag, value(), 1, 1 << 20)); break;
-      case 'n': o.iters = static_cast<int>(parse_int(flag, value(), 1, 1 << 24)); break;
-      case 'w': o.warmup_iters = static_cast<int>(parse_int(flag, value(), 0, 1 << 24)); break;
-      case 'm': o.agg_iters = static_cast<int>(parse_int(flag, value(), 1, 1 << 16)); break;
-      case 'c': o.check = static_cast<int>(parse_int(flag, value(), 0, 1 << 16)); break;
-      case 'r': o.root = static_cast<int>(parse_int(flag, value(), 0, 1 << 30)); break;
-      case 'z': o.blocking = static_cast<int>(parse_int(flag, value(), 0, 3)); break;
-      case 'a': o.average = static_cast<int>(parse_int(flag, value(), 0, 3)); break;
-      case 'T': o.timeout_s = static_cast<int>(parse_int(flag, value(), 0, 1 << 24)); break;
+      case 'b':
+        o.min_bytes = size_arg(flag, value());
+        break;
+      case 'e':
+        o.max_bytes = size_arg(flag, value());
+        break;
+      case 'i':
+        o.step_bytes = size_arg(flag, value());
+        break;
+      case 'f':
+        o.step_factor = static_cast<std::size_t>(parse_int(flag, value(), 1, 1 << 20));
+        break;
+      case 'n':
+        o.iters = static_cast<int>(parse_int(flag, value(), 1, 1 << 24));
+        break;
+      case 'w':
+        o.warmup_iters = static_cast<int>(parse_int(flag, value(), 0, 1 << 24));
+        break;
+      case 'm':
+        o.agg_iters = static_cast<int>(parse_int(flag, value(), 1, 1 << 16));
+        break;
+      case 'c':
+        o.check = static_cast<int>(parse_int(flag, value(), 0, 1 << 16));
+        break;
+      case 'r':
+        o.root = static_cast<int>(parse_int(flag, value(), 0, 1 << 30));
+        break;
+      case 'z':
+        o.blocking = static_cast<int>(parse_int(flag, value(), 0, 3));
+        break;
+      case 'a':
+        o.average = static_cast<int>(parse_int(flag, value(), 0, 3));
+        break;
+      case 'T':
+        o.timeout_s = static_cast<int>(parse_int(flag, value(), 0, 1 << 24));
+        break;
       case 't':
         o.nthreads = static_cast<int>(parse_int(flag, value(), 1, 1 << 10));
         if (o.nthreads != 1) {
@@ -192,15 +229,18 @@ Options parse_options(int argc, const char* const* argv) {
       case 'd': {
         const std::string v = value();
         if (v == "all") {
-          o.dtypes = {chorus::DataType::int8,    chorus::DataType::uint8,   chorus::DataType::int32,
-                      chorus::DataType::uint32,  chorus::DataType::int64,   chorus::DataType::uint64,
-                      chorus::DataType::float16, chorus::DataType::float32, chorus::DataType::float64,
-                      chorus::DataType::bfloat16};
+          o.dtypes = {chorus::DataType::int8,    chorus::DataType::uint8,
+                      chorus::DataType::int32,   chorus::DataType::uint32,
+                      chorus::DataType::int64,   chorus::DataType::uint64,
+                      chorus::DataType::float16, chorus::DataType::float32,
+                      chorus::DataType::float64, chorus::DataType::bfloat16};
         } else if (auto dt = chorus::parse_data_type(v)) {
           o.dtypes = {*dt};
         } else {
-          throw UsageError(flag + " expects int8, uint8, int32, uint32, int64, uint64, half, float, "
-                                  "double, bfloat16 or all, got '" + v + "'");
+          throw UsageError(flag +
+                           " expects int8, uint8, int32, uint32, int64, uint64, half, float, "
+                           "double, bfloat16 or all, got '" +
+                           v + "'");
         }
         break;
       }
@@ -219,7 +259,9 @@ Options parse_options(int argc, const char* const* argv) {
           throw UsageError("--json expects a file name");
         }
         break;
-      case 'X': o.corrupt_rank = static_cast<int>(parse_int(flag, value(), 0, 1 << 30)); break;
+      case 'X':
+        o.corrupt_rank = static_cast<int>(parse_int(flag, value(), 0, 1 << 30));
+        break;
       default:
         throw UsageError("unknown flag " + word + " (see --help)");
     }

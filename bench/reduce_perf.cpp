@@ -25,8 +25,14 @@ void run(const bench::Call& c, std::vector<std::shared_ptr<chorus::Work>>& works
 }  // namespace
 
 int main(int argc, char** argv) {
-  static const bench::CollBench kBench{"reduce_perf", bench::Coll::reduce,
-                                       /*uses_op=*/true, /*uses_root=*/true,
-                                       /*has_in_place=*/true, counts, input, expected, run};
+  static const bench::CollBench kBench{"reduce_perf",
+                                       bench::Coll::reduce,
+                                       /*uses_op=*/true,
+                                       /*uses_root=*/true,
+                                       /*has_in_place=*/true,
+                                       counts,
+                                       input,
+                                       expected,
+                                       run};
   return bench::run_benchmark(argc, argv, kBench);
 }

@@ -26,8 +26,14 @@ void run(const bench::Call& c, std::vector<std::shared_ptr<chorus::Work>>& works
 }  // namespace
 
 int main(int argc, char** argv) {
-  static const bench::CollBench kBench{"reduce_scatter_perf", bench::Coll::reduce_scatter,
-                                       /*uses_op=*/true, /*uses_root=*/false,
-                                       /*has_in_place=*/true, counts, input, expected, run};
+  static const bench::CollBench kBench{"reduce_scatter_perf",
+                                       bench::Coll::reduce_scatter,
+                                       /*uses_op=*/true,
+                                       /*uses_root=*/false,
+                                       /*has_in_place=*/true,
+                                       counts,
+                                       input,
+                                       expected,
+                                       run};
   return bench::run_benchmark(argc, argv, kBench);
 }

@@ -50,10 +50,18 @@ std::string json_string(const std::string& s) {
   std::string out = "\"";
   for (char c : s) {
     switch (c) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\n': out += "\\n"; break;
-      case '\t': out += "\\t"; break;
+      case '"':
+        out += "\\\"";
+        break;
+      case '\\':
+        out += "\\\\";
+        break;
+      case '\n':
+        out += "\\n";
+        break;
+      case '\t':
+        out += "\\t";
+        break;
       default:
         if (static_cast<unsigned char>(c) < 0x20) {
           char buf[8];
@@ -137,11 +145,12 @@ void Report::header(const std::vector<RankInfo>& ranks) {
   }
   json_devices_ += "]";
   std::printf("#\n");
-  std::printf("# %10s  %12s  %8s  %6s  %6s           out-of-place                       in-place          \n",
-              "", "", "", "", "");
+  std::printf(
+      "# %10s  %12s  %8s  %6s  %6s           out-of-place                       in-place          \n",
+      "", "", "", "", "");
   std::printf("# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s  %6s  %7s  %6s  %6s  %6s\n", "size",
-              "count", "type", "redop", "root", "time", "algbw", "busbw", "#wrong", "time",
-              "algbw", "busbw", "#wrong");
+              "count", "type", "redop", "root", "time", "algbw", "busbw", "#wrong", "time", "algbw",
+              "busbw", "#wrong");
   std::printf("# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s  %6s  %7s  %6s  %6s  %6s\n", "(B)",
               "(elements)", "", "", "", "(us)", "(GB/s)", "(GB/s)", "", "(us)", "(GB/s)", "(GB/s)",
               "");
@@ -172,11 +181,11 @@ void Report::half(bool in_place, std::size_t row_bytes, const HalfResult& r) {
                 fixed(busbw, 6).c_str(), "N/A");
   }
   std::fflush(stdout);
-  row_ += std::string(",\"") + (in_place ? "in_place" : "out_of_place") + "\":{\"time_us\":" +
-          json_number(r.time_us) + ",\"median_us\":" + json_number(r.median_us) +
-          ",\"p99_us\":" + json_number(r.p99_us) + ",\"algbw_gbs\":" + json_number(algbw) +
-          ",\"busbw_gbs\":" + json_number(busbw) + ",\"nwrong\":" +
-          (opt_.check > 0 ? std::to_string(r.wrong) : std::string("null")) + "}";
+  row_ += std::string(",\"") + (in_place ? "in_place" : "out_of_place") +
+          "\":{\"time_us\":" + json_number(r.time_us) +
+          ",\"median_us\":" + json_number(r.median_us) + ",\"p99_us\":" + json_number(r.p99_us) +
+          ",\"algbw_gbs\":" + json_number(algbw) + ",\"busbw_gbs\":" + json_number(busbw) +
+          ",\"nwrong\":" + (opt_.check > 0 ? std::to_string(r.wrong) : std::string("null")) + "}";
 }
 
 void Report::half_not_applicable() {
@@ -193,7 +202,8 @@ void Report::end_row() {
 
 std::string Report::finish(long long total_wrong) {
   const double avg_bw = bw_count_ > 0 ? bw_sum_ / bw_count_ : 0.0;
-  std::printf("# %-20s : %lld %s\n", "Out of bounds values", total_wrong, total_wrong ? "FAILED" : "OK");
+  std::printf("# %-20s : %lld %s\n", "Out of bounds values", total_wrong,
+              total_wrong ? "FAILED" : "OK");
   std::printf("# %-20s : %g \n", "Avg bus bandwidth", avg_bw);
   std::printf("#\n# Collective test concluded: %s\n", bench_.program);
   std::fflush(stdout);
@@ -213,21 +223,22 @@ std::string Report::finish(long long total_wrong) {
   std::fprintf(f, "{\"benchmark\":%s,\"chorus_version\":%s,\"chorus_headers_version\":%s,",
                json_string(bench_.program).c_str(), json_string(chorus::version()).c_str(),
                json_string(CHORUS_VERSION_STRING).c_str());
-  std::fprintf(f, "\"start_time\":%s,\"end_time\":%s,\"args\":%s,", json_string(start_time_).c_str(),
-               json_string(now_string()).c_str(), json_list(args_).c_str());
-  std::fprintf(f,
-               "\"config\":{\"backend\":%s,\"launcher\":%s,\"nranks\":%d,\"minimum_bytes\":%zu,"
-               "\"maximum_bytes\":%zu,\"%s\":%zu,\"warmup_iters\":%d,\"iterations\":%d,"
-               "\"aggregated_iterations\":%d,\"validation\":%d,\"blocking\":%d,\"average\":%d,"
-               "\"timeout_s\":%d,\"ops\":%s,\"datatypes\":%s,\"root\":%d,"
-               "\"time\":\"average of one op over the iterations on each rank\","
-               "\"combined_across_ranks\":\"%s\",\"gb\":1e9},",
-               json_string(chorus::to_string(opt_.backend)).c_str(), json_string(launcher_).c_str(),
-               nranks_, opt_.min_bytes, opt_.max_bytes,
-               opt_.step_factor > 1 ? "step_factor" : "step_bytes",
-               opt_.step_factor > 1 ? opt_.step_factor : opt_.step_bytes, opt_.warmup_iters,
-               opt_.iters, opt_.agg_iters, opt_.check, opt_.blocking, opt_.average, opt_.timeout_s,
-               json_list(ops).c_str(), json_list(types).c_str(), opt_.root, kCombined[opt_.average]);
+  std::fprintf(f, "\"start_time\":%s,\"end_time\":%s,\"args\":%s,",
+               json_string(start_time_).c_str(), json_string(now_string()).c_str(),
+               json_list(args_).c_str());
+  std::fprintf(
+      f,
+      "\"config\":{\"backend\":%s,\"launcher\":%s,\"nranks\":%d,\"minimum_bytes\":%zu,"
+      "\"maximum_bytes\":%zu,\"%s\":%zu,\"warmup_iters\":%d,\"iterations\":%d,"
+      "\"aggregated_iterations\":%d,\"validation\":%d,\"blocking\":%d,\"average\":%d,"
+      "\"timeout_s\":%d,\"ops\":%s,\"datatypes\":%s,\"root\":%d,"
+      "\"time\":\"average of one op over the iterations on each rank\","
+      "\"combined_across_ranks\":\"%s\",\"gb\":1e9},",
+      json_string(chorus::to_string(opt_.backend)).c_str(), json_string(launcher_).c_str(), nranks_,
+      opt_.min_bytes, opt_.max_bytes, opt_.step_factor > 1 ? "step_factor" : "step_bytes",
+      opt_.step_factor > 1 ? opt_.step_factor : opt_.step_bytes, opt_.warmup_iters, opt_.iters,
+      opt_.agg_iters, opt_.check, opt_.blocking, opt_.average, opt_.timeout_s,
+      json_list(ops).c_str(), json_list(types).c_str(), opt_.root, kCombined[opt_.average]);
   std::fprintf(f, "\"devices\":%s,\"results\":[", json_devices_.c_str());
   for (std::size_t i = 0; i < json_rows_.size(); ++i) {
     std::fprintf(f, "%s%s", i ? "," : "", json_rows_[i].c_str());

@@ -46,7 +46,8 @@ class Report {
   std::string open_json();
 
   void header(const std::vector<RankInfo>& ranks);
-  void begin_row(std::size_t bytes, std::size_t count, const char* type, const char* redop, int root);
+  void begin_row(std::size_t bytes, std::size_t count, const char* type, const char* redop,
+                 int root);
   void half(bool in_place, std::size_t row_bytes, const HalfResult& r);
   void half_not_applicable();  // the in-place columns of an op without an in-place form
   void end_row();

@@ -35,7 +35,8 @@ double percentile(std::vector<double> v, double pct) {
     return NAN;
   }
   std::sort(v.begin(), v.end());
-  const auto idx = static_cast<std::size_t>(std::ceil(pct / 100.0 * static_cast<double>(v.size()))) - 1;
+  const auto idx =
+      static_cast<std::size_t>(std::ceil(pct / 100.0 * static_cast<double>(v.size()))) - 1;
   return v[std::min(idx, v.size() - 1)];
 }
 
@@ -62,9 +63,11 @@ class Runner {
         store_(*world.store),
         rank_(world.group->rank()),
         nranks_(world.group->size()),
-        buffers_(make_memory(opt.backend, world.launch.local_rank), std::max<std::size_t>(opt.max_bytes, 64)),
+        buffers_(make_memory(opt.backend, world.launch.local_rank),
+                 std::max<std::size_t>(opt.max_bytes, 64)),
         checker_(opt, bench, buffers_, rank_, nranks_),
-        report_(opt, bench, world.launch.launcher, nranks_, std::vector<std::string>(argv, argv + argc)) {}
+        report_(opt, bench, world.launch.launcher, nranks_,
+                std::vector<std::string>(argv, argv + argc)) {}
 
   int run() {
     if (bench_.uses_root && opt_.root >= nranks_) {
@@ -126,7 +129,8 @@ class Runner {
       const std::string info = chorus::to_string(value);
       const auto tab1 = info.find('\t');
       const auto tab2 = info.find('\t', tab1 + 1);
-      ranks.push_back({info.substr(0, tab1), info.substr(tab1 + 1, tab2 - tab1 - 1), info.substr(tab2 + 1)});
+      ranks.push_back(
+          {info.substr(0, tab1), info.substr(tab1 + 1, tab2 - tab1 - 1), info.substr(tab2 + 1)});
     }
     report_.header(ranks);
   }
@@ -177,7 +181,8 @@ class Runner {
       if (rank_ == 0) {
         report_.end_row();
       }
-      const std::size_t next = opt_.step_factor > 1 ? size * opt_.step_factor : size + opt_.step_bytes;
+      const std::size_t next =
+          opt_.step_factor > 1 ? size * opt_.step_factor : size + opt_.step_bytes;
       if (next <= size || no_data) {
         break;  // -b 0 with -f would never grow; a barrier has one row
       }
@@ -220,8 +225,8 @@ class Runner {
 
     const int total = opt_.iters * opt_.agg_iters;
     // Completion stamps, shared with the then() callbacks (which may outlive this call).
-    auto stamps_ptr = std::make_shared<std::vector<std::atomic<std::int64_t>>>(
-        static_cast<std::size_t>(total));
+    auto stamps_ptr =
+        std::make_shared<std::vector<std::atomic<std::int64_t>>>(static_cast<std::size_t>(total));
     auto& done = *stamps_ptr;
     for (auto& d : done) {
       d.store(-1, std::memory_order_relaxed);
@@ -236,8 +241,9 @@ class Runner {
           // The last Work of this issue completes it; note when.
           auto* slot = &done[static_cast<std::size_t>(k)];
           works.back()->then([slot, t0, keep = stamps_ptr](chorus::Work&) {
-            slot->store(std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - t0).count(),
-                        std::memory_order_release);
+            slot->store(
+                std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - t0).count(),
+                std::memory_order_release);
           });
         } else {
           done[static_cast<std::size_t>(k)].store(
@@ -301,9 +307,12 @@ class Runner {
 
   double combine(const std::vector<double>& v) const {
     switch (opt_.average) {
-      case 0: return v[0];
-      case 2: return *std::min_element(v.begin(), v.end());
-      case 3: return *std::max_element(v.begin(), v.end());
+      case 0:
+        return v[0];
+      case 2:
+        return *std::min_element(v.begin(), v.end());
+      case 3:
+        return *std::max_element(v.begin(), v.end());
       default: {
         double s = 0;
         for (double x : v) {

@@ -27,8 +27,14 @@ void run(const bench::Call& c, std::vector<std::shared_ptr<chorus::Work>>& works
 int main(int argc, char** argv) {
   // In place would send and receive through one buffer at once: not a meaningful chorus call,
   // so those columns print N/A.
-  static const bench::CollBench kBench{"sendrecv_perf", bench::Coll::sendrecv,
-                                       /*uses_op=*/false, /*uses_root=*/false,
-                                       /*has_in_place=*/false, counts, input, expected, run};
+  static const bench::CollBench kBench{"sendrecv_perf",
+                                       bench::Coll::sendrecv,
+                                       /*uses_op=*/false,
+                                       /*uses_root=*/false,
+                                       /*has_in_place=*/false,
+                                       counts,
+                                       input,
+                                       expected,
+                                       run};
   return bench::run_benchmark(argc, argv, kBench);
 }

@@ -6,8 +6,9 @@
 //
 //   store_attack CHORUS_STORE_EXE ATTACK [SECONDS]
 //   ATTACK: frames | gets | multiget | keys | idle
-// Output: one line "attack=... rss_before_attack_mib=... peak_rss_mib=... ping_max_ms=... ping_p50_ms=... pings=... failed=...".
-// Public API plus raw sockets (the wire format is written out by hand, as a stranger would).
+// Output: one line "attack=... rss_before_attack_mib=... peak_rss_mib=... ping_max_ms=...
+// ping_p50_ms=... pings=... failed=...". Public API plus raw sockets (the wire format is written
+// out by hand, as a stranger would).
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <poll.h>
@@ -134,7 +135,8 @@ chorus::TcpStore client(std::uint16_t port, double timeout_s) {
 
 int main(int argc, char** argv) {
   if (argc < 3) {
-    std::fprintf(stderr, "usage: store_attack CHORUS_STORE_EXE frames|gets|multiget|keys|idle [SECONDS]\n");
+    std::fprintf(stderr,
+                 "usage: store_attack CHORUS_STORE_EXE frames|gets|multiget|keys|idle [SECONDS]\n");
     return 2;
   }
   const std::string attack = argv[2];
@@ -236,7 +238,9 @@ int main(int argc, char** argv) {
       try {
         auto good = client(server.port, 30);
         good.ping();
-        ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+        ms.push_back(
+            std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0)
+                .count());
       } catch (const std::exception& e) {
         ++failed;
         if (first_error.empty()) first_error = e.what();
@@ -245,10 +249,11 @@ int main(int argc, char** argv) {
     }
     std::sort(ms.begin(), ms.end());
     const std::size_t peak = status_kib(server.pid, "VmHWM");
-    std::printf("attack=%s conns=%zu rss_before_attack_mib=%zu peak_rss_mib=%zu ping_max_ms=%.1f ping_p50_ms=%.1f pings=%zu failed=%d%s%s\n",
-                attack.c_str(), fds.size(), before_kib / 1024, peak / 1024, ms.empty() ? -1.0 : ms.back(),
-                ms.empty() ? -1.0 : ms[ms.size() / 2], ms.size(), failed,
-                first_error.empty() ? "" : " first_error=", first_error.substr(0, 160).c_str());
+    std::printf(
+        "attack=%s conns=%zu rss_before_attack_mib=%zu peak_rss_mib=%zu ping_max_ms=%.1f ping_p50_ms=%.1f pings=%zu failed=%d%s%s\n",
+        attack.c_str(), fds.size(), before_kib / 1024, peak / 1024, ms.empty() ? -1.0 : ms.back(),
+        ms.empty() ? -1.0 : ms[ms.size() / 2], ms.size(), failed,
+        first_error.empty() ? "" : " first_error=", first_error.substr(0, 160).c_str());
   } catch (const std::exception& e) {
     std::printf("attack=%s setup failed: %s\n", attack.c_str(), e.what());
   }

@@ -37,7 +37,7 @@ using Clock = std::chrono::steady_clock;
 using namespace std::chrono_literals;
 
 struct Config {
-  long ops = 50000;                       // per throughput cell, split over the clients
+  long ops = 50000;  // per throughput cell, split over the clients
   int repeats = 3;
   std::vector<int> clients = {1, 64, 1024};
   std::vector<int> bootstrap = {256, 1024, 4096};
@@ -216,7 +216,8 @@ double run_clients(int clients, int max_procs,
   if (!ok) {
     return -1;
   }
-  return std::chrono::duration<double>(Clock::duration(last_end) - start.time_since_epoch()).count();
+  return std::chrono::duration<double>(Clock::duration(last_end) - start.time_since_epoch())
+      .count();
 }
 
 double median(std::vector<double> v) {
@@ -268,9 +269,10 @@ int main(int argc, char** argv) {
     ::setrlimit(RLIMIT_NOFILE, &rl);
   }
   ServerProcess server;
-  std::printf("# store_perf: TcpStore server in its own process on 127.0.0.1:%u; clients are threads "
-              "in up to %d processes, one connection each\n",
-              static_cast<unsigned>(server.port), cfg.max_procs);
+  std::printf(
+      "# store_perf: TcpStore server in its own process on 127.0.0.1:%u; clients are threads "
+      "in up to %d processes, one connection each\n",
+      static_cast<unsigned>(server.port), cfg.max_procs);
   std::printf("# open file limit %llu; %u CPUs; values of 3 bytes (as redis-benchmark -d 3)\n",
               static_cast<unsigned long long>(rl.rlim_cur), std::thread::hardware_concurrency());
 
@@ -324,8 +326,9 @@ int main(int argc, char** argv) {
   }
 
   if (!cfg.bootstrap.empty() && cfg.bootstrap[0] > 0) {
-    std::printf("#\n# bootstrap: N ranks each connect, set its address, add to a counter, wait for "
-                "the last one, multi_get every address\n");
+    std::printf(
+        "#\n# bootstrap: N ranks each connect, set its address, add to a counter, wait for "
+        "the last one, multi_get every address\n");
     std::printf("# %8s %12s %14s %16s\n", "ranks", "time(ms)", "per rank(us)", "values fetched");
     int round = 0;
     for (int n : cfg.bootstrap) {

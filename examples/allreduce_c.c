@@ -4,14 +4,14 @@
 
 #include <chorus/chorus.h>
 
-#define CHECK(call)                                                              \
-  do {                                                                           \
-    chorus_result_t rc_ = (call);                                                \
-    if (rc_ != CHORUS_OK) {                                                      \
+#define CHECK(call)                                                             \
+  do {                                                                          \
+    chorus_result_t rc_ = (call);                                               \
+    if (rc_ != CHORUS_OK) {                                                     \
       fprintf(stderr, "%s failed (%s): %s\n", #call, chorus_result_string(rc_), \
-              chorus_get_last_error());                                          \
-      return 1;                                                                  \
-    }                                                                            \
+              chorus_get_last_error());                                         \
+      return 1;                                                                 \
+    }                                                                           \
   } while (0)
 
 int main(void) {

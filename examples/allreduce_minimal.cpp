@@ -10,6 +10,7 @@ int main() {
   std::vector<float> x(4, static_cast<float>(pg->rank() + 1));
   pg->allreduce(chorus::Tensor::of(x.data(), x.size()))->wait();  // in place, sum
   const int expected = pg->size() * (pg->size() + 1) / 2;
-  std::printf("rank %d/%d: %g (expected %d)\n", pg->rank(), pg->size(), static_cast<double>(x[0]), expected);
+  std::printf("rank %d/%d: %g (expected %d)\n", pg->rank(), pg->size(), static_cast<double>(x[0]),
+              expected);
   return x[0] == static_cast<float>(expected) ? 0 : 1;
 }

@@ -41,7 +41,8 @@ int main(int argc, char** argv) try {
   const int rank = pg->rank(), size = pg->size();
   const toy::Config cfg;
   if (cfg.global_batch % static_cast<std::size_t>(size) != 0) {
-    std::fprintf(stderr, "ddp_train: world size %d must divide the global batch %zu\n", size, cfg.global_batch);
+    std::fprintf(stderr, "ddp_train: world size %d must divide the global batch %zu\n", size,
+                 cfg.global_batch);
     return 2;
   }
   const std::size_t batch = cfg.global_batch / static_cast<std::size_t>(size);
@@ -56,7 +57,8 @@ int main(int argc, char** argv) try {
   std::vector<float> grads(toy::kNumParams);
   std::vector<chorus::Tensor> grad_views;
   for (int i = 0; i < 4; ++i) {
-    grad_views.push_back(chorus::Tensor::of(grads.data() + toy::kSliceOffset[i], toy::kSliceCount[i]));
+    grad_views.push_back(
+        chorus::Tensor::of(grads.data() + toy::kSliceOffset[i], toy::kSliceCount[i]));
   }
   ddp::GradientReducer reducer(pg, grad_views, {.bucket_bytes = 256});
   // Backward marks each layer's gradient ready as soon as it is computed (layer 2 first).
@@ -64,8 +66,9 @@ int main(int argc, char** argv) try {
 
   ddp::DistributedSampler sampler(data.size(), *pg, {.shuffle = true, .seed = cfg.sampler_seed});
   if (rank == 0) {
-    std::printf("ddp_train: %d ranks, %zu samples, global batch %zu (%zu per rank), %zu gradient buckets\n", size,
-                data.size(), cfg.global_batch, batch, reducer.num_buckets());
+    std::printf(
+        "ddp_train: %d ranks, %zu samples, global batch %zu (%zu per rank), %zu gradient buckets\n",
+        size, data.size(), cfg.global_batch, batch, reducer.num_buckets());
   }
   for (int epoch = 0; epoch < cfg.epochs; ++epoch) {
     sampler.set_epoch(static_cast<std::uint64_t>(epoch));
@@ -115,20 +118,22 @@ int main(int argc, char** argv) try {
   const int my_steps = toy::uneven_steps(cfg, rank);
   for (int s = 0; s < my_steps; ++s) {
     join.begin_step();
-    toy::loss_and_grad(params, data, &indices[static_cast<std::size_t>(s) * batch], batch, grads, backward_hook);
+    toy::loss_and_grad(params, data, &indices[static_cast<std::size_t>(s) * batch], batch, grads,
+                       backward_hook);
     reducer.finish();
     toy::sgd_step(params, grads, cfg.lr);
   }
   join.join([&] { toy::sgd_step(params, grads, cfg.lr); });
-  std::printf("rank %d: uneven phase: %d own steps, %llu shadowed under Join, weights checksum %.6f\n", rank,
-              my_steps, static_cast<unsigned long long>(join.shadow_steps()), toy::checksum(params));
+  std::printf(
+      "rank %d: uneven phase: %d own steps, %llu shadowed under Join, weights checksum %.6f\n",
+      rank, my_steps, static_cast<unsigned long long>(join.shadow_steps()), toy::checksum(params));
   if (verify) {
     const auto expected = toy::reference_uneven(cfg, data, size, reference, true);
     const float diff = toy::max_abs_diff(params, expected);
     const bool uneven_ok = diff < 1e-4f;
     ok = ok && uneven_ok;
-    std::printf("rank %d: uneven phase max |diff| vs reference = %.3g %s\n", rank, static_cast<double>(diff),
-                uneven_ok ? "OK" : "MISMATCH");
+    std::printf("rank %d: uneven phase max |diff| vs reference = %.3g %s\n", rank,
+                static_cast<double>(diff), uneven_ok ? "OK" : "MISMATCH");
   }
   return ok ? 0 : 1;
 } catch (const chorus::Error& e) {

@@ -15,7 +15,8 @@ namespace toy {
 inline std::vector<float> reference_full_batch(const Config& c, const Dataset& d) {
   std::vector<float> p = init_params(c.init_seed);
   std::vector<float> g;
-  chorus::ddp::DistributedSampler sampler(d.size(), 1, 0, {.shuffle = true, .seed = c.sampler_seed});
+  chorus::ddp::DistributedSampler sampler(d.size(), 1, 0,
+                                          {.shuffle = true, .seed = c.sampler_seed});
   for (int e = 0; e < c.epochs; ++e) {
     sampler.set_epoch(static_cast<std::uint64_t>(e));
     const auto idx = sampler.indices();
@@ -31,11 +32,13 @@ inline std::vector<float> reference_full_batch(const Config& c, const Dataset& d
 // sums the mean gradients of the ranks still active and divides by the world size or by the
 // number of active ranks.
 inline std::vector<float> reference_uneven(const Config& c, const Dataset& d, int world,
-                                           std::vector<float> p, bool divide_by_initial_world_size) {
+                                           std::vector<float> p,
+                                           bool divide_by_initial_world_size) {
   const std::size_t b = c.global_batch / static_cast<std::size_t>(world);
   std::vector<std::vector<std::size_t>> shards;
   for (int r = 0; r < world; ++r) {
-    chorus::ddp::DistributedSampler sampler(d.size(), world, r, {.shuffle = true, .seed = c.sampler_seed});
+    chorus::ddp::DistributedSampler sampler(d.size(), world, r,
+                                            {.shuffle = true, .seed = c.sampler_seed});
     sampler.set_epoch(c.uneven_epoch);
     shards.push_back(sampler.indices());
   }
@@ -46,7 +49,8 @@ inline std::vector<float> reference_uneven(const Config& c, const Dataset& d, in
     for (int r = 0; r < world; ++r) {
       if (s < uneven_steps(c, r)) {
         ++active;
-        loss_and_grad(p, d, &shards[static_cast<std::size_t>(r)][static_cast<std::size_t>(s) * b], b, g);
+        loss_and_grad(p, d, &shards[static_cast<std::size_t>(r)][static_cast<std::size_t>(s) * b],
+                      b, g);
         for (std::size_t i = 0; i < kNumParams; ++i) {
           sum[i] += g[i];
         }

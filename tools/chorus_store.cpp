@@ -240,8 +240,9 @@ int main(int argc, char** argv) {
       auto v = value();
       auto t = v ? parse_seconds(*v) : std::nullopt;
       if (!t) {
-        return usage_error("--timeout expects seconds as a plain decimal number in (0, 1000000], got '" +
-                           v.value_or("") + "'");
+        return usage_error(
+            "--timeout expects seconds as a plain decimal number in (0, 1000000], got '" +
+            v.value_or("") + "'");
       }
       timeout_s = *t;
     } else if (a == "--hello-timeout" || a == "--stall-timeout") {
@@ -253,12 +254,15 @@ int main(int argc, char** argv) {
       }
       (a == "--hello-timeout" ? server.hello_timeout : server.stall_timeout) = chrono_ms(*t);
     } else if (a == "--max-value-bytes" || a == "--max-unread-reply-bytes" ||
-               a == "--max-reply-bytes" || a == "--max-buffered-bytes" || a == "--max-connections") {
+               a == "--max-reply-bytes" || a == "--max-buffered-bytes" ||
+               a == "--max-connections") {
       // Plain integers only: "5G", "-1" and "abc" are refused, never misread.
       const bool conns = a == "--max-connections";
       const long long lo = conns ? 0 : 1;
       // Values must leave room in a 4 GiB frame; budgets fit any 64-bit machine.
-      const long long hi = a == "--max-value-bytes" ? (1LL << 30) : conns ? (1LL << 24) : (1LL << 40);
+      const long long hi = a == "--max-value-bytes" ? (1LL << 30)
+                           : conns                  ? (1LL << 24)
+                                                    : (1LL << 40);
       auto v = value();
       auto n = v ? chorus::cli::parse_int_in(*v, lo, hi) : std::nullopt;
       if (!n) {

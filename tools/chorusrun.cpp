@@ -65,11 +65,22 @@ std::string random_run_id() {
 
 // Variables chorusrun sets for each rank; inherited values of these are dropped.
 bool set_by_chorusrun(const char* entry) {
-  static const char* const kNames[] = {
-      "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK", "GROUP_WORLD_SIZE",
-      "ROLE_RANK", "ROLE_WORLD_SIZE", "ROLE_NAME", "MASTER_ADDR", "MASTER_PORT",
-      "CHORUS_STORE_ADDR", "CHORUS_LAUNCHER", "CHORUS_RESTART_COUNT",
-      "TORCHELASTIC_RESTART_COUNT", "TORCHELASTIC_MAX_RESTARTS"};
+  static const char* const kNames[] = {"RANK",
+                                       "WORLD_SIZE",
+                                       "LOCAL_RANK",
+                                       "LOCAL_WORLD_SIZE",
+                                       "GROUP_RANK",
+                                       "GROUP_WORLD_SIZE",
+                                       "ROLE_RANK",
+                                       "ROLE_WORLD_SIZE",
+                                       "ROLE_NAME",
+                                       "MASTER_ADDR",
+                                       "MASTER_PORT",
+                                       "CHORUS_STORE_ADDR",
+                                       "CHORUS_LAUNCHER",
+                                       "CHORUS_RESTART_COUNT",
+                                       "TORCHELASTIC_RESTART_COUNT",
+                                       "TORCHELASTIC_MAX_RESTARTS"};
   for (const char* name : kNames) {
     const std::size_t n = std::strlen(name);
     if (std::strncmp(entry, name, n) == 0 && entry[n] == '=') {
@@ -90,8 +101,8 @@ std::string chorusrun_run_id(const chorusrun::RunArgs& args, const chorusrun::La
     return random_run_id();
   }
   const std::string key = "chorusrun/run_id";
-  chorus::TcpStore store(
-      chorus::TcpStoreOptions{.host = plan.store_host, .port = static_cast<std::uint16_t>(plan.store_port)});
+  chorus::TcpStore store(chorus::TcpStoreOptions{
+      .host = plan.store_host, .port = static_cast<std::uint16_t>(plan.store_port)});
   if (args.node_rank == 0) {
     store.set(key, random_run_id());
   }
@@ -138,8 +149,7 @@ int main(int argc, char** argv) {
   }
   plan.program_path = resolve_program(args.program[0]);
   if (plan.program_path.empty()) {
-    std::fprintf(stderr,
-                 "chorusrun: %s: not found or not executable%s\n", args.program[0].c_str(),
+    std::fprintf(stderr, "chorusrun: %s: not found or not executable%s\n", args.program[0].c_str(),
                  args.program[0].find('/') == std::string::npos
                      ? " in PATH (give a path, e.g. ./build/bench/all_reduce_perf)"
                      : "");
@@ -209,7 +219,8 @@ int main(int argc, char** argv) {
       plan.base_env.push_back("CHORUS_RUN_ID=" + run_id);
     }
   } catch (const chorus::Error& e) {
-    std::fprintf(stderr, "chorusrun: cannot agree on a run id with node 0's chorusrun at %s:%d: %s\n",
+    std::fprintf(stderr,
+                 "chorusrun: cannot agree on a run id with node 0's chorusrun at %s:%d: %s\n",
                  plan.store_host.c_str(), plan.store_port, e.what());
     return 1;
   }

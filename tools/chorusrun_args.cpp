@@ -110,7 +110,8 @@ RunArgs parse_args(int argc, const char* const* argv) {
         const auto lo = parse_int(flag, v.substr(0, colon), 1, 65536);
         const auto hi = parse_int(flag, v.substr(colon + 1), 1, 65536);
         if (lo != hi) {
-          throw UsageError("--nnodes " + v + ": chorusrun runs a fixed number of nodes (MIN == MAX)");
+          throw UsageError("--nnodes " + v +
+                           ": chorusrun runs a fixed number of nodes (MIN == MAX)");
         }
         args.nnodes = static_cast<int>(lo);
       } else {
@@ -151,7 +152,7 @@ RunArgs parse_args(int argc, const char* const* argv) {
       args.master_addr = host;
       if (!port.empty()) {
         args.master_port = static_cast<int>(parse_int(flag, port, 1, 65535));
-        }
+      }
     } else if (flag == "--max-restarts") {
       args.max_restarts = static_cast<int>(parse_int(flag, value(), 0, 1000000));
     } else if (flag == "--log-dir") {

@@ -26,12 +26,12 @@ struct RunArgs {
   int node_rank = 0;
   std::string master_addr = "127.0.0.1";
   int master_port = 29500;
-  bool standalone = false;        // one node, store on a free port of 127.0.0.1
+  bool standalone = false;  // one node, store on a free port of 127.0.0.1
   int max_restarts = 0;
-  std::string log_dir;            // per-rank logs: <log_dir>/attempt_<k>/<rank>/{stdout,stderr}.log
-  int tee = -1;                   // streams copied to the log files as well as the console
-  int redirects = -1;             // streams sent to the log files only
-  double kill_timeout_s = 10.0;   // SIGTERM -> SIGKILL grace period
+  std::string log_dir;           // per-rank logs: <log_dir>/attempt_<k>/<rank>/{stdout,stderr}.log
+  int tee = -1;                  // streams copied to the log files as well as the console
+  int redirects = -1;            // streams sent to the log files only
+  double kill_timeout_s = 10.0;  // SIGTERM -> SIGKILL grace period
   PrefixMode prefix = PrefixMode::automatic;  // "[rank N] " before a rank's output lines
   bool help = false;
   bool help_env = false;

@@ -77,8 +77,8 @@ std::vector<std::string> rank_env(const LaunchPlan& plan, int attempt, int rank,
   const int world = a.nnodes * a.nproc_per_node;
   std::vector<std::string> env = plan.base_env;
   const bool v6 = plan.store_host.find(':') != std::string::npos;
-  const std::string store_addr = (v6 ? "[" + plan.store_host + "]" : plan.store_host) + ":" +
-                                 std::to_string(plan.store_port);
+  const std::string store_addr =
+      (v6 ? "[" + plan.store_host + "]" : plan.store_host) + ":" + std::to_string(plan.store_port);
   auto set = [&](const char* name, const std::string& value) {
     env.push_back(std::string(name) + "=" + value);
   };
@@ -102,7 +102,8 @@ std::vector<std::string> rank_env(const LaunchPlan& plan, int attempt, int rank,
 }
 
 void open_rank_logs(const std::string& log_dir, int attempt, RankProcess& c) {
-  const std::string dir = log_dir + "/attempt_" + std::to_string(attempt) + "/" + std::to_string(c.rank);
+  const std::string dir =
+      log_dir + "/attempt_" + std::to_string(attempt) + "/" + std::to_string(c.rank);
   if (make_dirs(dir)) {
     c.out.log = open_log(dir, "stdout.log");
     c.err.log = open_log(dir, "stderr.log");
@@ -147,7 +148,8 @@ bool spawn_rank(const LaunchPlan& plan, int attempt, RankProcess& c, int null_fd
     return false;
   }
   if (pid == 0) {
-    child_exec(plan.program_path.c_str(), argv.data(), envp.data(), out[1], err[1], null_fd, parent);
+    child_exec(plan.program_path.c_str(), argv.data(), envp.data(), out[1], err[1], null_fd,
+               parent);
   }
   ::setpgid(pid, pid);  // also here, so kill(-pid) works before the child ran
   ::close(out[1]);

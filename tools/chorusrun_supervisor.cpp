@@ -189,7 +189,8 @@ class Attempt {
       }
       int timeout_ms = -1;
       if (stopping_ && !killed_) {
-        const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(kill_at_ - Clock::now());
+        const auto left =
+            std::chrono::duration_cast<std::chrono::milliseconds>(kill_at_ - Clock::now());
         timeout_ms = static_cast<int>(std::max<long long>(0, left.count()));
       }
       const int n = ::poll(fds.data(), fds.size(), timeout_ms);

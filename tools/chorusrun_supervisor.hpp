@@ -15,11 +15,11 @@ namespace chorusrun {
 // Everything a launch attempt needs, prepared once.
 struct LaunchPlan {
   RunArgs args;
-  std::string program_path;          // resolved against PATH
-  std::string store_host;            // what ranks connect to
+  std::string program_path;  // resolved against PATH
+  std::string store_host;    // what ranks connect to
   int store_port = 0;
   std::vector<std::string> base_env;  // chorusrun's environment minus the variables it sets
-  std::string log_dir;               // resolved (a temporary one for --tee without --log-dir)
+  std::string log_dir;                // resolved (a temporary one for --tee without --log-dir)
 };
 
 struct AttemptResult {

@@ -10,7 +10,8 @@
 
 namespace chorus::cli {
 
-inline std::optional<long long> parse_int_in(const std::string& text, long long min, long long max) {
+inline std::optional<long long> parse_int_in(const std::string& text, long long min,
+                                             long long max) {
   errno = 0;
   char* end = nullptr;
   const long long v = std::strtoll(text.c_str(), &end, 10);
@@ -21,7 +22,8 @@ inline std::optional<long long> parse_int_in(const std::string& text, long long 
 }
 
 // The message both tools print for a bad integer flag.
-inline std::string int_expected(const std::string& flag, const std::string& text, long long min, long long max) {
+inline std::string int_expected(const std::string& flag, const std::string& text, long long min,
+                                long long max) {
   return flag + " expects an integer in [" + std::to_string(min) + ", " + std::to_string(max) +
          "], got '" + text + "'";
 }

@@ -85,7 +85,10 @@ typedef enum chorus_reduce_op_t {
   CHORUS_AVG = 4
 } chorus_reduce_op_t;
 
-typedef enum chorus_device_type_t { CHORUS_DEVICE_CPU = 0, CHORUS_DEVICE_CUDA = 1 } chorus_device_type_t;
+typedef enum chorus_device_type_t {
+  CHORUS_DEVICE_CPU = 0,
+  CHORUS_DEVICE_CUDA = 1
+} chorus_device_type_t;
 
 /* A borrowed view of `count` contiguous elements: the raw-pointer form of a tensor. */
 typedef struct chorus_tensor_t {
@@ -202,10 +205,10 @@ typedef struct chorus_group_config_t {
   { sizeof(chorus_group_config_t), CHORUS_CONFIG_VERSION, NULL, 0 }
 
 typedef struct chorus_tcp_group_config_t {
-  size_t size;          /* sizeof(chorus_tcp_group_config_t) */
-  unsigned int version; /* CHORUS_CONFIG_VERSION */
-  const char* name;     /* NULL: "world" */
-  int64_t timeout_ms;   /* 0: CHORUS_TIMEOUT, else 10 min */
+  size_t size;           /* sizeof(chorus_tcp_group_config_t) */
+  unsigned int version;  /* CHORUS_CONFIG_VERSION */
+  const char* name;      /* NULL: "world" */
+  int64_t timeout_ms;    /* 0: CHORUS_TIMEOUT, else 10 min */
   const char* interface; /* "eth0" or a local address; NULL: CHORUS_SOCKET_IFNAME or automatic */
   int sockets_per_peer;  /* 0: the default (1) */
 } chorus_tcp_group_config_t;
@@ -258,7 +261,8 @@ CHORUS_C_API const char* chorus_group_backend(const chorus_group_t* group);
 /* Collective over the whole group: ranks sorted, distinct, in [0, size). *subgroup is NULL on
  * ranks not in `ranks`. */
 CHORUS_C_API chorus_result_t chorus_group_split(chorus_group_t* group, const int* ranks,
-                                                size_t num_ranks, const chorus_group_config_t* config,
+                                                size_t num_ranks,
+                                                const chorus_group_config_t* config,
                                                 chorus_group_t** subgroup);
 /* Fails every pending and future op (ABORTED with reason, unless the group already failed). */
 CHORUS_C_API chorus_result_t chorus_group_abort(chorus_group_t* group, const char* reason);
@@ -286,29 +290,37 @@ typedef struct chorus_op_options_t {
  * in-place. */
 CHORUS_C_API chorus_result_t chorus_allreduce(chorus_group_t* group, const chorus_tensor_t* in,
                                               const chorus_tensor_t* out,
-                                              const chorus_op_options_t* options, chorus_work_t** work);
+                                              const chorus_op_options_t* options,
+                                              chorus_work_t** work);
 CHORUS_C_API chorus_result_t chorus_allgather(chorus_group_t* group, const chorus_tensor_t* in,
                                               const chorus_tensor_t* out,
-                                              const chorus_op_options_t* options, chorus_work_t** work);
+                                              const chorus_op_options_t* options,
+                                              chorus_work_t** work);
 CHORUS_C_API chorus_result_t chorus_reduce_scatter(chorus_group_t* group, const chorus_tensor_t* in,
                                                    const chorus_tensor_t* out,
                                                    const chorus_op_options_t* options,
                                                    chorus_work_t** work);
 CHORUS_C_API chorus_result_t chorus_broadcast(chorus_group_t* group, const chorus_tensor_t* inout,
-                                              const chorus_op_options_t* options, chorus_work_t** work);
+                                              const chorus_op_options_t* options,
+                                              chorus_work_t** work);
 CHORUS_C_API chorus_result_t chorus_reduce(chorus_group_t* group, const chorus_tensor_t* in,
                                            const chorus_tensor_t* out,
-                                           const chorus_op_options_t* options, chorus_work_t** work);
+                                           const chorus_op_options_t* options,
+                                           chorus_work_t** work);
 CHORUS_C_API chorus_result_t chorus_gather(chorus_group_t* group, const chorus_tensor_t* in,
                                            const chorus_tensor_t* out,
-                                           const chorus_op_options_t* options, chorus_work_t** work);
+                                           const chorus_op_options_t* options,
+                                           chorus_work_t** work);
 CHORUS_C_API chorus_result_t chorus_scatter(chorus_group_t* group, const chorus_tensor_t* in,
                                             const chorus_tensor_t* out,
-                                            const chorus_op_options_t* options, chorus_work_t** work);
+                                            const chorus_op_options_t* options,
+                                            chorus_work_t** work);
 CHORUS_C_API chorus_result_t chorus_all_to_all(chorus_group_t* group, const chorus_tensor_t* in,
                                                const chorus_tensor_t* out,
-                                               const chorus_op_options_t* options, chorus_work_t** work);
-CHORUS_C_API chorus_result_t chorus_barrier(chorus_group_t* group, const chorus_op_options_t* options,
+                                               const chorus_op_options_t* options,
+                                               chorus_work_t** work);
+CHORUS_C_API chorus_result_t chorus_barrier(chorus_group_t* group,
+                                            const chorus_op_options_t* options,
                                             chorus_work_t** work);
 CHORUS_C_API chorus_result_t chorus_send(chorus_group_t* group, const chorus_tensor_t* tensor,
                                          int dst, uint32_t tag, const chorus_op_options_t* options,
@@ -324,7 +336,8 @@ CHORUS_C_API chorus_result_t chorus_recv(chorus_group_t* group, const chorus_ten
 CHORUS_C_API chorus_result_t chorus_work_wait(chorus_work_t* work);
 /* Waits at most timeout_ms (0: just look). *done = 1 once finished; then returns the op's
  * result. Still running: CHORUS_OK with *done = 0. Never aborts the op. */
-CHORUS_C_API chorus_result_t chorus_work_wait_for(chorus_work_t* work, int64_t timeout_ms, int* done);
+CHORUS_C_API chorus_result_t chorus_work_wait_for(chorus_work_t* work, int64_t timeout_ms,
+                                                  int* done);
 /* chorus_work_wait_for(work, 0, done). */
 CHORUS_C_API chorus_result_t chorus_work_test(chorus_work_t* work, int* done);
 /* The op's sequence number in its group (0 for NULL). */

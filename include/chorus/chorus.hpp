@@ -2,6 +2,7 @@
 // Umbrella header: every public C++ header of chorus.
 #pragma once
 
+#include <chorus/version.h>
 #include <chorus/ddp.hpp>
 #include <chorus/deadline.hpp>
 #include <chorus/dlpack.hpp>
@@ -14,7 +15,6 @@
 #include <chorus/tcp_store.hpp>
 #include <chorus/tensor.hpp>
 #include <chorus/types.hpp>
-#include <chorus/version.h>
 #include <chorus/work.hpp>
 
 namespace chorus {

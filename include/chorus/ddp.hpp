@@ -33,8 +33,8 @@ namespace chorus::ddp {
 // ---- DistributedSampler ------------------------------------------------------------------
 
 struct SamplerOptions {
-  bool shuffle = true;      // permute the indices every epoch, seeded by (seed, epoch)
-  std::uint64_t seed = 0;   // must be the same on every rank
+  bool shuffle = true;     // permute the indices every epoch, seeded by (seed, epoch)
+  std::uint64_t seed = 0;  // must be the same on every rank
   // true: drop the tail so every rank gets floor(n / replicas) samples (when n is not a
   // multiple). false: pad by wrapping around to the first indices so every rank gets
   // ceil(n / replicas). Both as torch.utils.data.DistributedSampler.
@@ -49,9 +49,11 @@ struct SamplerOptions {
 class CHORUS_API DistributedSampler {
  public:
   // Throws InvalidArgument if num_replicas < 1 or rank is not in [0, num_replicas).
-  DistributedSampler(std::size_t dataset_size, int num_replicas, int rank, SamplerOptions options = {});
+  DistributedSampler(std::size_t dataset_size, int num_replicas, int rank,
+                     SamplerOptions options = {});
   // num_replicas and rank taken from the group.
-  DistributedSampler(std::size_t dataset_size, const ProcessGroup& group, SamplerOptions options = {});
+  DistributedSampler(std::size_t dataset_size, const ProcessGroup& group,
+                     SamplerOptions options = {});
 
   // Selects the epoch's permutation; call it before each epoch (as with torch's set_epoch).
   void set_epoch(std::uint64_t epoch) noexcept { epoch_ = epoch; }
@@ -61,7 +63,9 @@ class CHORUS_API DistributedSampler {
   // Samples per rank (the same on every rank).
   std::size_t num_samples() const noexcept { return num_samples_; }
   // num_samples() * num_replicas: the epoch's length after padding or dropping.
-  std::size_t total_size() const noexcept { return num_samples_ * static_cast<std::size_t>(num_replicas_); }
+  std::size_t total_size() const noexcept {
+    return num_samples_ * static_cast<std::size_t>(num_replicas_);
+  }
 
  private:
   std::size_t dataset_size_;
@@ -74,7 +78,8 @@ class CHORUS_API DistributedSampler {
 
 // The deterministic permutation DistributedSampler uses: [0, n) shuffled by a generator seeded
 // from (seed, epoch). Same result everywhere.
-CHORUS_API std::vector<std::size_t> seeded_permutation(std::size_t n, std::uint64_t seed, std::uint64_t epoch);
+CHORUS_API std::vector<std::size_t> seeded_permutation(std::size_t n, std::uint64_t seed,
+                                                       std::uint64_t epoch);
 
 // ---- GradientReducer ---------------------------------------------------------------------
 
@@ -105,7 +110,8 @@ class CHORUS_API GradientReducer {
  public:
   // Throws InvalidArgument for a non-CPU or non-float32/float64 gradient, overlapping
   // gradients, or bucket_bytes == 0.
-  GradientReducer(std::shared_ptr<ProcessGroup> group, std::vector<Tensor> grads, ReducerOptions options = {});
+  GradientReducer(std::shared_ptr<ProcessGroup> group, std::vector<Tensor> grads,
+                  ReducerOptions options = {});
   // Waits for buckets still in flight (their buffers are in use), within their deadlines.
   ~GradientReducer();
   GradientReducer(const GradientReducer&) = delete;
@@ -197,7 +203,8 @@ class CHORUS_API Join {
 // ---- Parameters and checkpoints ----------------------------------------------------------
 
 // Broadcasts each tensor from root and waits (initial weights: every replica starts equal).
-CHORUS_API void broadcast_tensors(ProcessGroup& group, const std::vector<Tensor>& tensors, int root = 0);
+CHORUS_API void broadcast_tensors(ProcessGroup& group, const std::vector<Tensor>& tensors,
+                                  int root = 0);
 
 // Writes a CPU tensor's elements to path (header with dtype, count and a checksum); written to
 // "<path>.tmp" then renamed, so a reader never sees half a file. Throws InvalidArgument if

@@ -23,7 +23,7 @@ struct DLTensorFields {
   std::int32_t device_type = 0;  // DLDeviceType: kDLCPU = 1, kDLCUDA = 2, kDLCUDAHost = 3 ...
   std::int32_t device_id = 0;
   std::int32_t ndim = 0;
-  std::uint8_t code = 0;   // DLDataTypeCode: kDLInt 0, kDLUInt 1, kDLFloat 2, kDLBfloat 4 ...
+  std::uint8_t code = 0;  // DLDataTypeCode: kDLInt 0, kDLUInt 1, kDLFloat 2, kDLBfloat 4 ...
   std::uint8_t bits = 0;
   std::uint16_t lanes = 0;
   const std::int64_t* shape = nullptr;
@@ -50,8 +50,9 @@ Tensor from_dlpack(const DLTensorT& t) {
   f.code = static_cast<std::uint8_t>(t.dtype.code);
   f.bits = static_cast<std::uint8_t>(t.dtype.bits);
   f.lanes = static_cast<std::uint16_t>(t.dtype.lanes);
-  static_assert(sizeof(*t.shape) == sizeof(std::int64_t) && sizeof(*t.strides) == sizeof(std::int64_t),
-                "DLTensor shape and strides are 64-bit integers");
+  static_assert(
+      sizeof(*t.shape) == sizeof(std::int64_t) && sizeof(*t.strides) == sizeof(std::int64_t),
+      "DLTensor shape and strides are 64-bit integers");
   f.shape = reinterpret_cast<const std::int64_t*>(t.shape);
   f.strides = reinterpret_cast<const std::int64_t*>(t.strides);
   f.byte_offset = static_cast<std::uint64_t>(t.byte_offset);

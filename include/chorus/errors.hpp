@@ -27,17 +27,17 @@ CHORUS_API const char* to_string(ErrorCode code) noexcept;
 
 // What was known where the error was raised. -1 / 0 / empty mean "not applicable".
 struct ErrorContext {
-  int rank = -1;              // the rank that raised it
-  int size = -1;              // group size
-  std::string group;          // group name
-  std::string op;             // "allreduce", "store.get", "connect" ...
-  std::uint64_t seq = 0;      // the op's sequence number in its group (1-based)
-  std::uint64_t bytes = 0;    // payload size of the op
-  std::vector<int> peers;     // ranks implicated: silent, dead, or disagreeing
-  std::string peer_address;   // host:port of the peer or server, when one is involved
-  Duration elapsed{0};        // time spent before failing
-  Duration timeout{0};        // the deadline that applied, as a duration
-  int os_error = 0;           // errno of the last failing system call
+  int rank = -1;             // the rank that raised it
+  int size = -1;             // group size
+  std::string group;         // group name
+  std::string op;            // "allreduce", "store.get", "connect" ...
+  std::uint64_t seq = 0;     // the op's sequence number in its group (1-based)
+  std::uint64_t bytes = 0;   // payload size of the op
+  std::vector<int> peers;    // ranks implicated: silent, dead, or disagreeing
+  std::string peer_address;  // host:port of the peer or server, when one is involved
+  Duration elapsed{0};       // time spent before failing
+  Duration timeout{0};       // the deadline that applied, as a duration
+  int os_error = 0;          // errno of the last failing system call
 };
 
 class CHORUS_API Error : public std::runtime_error {

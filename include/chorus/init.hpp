@@ -58,7 +58,7 @@ struct LaunchInfo {
 CHORUS_API LaunchInfo launch_info_from_env();
 
 struct InitOptions {
-  TcpGroupOptions tcp;    // used when backend == tcp
+  TcpGroupOptions tcp;  // used when backend == tcp
   // Used when backend == nccl. device -1 here means "local_rank" (one GPU per process).
   NcclGroupOptions nccl;
   // Deadline of connecting to the store and of each store call. Unset: CHORUS_TIMEOUT, else

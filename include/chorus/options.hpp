@@ -44,7 +44,7 @@ struct CollectiveOptions {
 // Options shared by every backend. Backend options contain one (composition, not inheritance,
 // so designated initializers work: TcpGroupOptions{.group = {.name = "dp"}}).
 struct GroupOptions {
-  std::string name = "world";    // appears in every log line and error message
+  std::string name = "world";  // appears in every log line and error message
   // Default deadline of each op. Unset: CHORUS_TIMEOUT if set, else kDefaultTimeout.
   std::optional<Duration> timeout;
 };

@@ -22,9 +22,9 @@ namespace chorus {
 // Identifies one call: its sequence number in the group, kind and deadline. Built by the
 // ProcessGroup base after argument checks and passed to the backend.
 struct OpCall {
-  std::uint64_t seq = 0;        // 1-based, per group, in issue order
-  const char* name = "";        // "allreduce" ...
-  Duration timeout{0};          // as resolved from the call's or the group's options
+  std::uint64_t seq = 0;  // 1-based, per group, in issue order
+  const char* name = "";  // "allreduce" ...
+  Duration timeout{0};    // as resolved from the call's or the group's options
   Deadline deadline = Deadline::never();
 };
 
@@ -123,10 +123,8 @@ class CHORUS_API ProcessGroup : public std::enable_shared_from_this<ProcessGroup
   virtual std::shared_ptr<Work> do_broadcast(Tensor inout, int root, const OpCall& call) = 0;
   virtual std::shared_ptr<Work> do_reduce(Tensor in, Tensor out, ReduceOp op, int root,
                                           const OpCall& call) = 0;
-  virtual std::shared_ptr<Work> do_gather(Tensor in, Tensor out, int root,
-                                          const OpCall& call) = 0;
-  virtual std::shared_ptr<Work> do_scatter(Tensor in, Tensor out, int root,
-                                           const OpCall& call) = 0;
+  virtual std::shared_ptr<Work> do_gather(Tensor in, Tensor out, int root, const OpCall& call) = 0;
+  virtual std::shared_ptr<Work> do_scatter(Tensor in, Tensor out, int root, const OpCall& call) = 0;
   virtual std::shared_ptr<Work> do_all_to_all(Tensor in, Tensor out, const OpCall& call) = 0;
   virtual std::shared_ptr<Work> do_barrier(const OpCall& call) = 0;
   virtual std::shared_ptr<Work> do_send(Tensor tensor, int dst, std::uint32_t tag,
@@ -146,7 +144,7 @@ class CHORUS_API ProcessGroup : public std::enable_shared_from_this<ProcessGroup
   // order (seq) is execution order across threads. Recursive: a Work::then() callback that
   // runs inline (the op failed at once) may issue the next op from inside a call.
   std::recursive_mutex issue_mu_;
-  std::atomic<std::uint64_t> next_seq_{1};     // collectives
+  std::atomic<std::uint64_t> next_seq_{1};      // collectives
   std::atomic<std::uint64_t> next_p2p_seq_{1};  // send/recv
   std::atomic<bool> failed_{false};
   std::exception_ptr failure_;  // written once, before failed_ is set (release)

@@ -43,8 +43,7 @@ class CHORUS_API Store {
   virtual Bytes compare_set(const std::string& key, const Bytes& expected,
                             const Bytes& desired) = 0;
   // Waits until every key exists.
-  virtual void wait(const std::vector<std::string>& keys,
-                    std::optional<Duration> timeout = {}) = 0;
+  virtual void wait(const std::vector<std::string>& keys, std::optional<Duration> timeout = {}) = 0;
   // True if every key exists now. Never waits.
   virtual bool check(const std::vector<std::string>& keys) = 0;
   // Removes key; false if it was absent.
@@ -88,7 +87,8 @@ class CHORUS_API Store {
 // Every key is seen through "<prefix>/" on base. Used to give each group its own namespace.
 // Shares base (kept alive by the returned store); thread-safe as base is. Throws InvalidArgument
 // if base is null.
-CHORUS_API std::shared_ptr<Store> make_prefix_store(std::string prefix, std::shared_ptr<Store> base);
+CHORUS_API std::shared_ptr<Store> make_prefix_store(std::string prefix,
+                                                    std::shared_ptr<Store> base);
 // In-process store (threads of one process): a map, a mutex and a condition variable; waiters
 // are woken by the set itself. Never throws except TimeoutError from waiting calls.
 CHORUS_API std::shared_ptr<Store> make_hash_store(std::optional<Duration> default_timeout = {});

@@ -15,11 +15,11 @@
 namespace chorus {
 
 struct TcpStoreServerOptions {
-  std::string host = "0.0.0.0";            // bind address ("::" for dual-stack, "127.0.0.1" ...)
-  std::uint16_t port = 29500;              // 0 picks a free port: see TcpStoreServer::port()
-  std::size_t max_key_bytes = 8 * 1024;    // larger keys close the offending connection
+  std::string host = "0.0.0.0";          // bind address ("::" for dual-stack, "127.0.0.1" ...)
+  std::uint16_t port = 29500;            // 0 picks a free port: see TcpStoreServer::port()
+  std::size_t max_key_bytes = 8 * 1024;  // larger keys close the offending connection
   std::size_t max_value_bytes = 8 * 1024 * 1024;
-  int backlog = 8192;                      // listen backlog (clamped by net.core.somaxconn)
+  int backlog = 8192;  // listen backlog (clamped by net.core.somaxconn)
   // Memory and connection bounds (docs/protocol.md, "Limits"): whatever clients send, the server
   // holds at most about max_buffered_bytes + max_connections x 256 KiB besides the stored data.
   std::size_t max_unread_reply_bytes = 64u << 20;  // per connection: its requests wait past this

@@ -32,7 +32,8 @@ constexpr DataType data_type_of() noexcept {
   } else if constexpr (std::is_same_v<U, double>) {
     return DataType::float64;
   } else {
-    static_assert(sizeof(T) == 0, "Tensor::of<T>: T has no chorus DataType; use the explicit constructor");
+    static_assert(sizeof(T) == 0,
+                  "Tensor::of<T>: T has no chorus DataType; use the explicit constructor");
     return DataType::uint8;
   }
 }

@@ -14,19 +14,21 @@ Tensor to_tensor(const chorus_tensor_t* t, const char* function, const char* wha
   require(t, function, what);
   const auto dtype = c_enum_value(t->dtype);
   if (dtype < 0 || dtype >= kNumDataTypes) {
-    throw InvalidArgument(fmt::format("{}: {}.dtype is {}, not a chorus_dtype_t (CHORUS_INT8 .. CHORUS_FLOAT64)",
-                                      function, what, dtype));
+    throw InvalidArgument(
+        fmt::format("{}: {}.dtype is {}, not a chorus_dtype_t (CHORUS_INT8 .. CHORUS_FLOAT64)",
+                    function, what, dtype));
   }
   Device device;
   const auto device_type = c_enum_value(t->device_type);
   if (device_type == CHORUS_DEVICE_CUDA) {
     device = Device::cuda(t->device_index);
   } else if (device_type != CHORUS_DEVICE_CPU) {
-    throw InvalidArgument(fmt::format(
-        "{}: {}.device_type is {}; use CHORUS_DEVICE_CPU or CHORUS_DEVICE_CUDA", function, what,
-        device_type));
+    throw InvalidArgument(
+        fmt::format("{}: {}.device_type is {}; use CHORUS_DEVICE_CPU or CHORUS_DEVICE_CUDA",
+                    function, what, device_type));
   }
-  check_extent(t->data, t->count, static_cast<DataType>(dtype), fmt::format("{}: {}", function, what));
+  check_extent(t->data, t->count, static_cast<DataType>(dtype),
+               fmt::format("{}: {}", function, what));
   return Tensor(t->data, t->count, static_cast<DataType>(dtype), device);
 }
 
@@ -42,8 +44,8 @@ OpOptions op_options(const chorus_op_options_t* options, const char* function) {
                              "CHORUS_OP_OPTIONS_INITIALIZER");
   const auto op = c_enum_value(c.op);
   if (op < 0 || op >= kNumReduceOps) {
-    throw InvalidArgument(fmt::format("{}: options.op is {}, not a chorus_reduce_op_t (CHORUS_SUM .. CHORUS_AVG)",
-                                      function, op));
+    throw InvalidArgument(fmt::format(
+        "{}: options.op is {}, not a chorus_reduce_op_t (CHORUS_SUM .. CHORUS_AVG)", function, op));
   }
   return OpOptions{static_cast<ReduceOp>(op), c.root, timeout_from_ms(c.timeout_ms, function)};
 }
@@ -89,20 +91,25 @@ chorus_result_t chorus_tensor_from_dlpack(const void* dl_tensor, chorus_tensor_t
 
 size_t chorus_dtype_size(chorus_dtype_t dtype) {
   const auto d = chorus::capi::c_enum_value(dtype);  // any int may come from C
-  return d < 0 || d >= chorus::kNumDataTypes ? 0 : chorus::element_size(static_cast<chorus::DataType>(d));
+  return d < 0 || d >= chorus::kNumDataTypes
+             ? 0
+             : chorus::element_size(static_cast<chorus::DataType>(d));
 }
 
-chorus_result_t chorus_allreduce(chorus_group_t* group, const chorus_tensor_t* in, const chorus_tensor_t* out,
-                                 const chorus_op_options_t* options, chorus_work_t** work) {
+chorus_result_t chorus_allreduce(chorus_group_t* group, const chorus_tensor_t* in,
+                                 const chorus_tensor_t* out, const chorus_op_options_t* options,
+                                 chorus_work_t** work) {
   static const char* fn = "chorus_allreduce";
   return launch_op(fn, group, work, [&](chorus::ProcessGroup& pg) {
     const auto o = op_options(options, fn);
-    return pg.allreduce(to_tensor(in, fn, "in"), to_tensor(out, fn, "out"), {.op = o.op, .timeout = o.timeout});
+    return pg.allreduce(to_tensor(in, fn, "in"), to_tensor(out, fn, "out"),
+                        {.op = o.op, .timeout = o.timeout});
   });
 }
 
-chorus_result_t chorus_allgather(chorus_group_t* group, const chorus_tensor_t* in, const chorus_tensor_t* out,
-                                 const chorus_op_options_t* options, chorus_work_t** work) {
+chorus_result_t chorus_allgather(chorus_group_t* group, const chorus_tensor_t* in,
+                                 const chorus_tensor_t* out, const chorus_op_options_t* options,
+                                 chorus_work_t** work) {
   static const char* fn = "chorus_allgather";
   return launch_op(fn, group, work, [&](chorus::ProcessGroup& pg) {
     const auto o = op_options(options, fn);
@@ -111,8 +118,8 @@ chorus_result_t chorus_allgather(chorus_group_t* group, const chorus_tensor_t* i
 }
 
 chorus_result_t chorus_reduce_scatter(chorus_group_t* group, const chorus_tensor_t* in,
-                                      const chorus_tensor_t* out, const chorus_op_options_t* options,
-                                      chorus_work_t** work) {
+                                      const chorus_tensor_t* out,
+                                      const chorus_op_options_t* options, chorus_work_t** work) {
   static const char* fn = "chorus_reduce_scatter";
   return launch_op(fn, group, work, [&](chorus::ProcessGroup& pg) {
     const auto o = op_options(options, fn);
@@ -130,8 +137,9 @@ chorus_result_t chorus_broadcast(chorus_group_t* group, const chorus_tensor_t* i
   });
 }
 
-chorus_result_t chorus_reduce(chorus_group_t* group, const chorus_tensor_t* in, const chorus_tensor_t* out,
-                              const chorus_op_options_t* options, chorus_work_t** work) {
+chorus_result_t chorus_reduce(chorus_group_t* group, const chorus_tensor_t* in,
+                              const chorus_tensor_t* out, const chorus_op_options_t* options,
+                              chorus_work_t** work) {
   static const char* fn = "chorus_reduce";
   return launch_op(fn, group, work, [&](chorus::ProcessGroup& pg) {
     const auto o = op_options(options, fn);
@@ -140,34 +148,41 @@ chorus_result_t chorus_reduce(chorus_group_t* group, const chorus_tensor_t* in, 
   });
 }
 
-chorus_result_t chorus_gather(chorus_group_t* group, const chorus_tensor_t* in, const chorus_tensor_t* out,
-                              const chorus_op_options_t* options, chorus_work_t** work) {
+chorus_result_t chorus_gather(chorus_group_t* group, const chorus_tensor_t* in,
+                              const chorus_tensor_t* out, const chorus_op_options_t* options,
+                              chorus_work_t** work) {
   static const char* fn = "chorus_gather";
   return launch_op(fn, group, work, [&](chorus::ProcessGroup& pg) {
     const auto o = op_options(options, fn);
-    return pg.gather(to_tensor(in, fn, "in"), to_tensor(out, fn, "out"), {.root = o.root, .timeout = o.timeout});
+    return pg.gather(to_tensor(in, fn, "in"), to_tensor(out, fn, "out"),
+                     {.root = o.root, .timeout = o.timeout});
   });
 }
 
-chorus_result_t chorus_scatter(chorus_group_t* group, const chorus_tensor_t* in, const chorus_tensor_t* out,
-                               const chorus_op_options_t* options, chorus_work_t** work) {
+chorus_result_t chorus_scatter(chorus_group_t* group, const chorus_tensor_t* in,
+                               const chorus_tensor_t* out, const chorus_op_options_t* options,
+                               chorus_work_t** work) {
   static const char* fn = "chorus_scatter";
   return launch_op(fn, group, work, [&](chorus::ProcessGroup& pg) {
     const auto o = op_options(options, fn);
-    return pg.scatter(to_tensor(in, fn, "in"), to_tensor(out, fn, "out"), {.root = o.root, .timeout = o.timeout});
+    return pg.scatter(to_tensor(in, fn, "in"), to_tensor(out, fn, "out"),
+                      {.root = o.root, .timeout = o.timeout});
   });
 }
 
-chorus_result_t chorus_all_to_all(chorus_group_t* group, const chorus_tensor_t* in, const chorus_tensor_t* out,
-                                  const chorus_op_options_t* options, chorus_work_t** work) {
+chorus_result_t chorus_all_to_all(chorus_group_t* group, const chorus_tensor_t* in,
+                                  const chorus_tensor_t* out, const chorus_op_options_t* options,
+                                  chorus_work_t** work) {
   static const char* fn = "chorus_all_to_all";
   return launch_op(fn, group, work, [&](chorus::ProcessGroup& pg) {
     const auto o = op_options(options, fn);
-    return pg.all_to_all(to_tensor(in, fn, "in"), to_tensor(out, fn, "out"), {.timeout = o.timeout});
+    return pg.all_to_all(to_tensor(in, fn, "in"), to_tensor(out, fn, "out"),
+                         {.timeout = o.timeout});
   });
 }
 
-chorus_result_t chorus_barrier(chorus_group_t* group, const chorus_op_options_t* options, chorus_work_t** work) {
+chorus_result_t chorus_barrier(chorus_group_t* group, const chorus_op_options_t* options,
+                               chorus_work_t** work) {
   static const char* fn = "chorus_barrier";
   return launch_op(fn, group, work, [&](chorus::ProcessGroup& pg) {
     const auto o = op_options(options, fn);
@@ -175,8 +190,9 @@ chorus_result_t chorus_barrier(chorus_group_t* group, const chorus_op_options_t*
   });
 }
 
-chorus_result_t chorus_send(chorus_group_t* group, const chorus_tensor_t* tensor, int dst, uint32_t tag,
-                            const chorus_op_options_t* options, chorus_work_t** work) {
+chorus_result_t chorus_send(chorus_group_t* group, const chorus_tensor_t* tensor, int dst,
+                            uint32_t tag, const chorus_op_options_t* options,
+                            chorus_work_t** work) {
   static const char* fn = "chorus_send";
   return launch_op(fn, group, work, [&](chorus::ProcessGroup& pg) {
     const auto o = op_options(options, fn);
@@ -184,8 +200,9 @@ chorus_result_t chorus_send(chorus_group_t* group, const chorus_tensor_t* tensor
   });
 }
 
-chorus_result_t chorus_recv(chorus_group_t* group, const chorus_tensor_t* tensor, int src, uint32_t tag,
-                            const chorus_op_options_t* options, chorus_work_t** work) {
+chorus_result_t chorus_recv(chorus_group_t* group, const chorus_tensor_t* tensor, int src,
+                            uint32_t tag, const chorus_op_options_t* options,
+                            chorus_work_t** work) {
   static const char* fn = "chorus_recv";
   return launch_op(fn, group, work, [&](chorus::ProcessGroup& pg) {
     const auto o = op_options(options, fn);
@@ -205,8 +222,9 @@ chorus_result_t chorus_work_wait_for(chorus_work_t* work, int64_t timeout_ms, in
     require(done, fn, "done (output)");
     *done = 0;
     if (timeout_ms < 0) {
-      throw chorus::InvalidArgument(fmt::format(
-          "{}: timeout_ms is {}; pass 0 to poll or a positive bound in milliseconds", fn, timeout_ms));
+      throw chorus::InvalidArgument(
+          fmt::format("{}: timeout_ms is {}; pass 0 to poll or a positive bound in milliseconds",
+                      fn, timeout_ms));
     }
     if (!work->work->wait_for(chorus::Duration(timeout_ms))) {
       return;
@@ -218,9 +236,13 @@ chorus_result_t chorus_work_wait_for(chorus_work_t* work, int64_t timeout_ms, in
   });
 }
 
-chorus_result_t chorus_work_test(chorus_work_t* work, int* done) { return chorus_work_wait_for(work, 0, done); }
+chorus_result_t chorus_work_test(chorus_work_t* work, int* done) {
+  return chorus_work_wait_for(work, 0, done);
+}
 
-uint64_t chorus_work_seq(const chorus_work_t* work) { return work == nullptr ? 0 : work->work->seq(); }
+uint64_t chorus_work_seq(const chorus_work_t* work) {
+  return work == nullptr ? 0 : work->work->seq();
+}
 
 void chorus_work_free(chorus_work_t* work) { delete work; }
 

@@ -23,13 +23,20 @@ namespace {
 // "complex64", "bool8", "float8 (e4m3 and kin)": how a user would name the DLPack dtype.
 std::string dl_dtype_name(std::uint8_t code, std::uint8_t bits) {
   switch (code) {
-    case dl::kInt: return fmt::format("int{}", bits);
-    case dl::kUInt: return fmt::format("uint{}", bits);
-    case dl::kFloat: return fmt::format("float{}", bits);
-    case dl::kOpaqueHandle: return "opaque handle";
-    case dl::kBfloat: return fmt::format("bfloat{}", bits);
-    case dl::kComplex: return fmt::format("complex{}", bits);
-    case dl::kBool: return fmt::format("bool{}", bits);
+    case dl::kInt:
+      return fmt::format("int{}", bits);
+    case dl::kUInt:
+      return fmt::format("uint{}", bits);
+    case dl::kFloat:
+      return fmt::format("float{}", bits);
+    case dl::kOpaqueHandle:
+      return "opaque handle";
+    case dl::kBfloat:
+      return fmt::format("bfloat{}", bits);
+    case dl::kComplex:
+      return fmt::format("complex{}", bits);
+    case dl::kBool:
+      return fmt::format("bool{}", bits);
     default:
       return code >= dl::kFirstFloat8 ? "a float8/float6/float4 type" : "an unknown type";
   }
@@ -38,14 +45,20 @@ std::string dl_dtype_name(std::uint8_t code, std::uint8_t bits) {
 std::optional<DataType> to_data_type(std::uint8_t code, std::uint8_t bits) {
   switch (code) {
     case dl::kInt:
-      return bits == 8 ? DataType::int8 : bits == 32 ? DataType::int32 : bits == 64 ? DataType::int64
-                                                                                    : std::optional<DataType>{};
+      return bits == 8    ? DataType::int8
+             : bits == 32 ? DataType::int32
+             : bits == 64 ? DataType::int64
+                          : std::optional<DataType>{};
     case dl::kUInt:
-      return bits == 8 ? DataType::uint8 : bits == 32 ? DataType::uint32 : bits == 64 ? DataType::uint64
-                                                                                      : std::optional<DataType>{};
+      return bits == 8    ? DataType::uint8
+             : bits == 32 ? DataType::uint32
+             : bits == 64 ? DataType::uint64
+                          : std::optional<DataType>{};
     case dl::kFloat:
-      return bits == 16 ? DataType::float16 : bits == 32 ? DataType::float32 : bits == 64 ? DataType::float64
-                                                                                          : std::optional<DataType>{};
+      return bits == 16   ? DataType::float16
+             : bits == 32 ? DataType::float32
+             : bits == 64 ? DataType::float64
+                          : std::optional<DataType>{};
     case dl::kBfloat:
       return bits == 16 ? DataType::bfloat16 : std::optional<DataType>{};
     default:
@@ -68,17 +81,28 @@ std::optional<Device> to_device(std::int32_t type, std::int32_t id) {
 
 const char* dl_device_name(std::int32_t type) {
   switch (type) {
-    case dl::kOpenCL: return "OpenCL";
-    case dl::kVulkan: return "Vulkan";
-    case dl::kMetal: return "Metal";
-    case dl::kVPI: return "VPI";
-    case dl::kROCM: return "ROCm";
-    case dl::kROCMHost: return "ROCm host";
-    case dl::kExtDev: return "extension device";
-    case dl::kOneAPI: return "oneAPI";
-    case dl::kWebGPU: return "WebGPU";
-    case dl::kHexagon: return "Hexagon";
-    default: return "unknown";
+    case dl::kOpenCL:
+      return "OpenCL";
+    case dl::kVulkan:
+      return "Vulkan";
+    case dl::kMetal:
+      return "Metal";
+    case dl::kVPI:
+      return "VPI";
+    case dl::kROCM:
+      return "ROCm";
+    case dl::kROCMHost:
+      return "ROCm host";
+    case dl::kExtDev:
+      return "extension device";
+    case dl::kOneAPI:
+      return "oneAPI";
+    case dl::kWebGPU:
+      return "WebGPU";
+    case dl::kHexagon:
+      return "Hexagon";
+    default:
+      return "unknown";
   }
 }
 
@@ -88,7 +112,8 @@ namespace detail {
 
 Tensor tensor_from_dlpack_fields(const DLTensorFields* fields) {
   if (fields == nullptr) {
-    throw InvalidArgument("from_dlpack: the DLTensor pointer is null; pass the address of a DLTensor");
+    throw InvalidArgument(
+        "from_dlpack: the DLTensor pointer is null; pass the address of a DLTensor");
   }
   const DLTensorFields& f = *fields;
   if (f.lanes != 1) {
@@ -113,20 +138,22 @@ Tensor tensor_from_dlpack_fields(const DLTensorFields* fields) {
         f.device_type, dl_device_name(f.device_type)));
   }
   if (f.ndim < 0 || (f.ndim > 0 && f.shape == nullptr)) {
-    throw InvalidArgument(fmt::format("from_dlpack: ndim is {} but shape is {}; the DLTensor is malformed",
-                                      f.ndim, f.shape == nullptr ? "null" : "set"));
+    throw InvalidArgument(
+        fmt::format("from_dlpack: ndim is {} but shape is {}; the DLTensor is malformed", f.ndim,
+                    f.shape == nullptr ? "null" : "set"));
   }
   std::size_t count = 1;
   for (int i = 0; i < f.ndim; ++i) {
     if (f.shape[i] < 0) {
-      throw InvalidArgument(fmt::format("from_dlpack: shape[{}] is {}; dimensions cannot be negative",
-                                        i, f.shape[i]));
+      throw InvalidArgument(fmt::format(
+          "from_dlpack: shape[{}] is {}; dimensions cannot be negative", i, f.shape[i]));
     }
     const auto extent = static_cast<std::size_t>(f.shape[i]);
     if (extent != 0 && count > std::numeric_limits<std::size_t>::max() / extent) {
-      throw InvalidArgument(fmt::format("from_dlpack: the shape's element count overflows at shape[{}] = {}; "
-                                        "the DLTensor is malformed",
-                                        i, f.shape[i]));
+      throw InvalidArgument(
+          fmt::format("from_dlpack: the shape's element count overflows at shape[{}] = {}; "
+                      "the DLTensor is malformed",
+                      i, f.shape[i]));
     }
     count *= extent;
   }
@@ -158,13 +185,15 @@ Tensor tensor_from_dlpack_fields(const DLTensorFields* fields) {
     }
   }
   if (f.data == nullptr && count > 0) {
-    throw InvalidArgument(fmt::format("from_dlpack: data is null but the tensor has {} elements", count));
+    throw InvalidArgument(
+        fmt::format("from_dlpack: data is null but the tensor has {} elements", count));
   }
   // byte_offset counts from data (CUDA pointers included: adding to a device address is fine).
   if (f.data != nullptr && reinterpret_cast<std::uintptr_t>(f.data) > UINTPTR_MAX - f.byte_offset) {
-    throw InvalidArgument(fmt::format("from_dlpack: byte_offset {} from data {} runs past the end of the address "
-                                      "space; the DLTensor is malformed",
-                                      f.byte_offset, f.data));
+    throw InvalidArgument(
+        fmt::format("from_dlpack: byte_offset {} from data {} runs past the end of the address "
+                    "space; the DLTensor is malformed",
+                    f.byte_offset, f.data));
   }
   void* data = f.data == nullptr ? nullptr : static_cast<char*>(f.data) + f.byte_offset;
   capi::check_extent(data, count, *dtype, "from_dlpack");

@@ -37,7 +37,8 @@ using chorus::capi::require;
 extern "C" {
 
 chorus_result_t chorus_group_create_tcp(chorus_store_t* store, int rank, int size,
-                                        const chorus_tcp_group_config_t* config, chorus_group_t** group) {
+                                        const chorus_tcp_group_config_t* config,
+                                        chorus_group_t** group) {
   static const char* fn = "chorus_group_create_tcp";
   return guarded(fn, [&] {
     require(group, fn, "group (output)");
@@ -45,8 +46,8 @@ chorus_result_t chorus_group_create_tcp(chorus_store_t* store, int rank, int siz
     require(store, fn, "store");
     chorus::capi::check_rank(rank, size, fn);
     const chorus_tcp_group_config_t defaults = CHORUS_TCP_GROUP_CONFIG_INITIALIZER;
-    const auto c = chorus::capi::read_config(config, defaults, sizeof(chorus_tcp_group_config_t), fn,
-                                             "CHORUS_TCP_GROUP_CONFIG_INITIALIZER");
+    const auto c = chorus::capi::read_config(config, defaults, sizeof(chorus_tcp_group_config_t),
+                                             fn, "CHORUS_TCP_GROUP_CONFIG_INITIALIZER");
     chorus::TcpGroupOptions options;
     options.group = chorus::capi::group_options(c.name, c.timeout_ms, fn);
     if (c.interface != nullptr) {
@@ -62,7 +63,8 @@ chorus_result_t chorus_group_create_tcp(chorus_store_t* store, int rank, int siz
 }
 
 chorus_result_t chorus_group_create_nccl(chorus_store_t* store, int rank, int size,
-                                         const chorus_nccl_group_config_t* config, chorus_group_t** group) {
+                                         const chorus_nccl_group_config_t* config,
+                                         chorus_group_t** group) {
   static const char* fn = "chorus_group_create_nccl";
   return guarded(fn, [&] {
     require(group, fn, "group (output)");
@@ -70,8 +72,8 @@ chorus_result_t chorus_group_create_nccl(chorus_store_t* store, int rank, int si
     require(store, fn, "store");
     chorus::capi::check_rank(rank, size, fn);
     const chorus_nccl_group_config_t defaults = CHORUS_NCCL_GROUP_CONFIG_INITIALIZER;
-    const auto c = chorus::capi::read_config(config, defaults, sizeof(chorus_nccl_group_config_t), fn,
-                                             "CHORUS_NCCL_GROUP_CONFIG_INITIALIZER");
+    const auto c = chorus::capi::read_config(config, defaults, sizeof(chorus_nccl_group_config_t),
+                                             fn, "CHORUS_NCCL_GROUP_CONFIG_INITIALIZER");
     chorus::NcclGroupOptions options;
     options.group = chorus::capi::group_options(c.name, c.timeout_ms, fn);
     options.device = c.device;
@@ -129,7 +131,8 @@ chorus_result_t chorus_group_abort(chorus_group_t* group, const char* reason) {
   static const char* fn = "chorus_group_abort";
   return guarded(fn, [&] {
     require(group, fn, "group");
-    group->group->abort(reason != nullptr ? reason : "aborted through the C ABI (chorus_group_abort)");
+    group->group->abort(reason != nullptr ? reason
+                                          : "aborted through the C ABI (chorus_group_abort)");
   });
 }
 

@@ -28,8 +28,9 @@ chorus_result_t chorus_init_from_env(const chorus_init_config_t* config, chorus_
     } else if (backend_value == CHORUS_BACKEND_NCCL) {
       backend = chorus::Backend::nccl;
     } else {
-      throw chorus::InvalidArgument(fmt::format(
-          "{}: config.backend is {}; use CHORUS_BACKEND_TCP or CHORUS_BACKEND_NCCL", fn, backend_value));
+      throw chorus::InvalidArgument(
+          fmt::format("{}: config.backend is {}; use CHORUS_BACKEND_TCP or CHORUS_BACKEND_NCCL", fn,
+                      backend_value));
     }
     chorus::GroupOptions g;
     if (c.name != nullptr) {

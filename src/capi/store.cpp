@@ -9,7 +9,8 @@
 namespace chorus::capi {
 namespace {
 
-std::vector<std::string> key_list(const char* const* keys, std::size_t num_keys, const char* function) {
+std::vector<std::string> key_list(const char* const* keys, std::size_t num_keys,
+                                  const char* function) {
   if (num_keys > 0) {
     require(keys, function, "keys");
   }
@@ -17,7 +18,8 @@ std::vector<std::string> key_list(const char* const* keys, std::size_t num_keys,
   out.reserve(num_keys);
   for (std::size_t i = 0; i < num_keys; ++i) {
     if (keys[i] == nullptr) {
-      throw InvalidArgument(fmt::format("{}: keys[{}] is NULL; every key must be a C string", function, i));
+      throw InvalidArgument(
+          fmt::format("{}: keys[{}] is NULL; every key must be a C string", function, i));
     }
     out.emplace_back(keys[i]);
   }
@@ -36,14 +38,15 @@ using chorus::capi::require;
 
 extern "C" {
 
-chorus_result_t chorus_tcp_store_create(const chorus_tcp_store_config_t* config, chorus_store_t** store) {
+chorus_result_t chorus_tcp_store_create(const chorus_tcp_store_config_t* config,
+                                        chorus_store_t** store) {
   static const char* fn = "chorus_tcp_store_create";
   return guarded(fn, [&] {
     require(store, fn, "store (output)");
     *store = nullptr;
     const chorus_tcp_store_config_t defaults = CHORUS_TCP_STORE_CONFIG_INITIALIZER;
-    const auto c = chorus::capi::read_config(config, defaults, sizeof(chorus_tcp_store_config_t), fn,
-                                             "CHORUS_TCP_STORE_CONFIG_INITIALIZER");
+    const auto c = chorus::capi::read_config(config, defaults, sizeof(chorus_tcp_store_config_t),
+                                             fn, "CHORUS_TCP_STORE_CONFIG_INITIALIZER");
     chorus::TcpStoreOptions options;
     options.host = c.host != nullptr ? c.host : "127.0.0.1";
     options.port = c.port;
@@ -71,19 +74,22 @@ chorus_result_t chorus_hash_store_create(int64_t timeout_ms, chorus_store_t** st
   });
 }
 
-chorus_result_t chorus_file_store_create(const char* directory, int64_t timeout_ms, chorus_store_t** store) {
+chorus_result_t chorus_file_store_create(const char* directory, int64_t timeout_ms,
+                                         chorus_store_t** store) {
   static const char* fn = "chorus_file_store_create";
   return guarded(fn, [&] {
     require(store, fn, "store (output)");
     *store = nullptr;
     require(directory, fn, "directory");
     auto handle = std::make_unique<chorus_store>();
-    handle->store = chorus::make_file_store(directory, chorus::capi::timeout_from_ms(timeout_ms, fn));
+    handle->store =
+        chorus::make_file_store(directory, chorus::capi::timeout_from_ms(timeout_ms, fn));
     *store = handle.release();
   });
 }
 
-chorus_result_t chorus_prefix_store_create(const char* prefix, chorus_store_t* base, chorus_store_t** store) {
+chorus_result_t chorus_prefix_store_create(const char* prefix, chorus_store_t* base,
+                                           chorus_store_t** store) {
   static const char* fn = "chorus_prefix_store_create";
   return guarded(fn, [&] {
     require(store, fn, "store (output)");
@@ -115,7 +121,8 @@ void chorus_store_free(chorus_store_t* store) {
   delete store;
 }
 
-chorus_result_t chorus_store_set(chorus_store_t* store, const char* key, const void* value, size_t length) {
+chorus_result_t chorus_store_set(chorus_store_t* store, const char* key, const void* value,
+                                 size_t length) {
   static const char* fn = "chorus_store_set";
   return guarded(fn, [&] {
     auto& s = chorus::capi::store_of(store, fn);
@@ -128,8 +135,8 @@ chorus_result_t chorus_store_set(chorus_store_t* store, const char* key, const v
   });
 }
 
-chorus_result_t chorus_store_get(chorus_store_t* store, const char* key, int64_t timeout_ms, void** value,
-                                 size_t* length) {
+chorus_result_t chorus_store_get(chorus_store_t* store, const char* key, int64_t timeout_ms,
+                                 void** value, size_t* length) {
   static const char* fn = "chorus_store_get";
   return guarded(fn, [&] {
     auto& s = chorus::capi::store_of(store, fn);
@@ -152,7 +159,8 @@ chorus_result_t chorus_store_get(chorus_store_t* store, const char* key, int64_t
   });
 }
 
-chorus_result_t chorus_store_add(chorus_store_t* store, const char* key, int64_t delta, int64_t* result) {
+chorus_result_t chorus_store_add(chorus_store_t* store, const char* key, int64_t delta,
+                                 int64_t* result) {
   static const char* fn = "chorus_store_add";
   return guarded(fn, [&] {
     auto& s = chorus::capi::store_of(store, fn);
@@ -169,11 +177,13 @@ chorus_result_t chorus_store_wait(chorus_store_t* store, const char* const* keys
   static const char* fn = "chorus_store_wait";
   return guarded(fn, [&] {
     auto& s = chorus::capi::store_of(store, fn);
-    s.wait(chorus::capi::key_list(keys, num_keys, fn), chorus::capi::timeout_from_ms(timeout_ms, fn));
+    s.wait(chorus::capi::key_list(keys, num_keys, fn),
+           chorus::capi::timeout_from_ms(timeout_ms, fn));
   });
 }
 
-chorus_result_t chorus_store_check(chorus_store_t* store, const char* const* keys, size_t num_keys, int* exists) {
+chorus_result_t chorus_store_check(chorus_store_t* store, const char* const* keys, size_t num_keys,
+                                   int* exists) {
   static const char* fn = "chorus_store_check";
   return guarded(fn, [&] {
     auto& s = chorus::capi::store_of(store, fn);
@@ -210,8 +220,8 @@ chorus_result_t chorus_store_server_create(const chorus_store_server_config_t* c
     require(server, fn, "server (output)");
     *server = nullptr;
     const chorus_store_server_config_t defaults = CHORUS_STORE_SERVER_CONFIG_INITIALIZER;
-    const auto c = chorus::capi::read_config(config, defaults, sizeof(chorus_store_server_config_t), fn,
-                                             "CHORUS_STORE_SERVER_CONFIG_INITIALIZER");
+    const auto c = chorus::capi::read_config(config, defaults, sizeof(chorus_store_server_config_t),
+                                             fn, "CHORUS_STORE_SERVER_CONFIG_INITIALIZER");
     chorus::TcpStoreServerOptions options;
     options.host = c.host != nullptr ? c.host : "0.0.0.0";
     options.port = c.port;

@@ -13,7 +13,8 @@
 
 namespace chorus {
 
-[[noreturn]] void fail_internal(const char* file, int line, const char* cond, const std::string& msg);
+[[noreturn]] void fail_internal(const char* file, int line, const char* cond,
+                                const std::string& msg);
 
 // Throws InvalidArgument with the formatted message when cond is false. Formats only on failure.
 template <class... Args>
@@ -26,9 +27,9 @@ inline void check_arg(bool cond, fmt::format_string<Args...> format, Args&&... a
 }  // namespace chorus
 
 // A broken invariant is a chorus bug: Error{internal} naming file, line and condition.
-#define CHORUS_CHECK(cond, ...)                                                 \
-  do {                                                                          \
-    if (!(cond)) [[unlikely]] {                                                 \
+#define CHORUS_CHECK(cond, ...)                                                     \
+  do {                                                                              \
+    if (!(cond)) [[unlikely]] {                                                     \
       ::chorus::fail_internal(__FILE__, __LINE__, #cond, fmt::format(__VA_ARGS__)); \
-    }                                                                           \
+    }                                                                               \
   } while (0)

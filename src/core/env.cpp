@@ -103,8 +103,8 @@ LogLevel debug_level() {
   if (upper == "TRACE") {
     return LogLevel::trace;
   }
-  throw InvalidArgument(
-      fmt::format("CHORUS_DEBUG='{}' is not one of NONE, WARN, INFO, TRACE; unset it or pick one", *text));
+  throw InvalidArgument(fmt::format(
+      "CHORUS_DEBUG='{}' is not one of NONE, WARN, INFO, TRACE; unset it or pick one", *text));
 }
 
 std::optional<std::string> socket_ifname() { return get("CHORUS_SOCKET_IFNAME"); }

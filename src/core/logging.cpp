@@ -2,8 +2,8 @@
 // Log line formatting and the sink: "host:pid:tid chorus [ctx] LEVEL SUBSYS message".
 #include "core/logging.hpp"
 
-#include <unistd.h>
 #include <sys/syscall.h>
+#include <unistd.h>
 
 #include <cstdio>
 #include <mutex>
@@ -20,8 +20,9 @@ int initial_level() noexcept {
   } catch (...) {
     // A bad CHORUS_DEBUG must not crash static initialization; it is reported at first use of
     // the environment by init_from_env. Fall back to WARN.
-    std::fputs("chorus: CHORUS_DEBUG has an invalid value (use NONE, WARN, INFO or TRACE); using WARN\n",
-               stderr);
+    std::fputs(
+        "chorus: CHORUS_DEBUG has an invalid value (use NONE, WARN, INFO or TRACE); using WARN\n",
+        stderr);
     return static_cast<int>(LogLevel::warn);
   }
 }
@@ -74,7 +75,8 @@ const char* to_string(Subsys s) noexcept {
 
 void set_thread_context(std::string context) { t_context = std::move(context); }
 
-void emit(LogLevel level, Subsys subsys, const char* file, int line, std::string_view msg) noexcept {
+void emit(LogLevel level, Subsys subsys, const char* file, int line,
+          std::string_view msg) noexcept {
   try {
     static const std::string host = [] {
       char name[256] = {};

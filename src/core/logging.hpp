@@ -42,11 +42,11 @@ void set_thread_context(std::string context);
 
 }  // namespace chorus::log
 
-#define CHORUS_LOG_AT(level, subsys, ...)                                                    \
-  do {                                                                                       \
-    if (::chorus::log::enabled(level)) {                                                     \
+#define CHORUS_LOG_AT(level, subsys, ...)                                                          \
+  do {                                                                                             \
+    if (::chorus::log::enabled(level)) {                                                           \
       ::chorus::log::write(level, ::chorus::log::Subsys::subsys, __FILE__, __LINE__, __VA_ARGS__); \
-    }                                                                                        \
+    }                                                                                              \
   } while (0)
 #define CHORUS_WARN(subsys, ...) CHORUS_LOG_AT(::chorus::LogLevel::warn, subsys, __VA_ARGS__)
 #define CHORUS_INFO(subsys, ...) CHORUS_LOG_AT(::chorus::LogLevel::info, subsys, __VA_ARGS__)

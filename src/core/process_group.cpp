@@ -69,8 +69,9 @@ void ProcessGroup::check_device(const Tensor& t, const char* what, const char* o
         backend_name(), to_string(device().type), device().index));
   }
   if (t.data() == nullptr) {
-    throw InvalidArgument(fmt::format("{} on rank {}/{} [{}]: {} has {} elements but a null data pointer",
-                                      op_name, rank_, size_, name_, what, t.count()));
+    throw InvalidArgument(
+        fmt::format("{} on rank {}/{} [{}]: {} has {} elements but a null data pointer", op_name,
+                    rank_, size_, name_, what, t.count()));
   }
 }
 
@@ -90,12 +91,12 @@ OpCall ProcessGroup::begin(const char* name, const std::optional<Duration>& time
   return call;
 }
 
-#define CHORUS_ARG_CHECK(cond, ...)                                                          \
-  do {                                                                                       \
-    if (!(cond)) {                                                                           \
+#define CHORUS_ARG_CHECK(cond, ...)                                                           \
+  do {                                                                                        \
+    if (!(cond)) {                                                                            \
       throw InvalidArgument(fmt::format("{} on rank {}/{} [{}]: {}", call.name, rank_, size_, \
-                                        name_, fmt::format(__VA_ARGS__)));                   \
-    }                                                                                        \
+                                        name_, fmt::format(__VA_ARGS__)));                    \
+    }                                                                                         \
   } while (0)
 
 namespace {
@@ -106,12 +107,15 @@ struct PreCall {
 };
 }  // namespace
 
-std::shared_ptr<Work> ProcessGroup::allreduce(Tensor in, Tensor out, const AllreduceOptions& options) {
+std::shared_ptr<Work> ProcessGroup::allreduce(Tensor in, Tensor out,
+                                              const AllreduceOptions& options) {
   const PreCall call{"allreduce"};
   CHORUS_ARG_CHECK(in.count() == out.count() && in.dtype() == out.dtype(),
-                   "output ({}) must match input ({}) in count and dtype", describe(out), describe(in));
-  CHORUS_ARG_CHECK(in.same_view(out) || !in.overlaps(out),
-                   "out-of-place input and output overlap; pass the same tensor twice for in-place");
+                   "output ({}) must match input ({}) in count and dtype", describe(out),
+                   describe(in));
+  CHORUS_ARG_CHECK(
+      in.same_view(out) || !in.overlaps(out),
+      "out-of-place input and output overlap; pass the same tensor twice for in-place");
   check_device(in, "input", call.name);
   check_device(out, "output", call.name);
   const std::lock_guard issue(issue_mu_);
@@ -119,12 +123,15 @@ std::shared_ptr<Work> ProcessGroup::allreduce(Tensor in, Tensor out, const Allre
   return do_allreduce(in, out, options.op, op);
 }
 
-std::shared_ptr<Work> ProcessGroup::allgather(Tensor in, Tensor out, const CollectiveOptions& options) {
+std::shared_ptr<Work> ProcessGroup::allgather(Tensor in, Tensor out,
+                                              const CollectiveOptions& options) {
   const PreCall call{"allgather"};
-  CHORUS_ARG_CHECK(in.dtype() == out.dtype() && out.count() == in.count() * static_cast<std::size_t>(size_),
-                   "output ({}) must hold size {} x input ({})", describe(out), size_, describe(in));
-  const bool in_place = in.count() > 0 &&
-                        in.same_view(out.slice(static_cast<std::size_t>(rank_) * in.count(), in.count()));
+  CHORUS_ARG_CHECK(
+      in.dtype() == out.dtype() && out.count() == in.count() * static_cast<std::size_t>(size_),
+      "output ({}) must hold size {} x input ({})", describe(out), size_, describe(in));
+  const bool in_place =
+      in.count() > 0 &&
+      in.same_view(out.slice(static_cast<std::size_t>(rank_) * in.count(), in.count()));
   CHORUS_ARG_CHECK(in_place || !in.overlaps(out),
                    "input overlaps output; for in-place pass output.slice(rank * n, n) as input");
   check_device(in, "input", call.name);
@@ -137,10 +144,12 @@ std::shared_ptr<Work> ProcessGroup::allgather(Tensor in, Tensor out, const Colle
 std::shared_ptr<Work> ProcessGroup::reduce_scatter(Tensor in, Tensor out,
                                                    const ReduceScatterOptions& options) {
   const PreCall call{"reduce_scatter"};
-  CHORUS_ARG_CHECK(in.dtype() == out.dtype() && in.count() == out.count() * static_cast<std::size_t>(size_),
-                   "input ({}) must hold size {} x output ({})", describe(in), size_, describe(out));
-  const bool in_place = out.count() > 0 &&
-                        out.same_view(in.slice(static_cast<std::size_t>(rank_) * out.count(), out.count()));
+  CHORUS_ARG_CHECK(
+      in.dtype() == out.dtype() && in.count() == out.count() * static_cast<std::size_t>(size_),
+      "input ({}) must hold size {} x output ({})", describe(in), size_, describe(out));
+  const bool in_place =
+      out.count() > 0 &&
+      out.same_view(in.slice(static_cast<std::size_t>(rank_) * out.count(), out.count()));
   CHORUS_ARG_CHECK(in_place || !in.overlaps(out),
                    "output overlaps input; for in-place pass input.slice(rank * n, n) as output");
   check_device(in, "input", call.name);
@@ -167,8 +176,9 @@ std::shared_ptr<Work> ProcessGroup::reduce(Tensor in, Tensor out, const ReduceOp
   if (rank_ == options.root) {
     CHORUS_ARG_CHECK(in.count() == out.count() && in.dtype() == out.dtype(),
                      "output ({}) on the root must match input ({})", describe(out), describe(in));
-    CHORUS_ARG_CHECK(in.same_view(out) || !in.overlaps(out),
-                     "out-of-place input and output overlap; pass the same tensor twice for in-place");
+    CHORUS_ARG_CHECK(
+        in.same_view(out) || !in.overlaps(out),
+        "out-of-place input and output overlap; pass the same tensor twice for in-place");
   }
   check_device(in, "input", call.name);
   if (rank_ == options.root) {
@@ -184,11 +194,13 @@ std::shared_ptr<Work> ProcessGroup::gather(Tensor in, Tensor out, const RootOpti
   CHORUS_ARG_CHECK(options.root >= 0 && options.root < size_, "root {} is not a rank in [0, {})",
                    options.root, size_);
   if (rank_ == options.root) {
-    CHORUS_ARG_CHECK(in.dtype() == out.dtype() && out.count() == in.count() * static_cast<std::size_t>(size_),
-                     "output ({}) on the root must hold size {} x input ({})", describe(out), size_,
-                     describe(in));
-    const bool in_place = in.count() > 0 &&
-                          in.same_view(out.slice(static_cast<std::size_t>(rank_) * in.count(), in.count()));
+    CHORUS_ARG_CHECK(
+        in.dtype() == out.dtype() && out.count() == in.count() * static_cast<std::size_t>(size_),
+        "output ({}) on the root must hold size {} x input ({})", describe(out), size_,
+        describe(in));
+    const bool in_place =
+        in.count() > 0 &&
+        in.same_view(out.slice(static_cast<std::size_t>(rank_) * in.count(), in.count()));
     CHORUS_ARG_CHECK(in_place || !in.overlaps(out), "input overlaps output on the root");
   }
   check_device(in, "input", call.name);
@@ -205,11 +217,13 @@ std::shared_ptr<Work> ProcessGroup::scatter(Tensor in, Tensor out, const RootOpt
   CHORUS_ARG_CHECK(options.root >= 0 && options.root < size_, "root {} is not a rank in [0, {})",
                    options.root, size_);
   if (rank_ == options.root) {
-    CHORUS_ARG_CHECK(in.dtype() == out.dtype() && in.count() == out.count() * static_cast<std::size_t>(size_),
-                     "input ({}) on the root must hold size {} x output ({})", describe(in), size_,
-                     describe(out));
-    const bool in_place = out.count() > 0 &&
-                          out.same_view(in.slice(static_cast<std::size_t>(rank_) * out.count(), out.count()));
+    CHORUS_ARG_CHECK(
+        in.dtype() == out.dtype() && in.count() == out.count() * static_cast<std::size_t>(size_),
+        "input ({}) on the root must hold size {} x output ({})", describe(in), size_,
+        describe(out));
+    const bool in_place =
+        out.count() > 0 &&
+        out.same_view(in.slice(static_cast<std::size_t>(rank_) * out.count(), out.count()));
     CHORUS_ARG_CHECK(in_place || !in.overlaps(out), "output overlaps input on the root");
   }
   if (rank_ == options.root) {
@@ -221,14 +235,16 @@ std::shared_ptr<Work> ProcessGroup::scatter(Tensor in, Tensor out, const RootOpt
   return do_scatter(in, out, options.root, op);
 }
 
-std::shared_ptr<Work> ProcessGroup::all_to_all(Tensor in, Tensor out, const CollectiveOptions& options) {
+std::shared_ptr<Work> ProcessGroup::all_to_all(Tensor in, Tensor out,
+                                               const CollectiveOptions& options) {
   const PreCall call{"all_to_all"};
   CHORUS_ARG_CHECK(in.count() == out.count() && in.dtype() == out.dtype(),
                    "output ({}) must match input ({})", describe(out), describe(in));
   CHORUS_ARG_CHECK(in.count() % static_cast<std::size_t>(size_) == 0,
                    "count {} is not divisible by the group size {}", in.count(), size_);
-  CHORUS_ARG_CHECK(in.same_view(out) || !in.overlaps(out),
-                   "out-of-place input and output overlap; pass the same tensor twice for in-place");
+  CHORUS_ARG_CHECK(
+      in.same_view(out) || !in.overlaps(out),
+      "out-of-place input and output overlap; pass the same tensor twice for in-place");
   check_device(in, "input", call.name);
   check_device(out, "output", call.name);
   const std::lock_guard issue(issue_mu_);
@@ -256,8 +272,8 @@ std::shared_ptr<Work> ProcessGroup::send(Tensor tensor, int dst, std::uint32_t t
 std::shared_ptr<Work> ProcessGroup::recv(Tensor tensor, int src, std::uint32_t tag,
                                          const CollectiveOptions& options) {
   const PreCall call{"recv"};
-  CHORUS_ARG_CHECK(src >= 0 && src < size_ && src != rank_, "source {} is not another rank in [0, {})",
-                   src, size_);
+  CHORUS_ARG_CHECK(src >= 0 && src < size_ && src != rank_,
+                   "source {} is not another rank in [0, {})", src, size_);
   check_device(tensor, "tensor", call.name);
   const std::lock_guard issue(issue_mu_);
   OpCall op = begin(call.name, options.timeout, false);

@@ -114,7 +114,8 @@ void run_native(void* dst, const void* a, const void* b, std::size_t n, T div) {
 }
 
 template <class T>
-void dispatch_native(void* dst, const void* a, const void* b, std::size_t n, ReduceOp op, int divisor) {
+void dispatch_native(void* dst, const void* a, const void* b, std::size_t n, ReduceOp op,
+                     int divisor) {
   const T div = static_cast<T>(divisor > 0 ? divisor : 1);
   switch (op) {
     case ReduceOp::sum:
@@ -166,7 +167,8 @@ void run_half(void* dst, const void* a, const void* b, std::size_t n, float div)
 }
 
 template <class Codec>
-void dispatch_half(void* dst, const void* a, const void* b, std::size_t n, ReduceOp op, int divisor) {
+void dispatch_half(void* dst, const void* a, const void* b, std::size_t n, ReduceOp op,
+                   int divisor) {
   const float div = static_cast<float>(divisor > 0 ? divisor : 1);
   switch (op) {
     case ReduceOp::sum:

@@ -13,7 +13,8 @@ constexpr std::uint32_t kMagic = 0x47534843;  // "CHSG" little-endian
 constexpr std::uint8_t kVersion = 1;
 
 bool has_root(OpKind k) {
-  return k == OpKind::broadcast || k == OpKind::reduce || k == OpKind::gather || k == OpKind::scatter;
+  return k == OpKind::broadcast || k == OpKind::reduce || k == OpKind::gather ||
+         k == OpKind::scatter;
 }
 bool has_redop(OpKind k) {
   return k == OpKind::allreduce || k == OpKind::reduce_scatter || k == OpKind::reduce;

@@ -28,19 +28,21 @@ std::size_t element_size(DataType dtype) noexcept {
 }
 
 bool is_floating(DataType dtype) noexcept {
-  return dtype == DataType::float16 || dtype == DataType::bfloat16 ||
-         dtype == DataType::float32 || dtype == DataType::float64;
+  return dtype == DataType::float16 || dtype == DataType::bfloat16 || dtype == DataType::float32 ||
+         dtype == DataType::float64;
 }
 
 const char* to_string(DataType dtype) noexcept {
   static constexpr std::array<const char*, kNumDataTypes> kNames = {
-      "int8", "uint8", "int32", "uint32", "int64", "uint64", "float16", "bfloat16", "float32", "float64"};
+      "int8",   "uint8",   "int32",    "uint32",  "int64",
+      "uint64", "float16", "bfloat16", "float32", "float64"};
   const auto i = static_cast<std::size_t>(dtype);
   return i < kNames.size() ? kNames[i] : "?";
 }
 
 const char* to_string(ReduceOp op) noexcept {
-  static constexpr std::array<const char*, kNumReduceOps> kNames = {"sum", "prod", "min", "max", "avg"};
+  static constexpr std::array<const char*, kNumReduceOps> kNames = {"sum", "prod", "min", "max",
+                                                                    "avg"};
   const auto i = static_cast<std::size_t>(op);
   return i < kNames.size() ? kNames[i] : "?";
 }

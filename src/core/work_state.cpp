@@ -34,8 +34,8 @@ bool WorkState::complete(std::exception_ptr error) noexcept {
     try {
       fn(*this);
     } catch (const std::exception& e) {
-      CHORUS_WARN(coll, "a then() callback of {} (seq {}) threw and was ignored: {}", op_name_, seq_,
-                  e.what());
+      CHORUS_WARN(coll, "a then() callback of {} (seq {}) threw and was ignored: {}", op_name_,
+                  seq_, e.what());
     } catch (...) {
       CHORUS_WARN(coll, "a then() callback of {} (seq {}) threw and was ignored", op_name_, seq_);
     }

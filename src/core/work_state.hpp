@@ -42,8 +42,8 @@ class WorkState : public Work {
   std::uint64_t seq_;
   mutable std::mutex mu_;
   std::condition_variable cv_;
-  bool done_ = false;                                // guarded by mu_
-  std::exception_ptr error_;                         // guarded by mu_; immutable once done_
+  bool done_ = false;                                  // guarded by mu_
+  std::exception_ptr error_;                           // guarded by mu_; immutable once done_
   std::vector<std::function<void(Work&)>> callbacks_;  // guarded by mu_
 };
 

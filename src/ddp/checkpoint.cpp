@@ -41,15 +41,17 @@ struct FileCloser {
 using File = std::unique_ptr<std::FILE, FileCloser>;
 
 [[noreturn]] void io_error(const char* what, const std::string& path, int err) {
-  throw InvalidArgument(fmt::format("checkpoint: cannot {} '{}': {}; check that the directory exists, "
-                                    "is writable/readable by every rank and the disk is not full",
-                                    what, path, std::strerror(err)));
+  throw InvalidArgument(
+      fmt::format("checkpoint: cannot {} '{}': {}; check that the directory exists, "
+                  "is writable/readable by every rank and the disk is not full",
+                  what, path, std::strerror(err)));
 }
 
 void check_cpu(const Tensor& t, const char* fn) {
   if (!t.is_cpu()) {
-    throw InvalidArgument(fmt::format("{}: the tensor is on cuda:{}; checkpoints take CPU tensors (copy to host first)",
-                                      fn, t.device().index));
+    throw InvalidArgument(fmt::format(
+        "{}: the tensor is on cuda:{}; checkpoints take CPU tensors (copy to host first)", fn,
+        t.device().index));
   }
   if (t.count() > 0 && t.data() == nullptr) {
     throw InvalidArgument(fmt::format("{}: the tensor has {} elements but no data", fn, t.count()));
@@ -94,12 +96,15 @@ void load_checkpoint(const std::string& path, Tensor data) {
     io_error("open", path, errno);
   }
   Header h{};
-  if (std::fread(&h, sizeof h, 1, f.get()) != 1 || std::memcmp(h.magic, kMagic, sizeof kMagic) != 0) {
-    throw InvalidArgument(fmt::format("load_checkpoint: '{}' is not a chorus checkpoint (bad or short header)", path));
+  if (std::fread(&h, sizeof h, 1, f.get()) != 1 ||
+      std::memcmp(h.magic, kMagic, sizeof kMagic) != 0) {
+    throw InvalidArgument(fmt::format(
+        "load_checkpoint: '{}' is not a chorus checkpoint (bad or short header)", path));
   }
   if (h.version != kFormatVersion) {
-    throw InvalidArgument(fmt::format("load_checkpoint: '{}' has format version {}; this chorus reads version {}",
-                                      path, h.version, kFormatVersion));
+    throw InvalidArgument(
+        fmt::format("load_checkpoint: '{}' has format version {}; this chorus reads version {}",
+                    path, h.version, kFormatVersion));
   }
   if (h.dtype != static_cast<std::uint32_t>(data.dtype()) || h.count != data.count()) {
     const char* file_dtype = h.dtype < static_cast<std::uint32_t>(kNumDataTypes)
@@ -111,11 +116,12 @@ void load_checkpoint(const std::string& path, Tensor data) {
         path, h.count, file_dtype, data.count(), to_string(data.dtype())));
   }
   if (data.nbytes() > 0 && std::fread(data.data(), data.nbytes(), 1, f.get()) != 1) {
-    throw InvalidArgument(fmt::format("load_checkpoint: '{}' is truncated (expected {} payload bytes)", path,
-                                      data.nbytes()));
+    throw InvalidArgument(fmt::format(
+        "load_checkpoint: '{}' is truncated (expected {} payload bytes)", path, data.nbytes()));
   }
   if (fnv1a(data.data(), data.nbytes()) != h.checksum) {
-    throw InvalidArgument(fmt::format("load_checkpoint: '{}' is corrupt (checksum mismatch); save it again", path));
+    throw InvalidArgument(
+        fmt::format("load_checkpoint: '{}' is corrupt (checksum mismatch); save it again", path));
   }
 }
 

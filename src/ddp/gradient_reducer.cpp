@@ -21,12 +21,12 @@ namespace chorus::ddp {
 
 struct Bucket {
   DataType dtype = DataType::float32;
-  std::vector<std::size_t> grads;        // indices into grads_, packing order
-  std::vector<std::size_t> offsets;      // element offset of each grad in buffer
-  std::vector<std::uint8_t> buffer;      // the flat tensor that is allreduced
-  std::size_t count = 0;                 // elements
-  std::size_t pending = 0;               // grads not yet marked this step
-  std::shared_ptr<Work> work;            // in flight this step, else null
+  std::vector<std::size_t> grads;    // indices into grads_, packing order
+  std::vector<std::size_t> offsets;  // element offset of each grad in buffer
+  std::vector<std::uint8_t> buffer;  // the flat tensor that is allreduced
+  std::size_t count = 0;             // elements
+  std::size_t pending = 0;           // grads not yet marked this step
+  std::shared_ptr<Work> work;        // in flight this step, else null
 };
 
 class GradientReducer::Impl {
@@ -37,7 +37,8 @@ class GradientReducer::Impl {
       throw InvalidArgument("GradientReducer: the process group is null");
     }
     if (options_.bucket_bytes == 0) {
-      throw InvalidArgument("GradientReducer: bucket_bytes is 0; use a positive size (default 25 MiB)");
+      throw InvalidArgument(
+          "GradientReducer: bucket_bytes is 0; use a positive size (default 25 MiB)");
     }
     for (std::size_t i = 0; i < grads_.size(); ++i) {
       const Tensor& g = grads_[i];
@@ -48,15 +49,18 @@ class GradientReducer::Impl {
             i, g.device().index));
       }
       if (g.dtype() != DataType::float32 && g.dtype() != DataType::float64) {
-        throw InvalidArgument(fmt::format(
-            "GradientReducer: gradient {} is {}; gradients must be float32 or float64", i, to_string(g.dtype())));
+        throw InvalidArgument(
+            fmt::format("GradientReducer: gradient {} is {}; gradients must be float32 or float64",
+                        i, to_string(g.dtype())));
       }
       if (g.count() > 0 && g.data() == nullptr) {
-        throw InvalidArgument(fmt::format("GradientReducer: gradient {} has {} elements but no data", i, g.count()));
+        throw InvalidArgument(
+            fmt::format("GradientReducer: gradient {} has {} elements but no data", i, g.count()));
       }
       for (std::size_t j = 0; j < i; ++j) {
         if (g.overlaps(grads_[j])) {
-          throw InvalidArgument(fmt::format("GradientReducer: gradients {} and {} overlap in memory", j, i));
+          throw InvalidArgument(
+              fmt::format("GradientReducer: gradients {} and {} overlap in memory", j, i));
         }
       }
     }
@@ -85,7 +89,8 @@ class GradientReducer::Impl {
       auto it = open.find(g.dtype());
       if (it != open.end()) {
         Bucket& b = buckets_[it->second];
-        if (b.count > 0 && (b.count + g.count()) * element_size(g.dtype()) > options_.bucket_bytes) {
+        if (b.count > 0 &&
+            (b.count + g.count()) * element_size(g.dtype()) > options_.bucket_bytes) {
           open.erase(it);
           it = open.end();
         }
@@ -115,8 +120,9 @@ class GradientReducer::Impl {
 
   void mark_ready(std::size_t index) {
     if (index >= grads_.size()) {
-      throw InvalidArgument(fmt::format("GradientReducer::mark_ready: index {} is out of range (have {} gradients)",
-                                        index, grads_.size()));
+      throw InvalidArgument(
+          fmt::format("GradientReducer::mark_ready: index {} is out of range (have {} gradients)",
+                      index, grads_.size()));
     }
     if (marked_[index]) {
       throw InvalidArgument(fmt::format(
@@ -135,7 +141,8 @@ class GradientReducer::Impl {
     marked_[index] = true;
     const Tensor& g = grads_[index];
     if (g.nbytes() > 0) {
-      std::memcpy(b.buffer.data() + b.offsets[position_[index]] * element_size(b.dtype), g.data(), g.nbytes());
+      std::memcpy(b.buffer.data() + b.offsets[position_[index]] * element_size(b.dtype), g.data(),
+                  g.nbytes());
     }
     --b.pending;
     launch_ready();
@@ -208,7 +215,8 @@ class GradientReducer::Impl {
         scale_into(static_cast<float*>(g.data()), reinterpret_cast<const float*>(src), g.count(),
                    static_cast<float>(scale));
       } else {
-        scale_into(static_cast<double*>(g.data()), reinterpret_cast<const double*>(src), g.count(), scale);
+        scale_into(static_cast<double*>(g.data()), reinterpret_cast<const double*>(src), g.count(),
+                   scale);
       }
     }
   }
@@ -249,7 +257,8 @@ void GradientReducer::finish() { impl_->finish(); }
 
 void GradientReducer::set_divisor(std::optional<double> divisor) {
   if (divisor && !(*divisor > 0.0)) {
-    throw InvalidArgument(fmt::format("GradientReducer::set_divisor: divisor must be positive, got {}", *divisor));
+    throw InvalidArgument(
+        fmt::format("GradientReducer::set_divisor: divisor must be positive, got {}", *divisor));
   }
   impl_->divisor_ = divisor;
 }
@@ -259,8 +268,9 @@ std::size_t GradientReducer::num_buckets() const noexcept { return impl_->bucket
 
 const std::vector<std::size_t>& GradientReducer::bucket_grads(std::size_t bucket) const {
   if (bucket >= impl_->buckets_.size()) {
-    throw InvalidArgument(fmt::format("GradientReducer::bucket_grads: bucket {} is out of range (have {})", bucket,
-                                      impl_->buckets_.size()));
+    throw InvalidArgument(
+        fmt::format("GradientReducer::bucket_grads: bucket {} is out of range (have {})", bucket,
+                    impl_->buckets_.size()));
   }
   return impl_->buckets_[bucket].grads;
 }

@@ -19,7 +19,8 @@ Join::Join(GradientReducer& reducer, JoinOptions options) : reducer_(reducer), o
 int Join::exchange_active_flag(int flag) {
   std::int32_t value = flag;
   reducer_.group()
-      .allreduce(Tensor::of(&value, 1), AllreduceOptions{.op = ReduceOp::sum, .timeout = options_.timeout})
+      .allreduce(Tensor::of(&value, 1),
+                 AllreduceOptions{.op = ReduceOp::sum, .timeout = options_.timeout})
       ->wait();
   active_ranks_ = value;
   if (!options_.divide_by_initial_world_size && value > 0) {
@@ -31,19 +32,22 @@ int Join::exchange_active_flag(int flag) {
 }
 
 namespace {
-[[noreturn]] void throw_early(const ProcessGroup& g, int active, std::uint64_t step, bool this_rank_out) {
+[[noreturn]] void throw_early(const ProcessGroup& g, int active, std::uint64_t step,
+                              bool this_rank_out) {
   ErrorContext ctx;
   ctx.rank = g.rank();
   ctx.size = g.size();
   ctx.group = g.name();
   ctx.op = "ddp.join";
-  throw EarlyTermination(fmt::format(
-      "Join on rank {}/{} [{}]: {} at step {} ({} of {} ranks still have data) and "
-      "throw_on_early_termination is set, so every rank stops here; give every rank the same "
-      "number of batches (DistributedSampler with drop_last) or turn the option off to train on "
-      "uneven inputs",
-      g.rank(), g.size(), g.name(), this_rank_out ? "this rank ran out of data" : "a rank ran out of data",
-      step, active, g.size()),
+  throw EarlyTermination(
+      fmt::format(
+          "Join on rank {}/{} [{}]: {} at step {} ({} of {} ranks still have data) and "
+          "throw_on_early_termination is set, so every rank stops here; give every rank the same "
+          "number of batches (DistributedSampler with drop_last) or turn the option off to train on "
+          "uneven inputs",
+          g.rank(), g.size(), g.name(),
+          this_rank_out ? "this rank ran out of data" : "a rank ran out of data", step, active,
+          g.size()),
       std::move(ctx));
 }
 }  // namespace

@@ -33,7 +33,8 @@ struct SplitMix64 {
 
 }  // namespace
 
-std::vector<std::size_t> seeded_permutation(std::size_t n, std::uint64_t seed, std::uint64_t epoch) {
+std::vector<std::size_t> seeded_permutation(std::size_t n, std::uint64_t seed,
+                                            std::uint64_t epoch) {
   std::vector<std::size_t> order(n);
   std::iota(order.begin(), order.end(), std::size_t{0});
   // Mix (seed, epoch) so that nearby pairs give unrelated streams.

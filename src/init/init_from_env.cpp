@@ -35,7 +35,8 @@ std::optional<Backend> parse_backend(std::string_view name) noexcept {
   return std::nullopt;
 }
 
-std::shared_ptr<Store> store_from_launch(const LaunchInfo& launch, std::optional<Duration> timeout) {
+std::shared_ptr<Store> store_from_launch(const LaunchInfo& launch,
+                                         std::optional<Duration> timeout) {
   // One process with no store named: nothing to rendezvous with, so no port is bound.
   if (launch.world_size == 1 && !launch.store_exists) {
     return make_hash_store(timeout);

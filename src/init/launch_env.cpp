@@ -309,8 +309,7 @@ void parse_openmpi(LaunchInfo& info) {
       source = "OMPI_MCA_orte_hnp_uri";
     }
   }
-  store_from_job(info, who, info.local_world_size == info.world_size, std::nullopt, job_id,
-                 source);
+  store_from_job(info, who, info.local_world_size == info.world_size, std::nullopt, job_id, source);
 }
 
 void parse_mpich(LaunchInfo& info) {
@@ -336,8 +335,8 @@ void parse_mpich(LaunchInfo& info) {
     job_id = std::to_string(::getppid());
     source = "the parent process id (hydra_pmi_proxy)";
   }
-  store_from_job(info, who, known_local && info.local_world_size == info.world_size,
-                 std::nullopt, job_id, source);
+  store_from_job(info, who, known_local && info.local_world_size == info.world_size, std::nullopt,
+                 job_id, source);
 }
 
 void parse_slurm(LaunchInfo& info) {
@@ -349,7 +348,8 @@ void parse_slurm(LaunchInfo& info) {
   check_rank_below("SLURM_PROCID", info.rank, size_name, info.world_size, who);
   info.local_rank = require_int("SLURM_LOCALID", 0, INT_MAX - 1, who, "SLURM_PROCID");
   info.node_rank = optional_int("SLURM_NODEID", 0, INT_MAX - 1, who, 0);
-  const char* nodes_name = env::get("SLURM_STEP_NUM_NODES") ? "SLURM_STEP_NUM_NODES" : "SLURM_NNODES";
+  const char* nodes_name =
+      env::get("SLURM_STEP_NUM_NODES") ? "SLURM_STEP_NUM_NODES" : "SLURM_NNODES";
   const int nodes = optional_int(nodes_name, 1, INT_MAX, who, 1);
   if (auto tasks = env::get("SLURM_STEP_TASKS_PER_NODE")) {
     auto local = slurm_tasks_on_node(*tasks, info.node_rank);
@@ -370,7 +370,8 @@ void parse_slurm(LaunchInfo& info) {
   check_rank_below("SLURM_LOCALID", info.local_rank, "the tasks on this node",
                    info.local_world_size, who);
   std::optional<std::string> first_host;
-  auto [nodelist, list_name] = first_set({"SLURM_STEP_NODELIST", "SLURM_JOB_NODELIST", "SLURM_NODELIST"});
+  auto [nodelist, list_name] =
+      first_set({"SLURM_STEP_NODELIST", "SLURM_JOB_NODELIST", "SLURM_NODELIST"});
   if (!nodelist.empty()) {
     first_host = first_slurm_host(nodelist);
   }
@@ -420,8 +421,9 @@ std::string shared_store_without_run_id(const LaunchInfo& info) {
       "to a value unique to this job and the same on every rank (e.g. CHORUS_RUN_ID=$(uuidgen) "
       "exported to every rank){}",
       info.rank, info.world_size, info.launcher, info.store_host, info.store_port,
-      torchrun_default ? "TORCHELASTIC_RUN_ID is torchrun's default \"none\""
-                       : "no run id names this job (no CHORUS_RUN_ID and no job id from a launcher)",
+      torchrun_default
+          ? "TORCHELASTIC_RUN_ID is torchrun's default \"none\""
+          : "no run id names this job (no CHORUS_RUN_ID and no job id from a launcher)",
       torchrun_default ? ", or pass torchrun --rdzv-id <unique id>" : "");
 }
 
@@ -436,7 +438,8 @@ LaunchInfo launch_info_from_env() {
   (void)env::default_timeout();
   info.restart_count = static_cast<int>(
       env::get_int("CHORUS_RESTART_COUNT", 0, INT_MAX, "chorusrun")
-          .value_or(env::get_int("TORCHELASTIC_RESTART_COUNT", 0, INT_MAX, "torchrun").value_or(0)));
+          .value_or(
+              env::get_int("TORCHELASTIC_RESTART_COUNT", 0, INT_MAX, "torchrun").value_or(0)));
   if (env::get("RANK") || env::get("WORLD_SIZE")) {
     init::parse_torchrun_style(info);
   } else if (env::get("OMPI_COMM_WORLD_RANK") || env::get("OMPI_COMM_WORLD_SIZE")) {

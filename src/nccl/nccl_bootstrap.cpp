@@ -50,11 +50,11 @@ ncclUniqueId NcclBootstrap::exchange_unique_id(Deadline deadline, const ErrorCon
         std::move(ctx));
   }
   if (bytes.size() != sizeof(id.internal)) {
-    throw StoreError(fmt::format("{}: the NCCL unique id in the store has {} bytes, expected {}; "
-                                 "another program wrote key '{}': use a separate store prefix",
-                                 where(context), bytes.size(), sizeof(id.internal),
-                                 key("unique_id")),
-                     context);
+    throw StoreError(
+        fmt::format("{}: the NCCL unique id in the store has {} bytes, expected {}; "
+                    "another program wrote key '{}': use a separate store prefix",
+                    where(context), bytes.size(), sizeof(id.internal), key("unique_id")),
+        context);
   }
   std::memcpy(id.internal, bytes.data(), bytes.size());
   return id;

@@ -67,10 +67,10 @@ std::string on_rank(const ErrorContext& context) {
 void throw_nccl_failure(const char* call, ncclResult_t result, ncclComm_t comm, const char* file,
                         int line, ErrorContext context) {
   // The message is built before the context is moved into the exception.
-  std::string message =
-      fmt::format("{}: {} at {}:{}; run every rank with NCCL_DEBUG=WARN (or INFO) to see NCCL's "
-                  "own report",
-                  where(context), describe_nccl_failure(call, result, comm), file_base(file), line);
+  std::string message = fmt::format(
+      "{}: {} at {}:{}; run every rank with NCCL_DEBUG=WARN (or INFO) to see NCCL's "
+      "own report",
+      where(context), describe_nccl_failure(call, result, comm), file_base(file), line);
   throw BackendError(message, std::move(context));
 }
 

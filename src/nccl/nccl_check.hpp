@@ -35,21 +35,20 @@ std::string on_rank(const ErrorContext& context);
 // ncclInProgress is not a failure: with a non-blocking communicator the caller then polls
 // ncclCommGetAsyncError (NcclComm::wait_ready). `ctx` (an ErrorContext) is evaluated only on
 // failure, so building it costs nothing on the fast path.
-#define CHORUS_NCCL_CHECK(call, comm, ctx)                                                    \
-  do {                                                                                        \
-    const ncclResult_t chorus_nccl_result_ = (call);                                          \
-    if (chorus_nccl_result_ != ncclSuccess && chorus_nccl_result_ != ncclInProgress)          \
-        [[unlikely]] {                                                                        \
-      ::chorus::nccl::throw_nccl_failure(#call, chorus_nccl_result_, (comm), __FILE__,        \
-                                         __LINE__, (ctx));                                    \
-    }                                                                                         \
+#define CHORUS_NCCL_CHECK(call, comm, ctx)                                                       \
+  do {                                                                                           \
+    const ncclResult_t chorus_nccl_result_ = (call);                                             \
+    if (chorus_nccl_result_ != ncclSuccess && chorus_nccl_result_ != ncclInProgress)             \
+        [[unlikely]] {                                                                           \
+      ::chorus::nccl::throw_nccl_failure(#call, chorus_nccl_result_, (comm), __FILE__, __LINE__, \
+                                         (ctx));                                                 \
+    }                                                                                            \
   } while (0)
 
-#define CHORUS_CUDA_CHECK(call, ctx)                                                          \
-  do {                                                                                        \
-    const cudaError_t chorus_cuda_result_ = (call);                                           \
-    if (chorus_cuda_result_ != cudaSuccess) [[unlikely]] {                                    \
-      ::chorus::nccl::throw_cuda_failure(#call, chorus_cuda_result_, __FILE__, __LINE__,      \
-                                         (ctx));                                              \
-    }                                                                                         \
+#define CHORUS_CUDA_CHECK(call, ctx)                                                             \
+  do {                                                                                           \
+    const cudaError_t chorus_cuda_result_ = (call);                                              \
+    if (chorus_cuda_result_ != cudaSuccess) [[unlikely]] {                                       \
+      ::chorus::nccl::throw_cuda_failure(#call, chorus_cuda_result_, __FILE__, __LINE__, (ctx)); \
+    }                                                                                            \
   } while (0)

@@ -219,8 +219,8 @@ std::shared_ptr<NcclComm> NcclComm::split(int color, int key, Deadline deadline,
   {
     std::lock_guard lock(mu_);
     if (state_ != State::live) {
-      throw BackendError(fmt::format("{}: the parent NCCL communicator was aborted", where(context)),
-                         context);
+      throw BackendError(
+          fmt::format("{}: the parent NCCL communicator was aborted", where(context)), context);
     }
   }
   CHORUS_NCCL_CHECK(ncclCommSplit(comm_, color, key, &raw, &config), comm_, context);

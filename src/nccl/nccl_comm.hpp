@@ -72,7 +72,8 @@ class NcclComm {
 
   // ncclCommSplit (collective over this communicator). Returns nullptr for
   // color == NCCL_SPLIT_NOCOLOR. The new communicator is non-blocking and ready on return.
-  std::shared_ptr<NcclComm> split(int color, int key, Deadline deadline, const ErrorContext& context);
+  std::shared_ptr<NcclComm> split(int color, int key, Deadline deadline,
+                                  const ErrorContext& context);
 
  private:
   enum class State { live, aborted, destroyed };

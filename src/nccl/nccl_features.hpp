@@ -9,7 +9,8 @@
 // Non-blocking communicators (ncclConfig_t.blocking, ncclCommInitRankConfig, ncclInProgress)
 // arrived in NCCL 2.14; chorus's init timeout and abort story depend on them.
 #if NCCL_VERSION_CODE < 21400
-#error "the chorus nccl backend needs NCCL >= 2.14 (non-blocking communicators); build with -Dnccl=disabled or install a newer NCCL"
+#error \
+    "the chorus nccl backend needs NCCL >= 2.14 (non-blocking communicators); build with -Dnccl=disabled or install a newer NCCL"
 #endif
 
 // bfloat16 and ncclAvg: NCCL 2.10.

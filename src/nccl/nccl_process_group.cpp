@@ -156,12 +156,12 @@ void NcclProcessGroup::check_device(const Tensor& t, const char* what, const cha
   const cudaError_t result = cudaPointerGetAttributes(&attributes, t.data());
   if (result != cudaSuccess) {
     (void)cudaGetLastError();
-    throw InvalidArgument(fmt::format("{}: {} ({} at {}) is not memory CUDA knows ({}); pass "
-                                      "device memory from cudaMalloc or your framework",
-                                      site, what, describe_cuda_failure("cudaPointerGetAttributes",
-                                                                        result),
-                                      t.data(), cudaGetErrorName(result)),
-                          ctx);
+    throw InvalidArgument(
+        fmt::format("{}: {} ({} at {}) is not memory CUDA knows ({}); pass "
+                    "device memory from cudaMalloc or your framework",
+                    site, what, describe_cuda_failure("cudaPointerGetAttributes", result), t.data(),
+                    cudaGetErrorName(result)),
+        ctx);
   }
   if (attributes.type == cudaMemoryTypeUnregistered || attributes.type == cudaMemoryTypeHost) {
     throw InvalidArgument(fmt::format("{}: {} is labeled cuda:{} but {} is host memory; the nccl "
@@ -201,8 +201,7 @@ void NcclProcessGroup::copy_async(void* dst, const void* src, std::size_t bytes,
 }
 
 template <class Enqueue>
-std::shared_ptr<Work> NcclProcessGroup::launch(const OpCall& call, OpInfo info,
-                                               Enqueue&& enqueue) {
+std::shared_ptr<Work> NcclProcessGroup::launch(const OpCall& call, OpInfo info, Enqueue&& enqueue) {
   info.name = call.name;
   info.seq = call.seq;
   info.timeout = call.timeout;
@@ -256,15 +255,15 @@ std::shared_ptr<Work> NcclProcessGroup::do_allreduce(Tensor in, Tensor out, Redu
                                                      const OpCall& call) {
   const ncclDataType_t type = nccl_type(in.dtype(), call);
   const ncclRedOp_t red = nccl_op(op, in.dtype(), call);
-  return launch(call, OpInfo{.bytes = in.nbytes(), .dtype = in.dtype(), .op = op},
-                [&](cudaStream_t stream) {
-                  if (in.count() == 0) {
-                    return;
-                  }
-                  CHORUS_NCCL_CHECK(ncclAllReduce(in.data(), out.data(), in.count(), type, red,
-                                                  comm_->get(), stream),
-                                    comm_->get(), op_context(call));
-                });
+  return launch(
+      call, OpInfo{.bytes = in.nbytes(), .dtype = in.dtype(), .op = op}, [&](cudaStream_t stream) {
+        if (in.count() == 0) {
+          return;
+        }
+        CHORUS_NCCL_CHECK(
+            ncclAllReduce(in.data(), out.data(), in.count(), type, red, comm_->get(), stream),
+            comm_->get(), op_context(call));
+      });
 }
 
 std::shared_ptr<Work> NcclProcessGroup::do_allgather(Tensor in, Tensor out, const OpCall& call) {
@@ -273,9 +272,8 @@ std::shared_ptr<Work> NcclProcessGroup::do_allgather(Tensor in, Tensor out, cons
     if (in.count() == 0) {
       return;
     }
-    CHORUS_NCCL_CHECK(
-        ncclAllGather(in.data(), out.data(), in.count(), type, comm_->get(), stream),
-        comm_->get(), op_context(call));
+    CHORUS_NCCL_CHECK(ncclAllGather(in.data(), out.data(), in.count(), type, comm_->get(), stream),
+                      comm_->get(), op_context(call));
   });
 }
 
@@ -283,15 +281,15 @@ std::shared_ptr<Work> NcclProcessGroup::do_reduce_scatter(Tensor in, Tensor out,
                                                           const OpCall& call) {
   const ncclDataType_t type = nccl_type(in.dtype(), call);
   const ncclRedOp_t red = nccl_op(op, in.dtype(), call);
-  return launch(call, OpInfo{.bytes = in.nbytes(), .dtype = in.dtype(), .op = op},
-                [&](cudaStream_t stream) {
-                  if (out.count() == 0) {
-                    return;
-                  }
-                  CHORUS_NCCL_CHECK(ncclReduceScatter(in.data(), out.data(), out.count(), type,
-                                                      red, comm_->get(), stream),
-                                    comm_->get(), op_context(call));
-                });
+  return launch(
+      call, OpInfo{.bytes = in.nbytes(), .dtype = in.dtype(), .op = op}, [&](cudaStream_t stream) {
+        if (out.count() == 0) {
+          return;
+        }
+        CHORUS_NCCL_CHECK(
+            ncclReduceScatter(in.data(), out.data(), out.count(), type, red, comm_->get(), stream),
+            comm_->get(), op_context(call));
+      });
 }
 
 std::shared_ptr<Work> NcclProcessGroup::do_broadcast(Tensor inout, int root, const OpCall& call) {
@@ -329,27 +327,27 @@ std::shared_ptr<Work> NcclProcessGroup::do_gather(Tensor in, Tensor out, int roo
   const ncclDataType_t type = nccl_type(in.dtype(), call);
   const std::size_t n = in.count();
   const std::size_t block = in.nbytes();
-  return launch(call, OpInfo{.bytes = block, .dtype = in.dtype(), .peer = root},
-                [&](cudaStream_t stream) {
-                  if (n == 0) {
-                    return;
-                  }
-                  ncclComm_t comm = comm_->get();
-                  if (rank() != root) {
-                    CHORUS_NCCL_CHECK(ncclSend(in.data(), n, type, root, comm, stream), comm,
-                                      op_context(call));
-                    return;
-                  }
-                  copy_async(at(out.data(), root, block), in.data(), block, stream, call);
-                  NcclGroup group(comm, op_context(call));
-                  for (int r = 0; r < size(); ++r) {
-                    if (r != root) {
-                      CHORUS_NCCL_CHECK(ncclRecv(at(out.data(), r, block), n, type, r, comm, stream),
-                                        comm, op_context(call));
-                    }
-                  }
-                  group.end(op_context(call));
-                });
+  return launch(
+      call, OpInfo{.bytes = block, .dtype = in.dtype(), .peer = root}, [&](cudaStream_t stream) {
+        if (n == 0) {
+          return;
+        }
+        ncclComm_t comm = comm_->get();
+        if (rank() != root) {
+          CHORUS_NCCL_CHECK(ncclSend(in.data(), n, type, root, comm, stream), comm,
+                            op_context(call));
+          return;
+        }
+        copy_async(at(out.data(), root, block), in.data(), block, stream, call);
+        NcclGroup group(comm, op_context(call));
+        for (int r = 0; r < size(); ++r) {
+          if (r != root) {
+            CHORUS_NCCL_CHECK(ncclRecv(at(out.data(), r, block), n, type, r, comm, stream), comm,
+                              op_context(call));
+          }
+        }
+        group.end(op_context(call));
+      });
 }
 
 std::shared_ptr<Work> NcclProcessGroup::do_scatter(Tensor in, Tensor out, int root,
@@ -548,12 +546,11 @@ namespace chorus {
 
 std::shared_ptr<ProcessGroup> make_nccl_group(std::shared_ptr<Store> store, int rank, int size,
                                               NcclGroupOptions options) {
-  ErrorContext ctx{.rank = rank, .size = size, .group = options.group.name,
-                   .op = "make_nccl_group"};
+  ErrorContext ctx{
+      .rank = rank, .size = size, .group = options.group.name, .op = "make_nccl_group"};
   if (!store) {
-    throw InvalidArgument(fmt::format("{}: store is null; pass the store every rank shares",
-                                      nccl::where(ctx)),
-                          ctx);
+    throw InvalidArgument(
+        fmt::format("{}: store is null; pass the store every rank shares", nccl::where(ctx)), ctx);
   }
   int count = 0;
   const cudaError_t counted = cudaGetDeviceCount(&count);
@@ -579,8 +576,8 @@ std::shared_ptr<ProcessGroup> make_nccl_group(std::shared_ptr<Store> store, int 
                                       nccl::where(ctx), options.device, count),
                           ctx);
   }
-  auto group = std::make_shared<nccl::NcclProcessGroup>(
-      rank, size, options.group, device, static_cast<cudaStream_t>(options.stream));
+  auto group = std::make_shared<nccl::NcclProcessGroup>(rank, size, options.group, device,
+                                                        static_cast<cudaStream_t>(options.stream));
   ctx.group = group->name();
   group->setup_device();
   const Deadline deadline = Deadline::after(group->timeout());

@@ -81,8 +81,8 @@ class NcclProcessGroup final : public ProcessGroup {
                   const OpCall& call) const;
 
   int device_;
-  cudaStream_t caller_stream_;   // the application's; never destroyed here
-  cudaStream_t stream_ = nullptr;  // ours: every NCCL call of this group runs on it
+  cudaStream_t caller_stream_;      // the application's; never destroyed here
+  cudaStream_t stream_ = nullptr;   // ours: every NCCL call of this group runs on it
   void* barrier_buffer_ = nullptr;  // one int32 on the device for barrier()
   std::shared_ptr<EventPool> events_;
   std::shared_ptr<NcclComm> comm_;

@@ -28,7 +28,7 @@ struct OpInfo {
   std::uint64_t bytes = 0;
   DataType dtype = DataType::uint8;
   std::optional<ReduceOp> op;
-  int peer = -1;             // root of rooted ops, peer of send/recv; -1: none
+  int peer = -1;  // root of rooted ops, peer of send/recv; -1: none
   Duration timeout{0};
   Deadline deadline = Deadline::never();
   Clock::time_point issued{};

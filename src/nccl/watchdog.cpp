@@ -105,11 +105,11 @@ void Watchdog::track(std::shared_ptr<NcclWork> work) {
     }
     failed = failure_;
   }
-  work->complete(make_error(facts_of(failed).code,
-                            fmt::format("{} {} was issued after the group failed: {}",
-                                        describe(work->info()), on_rank(group_context_),
-                                        what_of(failed)),
-                            work->context()));
+  work->complete(
+      make_error(facts_of(failed).code,
+                 fmt::format("{} {} was issued after the group failed: {}", describe(work->info()),
+                             on_rank(group_context_), what_of(failed)),
+                 work->context()));
 }
 
 bool Watchdog::poison(std::exception_ptr root) {
@@ -133,11 +133,11 @@ bool Watchdog::poison(std::exception_ptr root) {
       work->complete(root);
       continue;
     }
-    work->complete(make_error(facts.code,
-                              fmt::format("{} {} was pending for {} when the group failed: {}",
-                                          describe(work->info()), on_rank(group_context_),
-                                          format_duration(age_of(work->info())), root_text),
-                              work->context()));
+    work->complete(make_error(
+        facts.code,
+        fmt::format("{} {} was pending for {} when the group failed: {}", describe(work->info()),
+                    on_rank(group_context_), format_duration(age_of(work->info())), root_text),
+        work->context()));
   }
   cv_.notify_all();
   return true;
@@ -258,10 +258,9 @@ std::exception_ptr Watchdog::make_timeout(const NcclWork& work) const {
 
 std::exception_ptr Watchdog::make_async_error(ncclResult_t result, const NcclWork* oldest) const {
   ErrorContext ctx = oldest ? oldest->context() : group_context_;
-  const std::string what_op =
-      oldest ? fmt::format("{} (pending for {})", describe(oldest->info()),
-                           format_duration(age_of(oldest->info())))
-             : std::string("the group (no op pending)");
+  const std::string what_op = oldest ? fmt::format("{} (pending for {})", describe(oldest->info()),
+                                                   format_duration(age_of(oldest->info())))
+                                     : std::string("the group (no op pending)");
   return make_error(
       ErrorCode::backend,
       fmt::format("{} {}: NCCL reported an asynchronous error: {}{}. The communicator was "

@@ -94,8 +94,7 @@ void SocketAddress::set_port(std::uint16_t port) noexcept {
 
 std::string SocketAddress::host() const {
   char buf[NI_MAXHOST] = {};
-  if (len_ == 0 ||
-      getnameinfo(get(), len_, buf, sizeof(buf), nullptr, 0, NI_NUMERICHOST) != 0) {
+  if (len_ == 0 || getnameinfo(get(), len_, buf, sizeof(buf), nullptr, 0, NI_NUMERICHOST) != 0) {
     return "?";
   }
   return buf;
@@ -140,9 +139,9 @@ bool operator==(const SocketAddress& a, const SocketAddress& b) noexcept {
 
 HostPort parse_host_port(std::string_view text) {
   auto bad = [&](const char* why) {
-    return InvalidArgument(fmt::format(
-        "'{}' is not a valid address: {}; use host:port, 1.2.3.4:port or [v6addr]:port", text,
-        why));
+    return InvalidArgument(
+        fmt::format("'{}' is not a valid address: {}; use host:port, 1.2.3.4:port or [v6addr]:port",
+                    text, why));
   };
   HostPort hp;
   std::string_view port_text;
@@ -171,7 +170,8 @@ HostPort parse_host_port(std::string_view text) {
     throw bad("empty host");
   }
   if (port_text.empty() || port_text.size() > 5 ||
-      !std::all_of(port_text.begin(), port_text.end(), [](char c) { return c >= '0' && c <= '9'; })) {
+      !std::all_of(port_text.begin(), port_text.end(),
+                   [](char c) { return c >= '0' && c <= '9'; })) {
     throw bad("the port is not a number");
   }
   const unsigned long port = std::stoul(std::string(port_text));
@@ -196,13 +196,13 @@ namespace {
 struct Lookup {
   std::mutex mu;
   std::condition_variable cv;
-  bool done = false;  // guarded by mu
-  int rc = 0;         // guarded by mu
+  bool done = false;                 // guarded by mu
+  int rc = 0;                        // guarded by mu
   std::vector<SocketAddress> addrs;  // guarded by mu
 };
 
-void run_lookup(const std::shared_ptr<Lookup>& lookup, const std::string& host,
-                std::uint16_t port, int family) {
+void run_lookup(const std::shared_ptr<Lookup>& lookup, const std::string& host, std::uint16_t port,
+                int family) {
   addrinfo hints{};
   hints.ai_family = family;
   hints.ai_socktype = SOCK_STREAM;

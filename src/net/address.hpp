@@ -5,7 +5,8 @@
 //   auto hp = net::parse_host_port("[::1]:29500");          // {host "::1", port 29500}
 //   auto addrs = net::resolve(hp.host, hp.port, Deadline::after(5s));  // throws on failure
 //   net::SocketAddress a = addrs.front();  a.to_string() == "[::1]:29500"
-//   auto lit = net::SocketAddress::parse_numeric("127.0.0.1", 0);      // no DNS, nullopt if not a literal
+//   auto lit = net::SocketAddress::parse_numeric("127.0.0.1", 0);      // no DNS, nullopt if not a
+//   literal
 #pragma once
 
 #include "core/private.hpp"

@@ -3,7 +3,8 @@
 // client, or be flooded by thousands of ranks connecting at once.
 //
 // Usage:
-//   net::Socket s = net::connect("10.0.0.7", 29500, Deadline::after(30s));  // TCP_NODELAY, non-blocking
+//   net::Socket s = net::connect("10.0.0.7", 29500, Deadline::after(30s));  // TCP_NODELAY,
+//   non-blocking
 //   // With an application handshake retried as part of the attempt (a reset during the
 //   // handshake — a full listen backlog — is retried like a refused connect):
 //   net::ConnectOptions o;  o.what = "store";
@@ -27,7 +28,7 @@
 namespace chorus::net {
 
 struct ConnectOptions {
-  std::string what = "server";                          // "store", "rank 3": used in messages
+  std::string what = "server";  // "store", "rank 3": used in messages
   Duration initial_backoff = std::chrono::milliseconds(10);
   Duration max_backoff = std::chrono::milliseconds(1000);
   // Runs on each freshly connected socket; returns 0 on success or an errno-like code to close

@@ -178,10 +178,12 @@ int EventLoop::run_once(Deadline until) {
   if (wake != Clock::time_point::max()) {
     const auto left = std::chrono::duration_cast<std::chrono::microseconds>(wake - Clock::now());
     // Round up: waking a little late is fine, waking early and spinning is not.
-    timeout_ms = left.count() <= 0 ? 0
-                                   : static_cast<int>(std::min<long long>((left.count() + 999) / 1000, INT_MAX));
+    timeout_ms = left.count() <= 0
+                     ? 0
+                     : static_cast<int>(std::min<long long>((left.count() + 999) / 1000, INT_MAX));
   }
-  const int n = ::epoll_wait(epoll_fd_, events_.data(), static_cast<int>(events_.size()), timeout_ms);
+  const int n =
+      ::epoll_wait(epoll_fd_, events_.data(), static_cast<int>(events_.size()), timeout_ms);
   if (n < 0 && errno != EINTR) {
     CHORUS_WARN(net, "epoll_wait failed: {}", errno_name(errno));
   }

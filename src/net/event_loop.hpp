@@ -38,7 +38,7 @@ namespace chorus::net {
 class EventLoop {
  public:
   using IoCallback = std::function<void(std::uint32_t events)>;  // EPOLLIN/OUT/ERR/HUP bits
-  using TimerId = std::uint64_t;                                  // 0 is never a valid id
+  using TimerId = std::uint64_t;                                 // 0 is never a valid id
 
   EventLoop();  // throws NetworkError if epoll/eventfd cannot be created
   ~EventLoop();

@@ -15,7 +15,9 @@ constexpr std::size_t kIdleKeep = 4 * 1024;  // an idle connection keeps at most
 
 void put_u32(std::uint8_t* p, std::uint32_t v) noexcept { put_le(p, v, 4); }
 
-std::uint32_t get_u32(const std::uint8_t* p) noexcept { return static_cast<std::uint32_t>(get_le(p, 4)); }
+std::uint32_t get_u32(const std::uint8_t* p) noexcept {
+  return static_cast<std::uint32_t>(get_le(p, 4));
+}
 
 std::size_t begin_frame(std::vector<std::uint8_t>& buf) {
   const std::size_t at = buf.size();

@@ -7,7 +7,8 @@
 //   net::FrameReader in(max_frame_bytes);
 //   net::IoResult r = in.read_from(sock);          // one read() into the internal buffer
 //   std::span<const std::uint8_t> frame;
-//   while (in.next(frame) == net::FrameReader::Status::frame) { handle(frame); }  // valid until next()
+//   while (in.next(frame) == net::FrameReader::Status::frame) { handle(frame); }  // valid until
+//   next()
 //   // Status::too_large: the peer announced more than the limit (in.announced() says how much)
 //   net::OutputQueue out;  out.push(net::frame_bytes(payload));  net::IoResult w = out.flush(sock);
 // Usage (encoding): std::vector<uint8_t> buf; size_t at = net::begin_frame(buf); ...append...;

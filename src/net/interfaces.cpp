@@ -72,7 +72,8 @@ std::optional<SocketAddress> route_source_address(const SocketAddress& remote) {
   return local;
 }
 
-SocketAddress pick_local_address(const std::string& spec, const std::optional<SocketAddress>& remote) {
+SocketAddress pick_local_address(const std::string& spec,
+                                 const std::optional<SocketAddress>& remote) {
   std::string wanted = spec;
   const char* source = "the interface option";
   if (wanted.empty()) {
@@ -90,7 +91,8 @@ SocketAddress pick_local_address(const std::string& spec, const std::optional<So
     const InterfaceAddress* best = nullptr;
     for (const auto& ia : ifs) {
       if (ia.name == wanted && ia.up) {
-        if (best == nullptr || (best->address.family() != AF_INET && ia.address.family() == AF_INET)) {
+        if (best == nullptr ||
+            (best->address.family() != AF_INET && ia.address.family() == AF_INET)) {
           best = &ia;
         }
       }

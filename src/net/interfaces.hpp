@@ -39,6 +39,7 @@ std::optional<SocketAddress> route_source_address(const SocketAddress& remote);
 // CHORUS_SOCKET_IFNAME if set, else the route source towards `remote`, else the first non-
 // loopback up address, else 127.0.0.1. An interface named in spec/env that does not exist (or
 // has no address) throws InvalidArgument listing the interfaces that do.
-SocketAddress pick_local_address(const std::string& spec, const std::optional<SocketAddress>& remote);
+SocketAddress pick_local_address(const std::string& spec,
+                                 const std::optional<SocketAddress>& remote);
 
 }  // namespace chorus::net

@@ -50,14 +50,14 @@ Listener Listener::bind(const SocketAddress& address, const ListenOptions& optio
                                               "check the host name or interface"
                        : err == EACCES ? "; ports below 1024 need privileges: use a port >= 1024"
                                        : "";
-    throw NetworkError(fmt::format("cannot bind {}: {}{}", address.to_string(), errno_name(err), hint),
-                       ctx);
+    throw NetworkError(
+        fmt::format("cannot bind {}: {}{}", address.to_string(), errno_name(err), hint), ctx);
   }
   if (::listen(fd, options.backlog) != 0) {
     const int err = errno;
     ctx.os_error = err;
-    throw NetworkError(fmt::format("listen() on {} failed: {}", address.to_string(), errno_name(err)),
-                       ctx);
+    throw NetworkError(
+        fmt::format("listen() on {} failed: {}", address.to_string(), errno_name(err)), ctx);
   }
   l.address_ = l.socket_.local_address();
   if (l.address_.empty()) {

@@ -28,8 +28,8 @@ struct ListenOptions {
 };
 
 struct AcceptResult {
-  IoResult io;          // ok, would_block (nothing pending) or error (EMFILE, ECONNABORTED...)
-  Socket socket;        // non-blocking, CLOEXEC, TCP_NODELAY set; valid only if io.ok()
+  IoResult io;    // ok, would_block (nothing pending) or error (EMFILE, ECONNABORTED...)
+  Socket socket;  // non-blocking, CLOEXEC, TCP_NODELAY set; valid only if io.ok()
   SocketAddress peer;
 };
 
@@ -40,7 +40,8 @@ class Listener {
   // host must be a literal or a resolvable name (resolved within 30 s). Throws NetworkError:
   // for EADDRINUSE the message names the port, says who may hold it, and suggests another port
   // or port 0.
-  static Listener bind(const std::string& host, std::uint16_t port, const ListenOptions& options = {});
+  static Listener bind(const std::string& host, std::uint16_t port,
+                       const ListenOptions& options = {});
   static Listener bind(const SocketAddress& address, const ListenOptions& options = {});
 
   int fd() const noexcept { return socket_.fd(); }

@@ -92,10 +92,18 @@ bool set_int_option(int fd, int level, int name, int value) noexcept {
 }
 }  // namespace
 
-bool Socket::set_nodelay(bool on) noexcept { return set_int_option(fd_, IPPROTO_TCP, TCP_NODELAY, on ? 1 : 0); }
-bool Socket::set_keepalive(bool on) noexcept { return set_int_option(fd_, SOL_SOCKET, SO_KEEPALIVE, on ? 1 : 0); }
-bool Socket::set_send_buffer(int bytes) noexcept { return set_int_option(fd_, SOL_SOCKET, SO_SNDBUF, bytes); }
-bool Socket::set_recv_buffer(int bytes) noexcept { return set_int_option(fd_, SOL_SOCKET, SO_RCVBUF, bytes); }
+bool Socket::set_nodelay(bool on) noexcept {
+  return set_int_option(fd_, IPPROTO_TCP, TCP_NODELAY, on ? 1 : 0);
+}
+bool Socket::set_keepalive(bool on) noexcept {
+  return set_int_option(fd_, SOL_SOCKET, SO_KEEPALIVE, on ? 1 : 0);
+}
+bool Socket::set_send_buffer(int bytes) noexcept {
+  return set_int_option(fd_, SOL_SOCKET, SO_SNDBUF, bytes);
+}
+bool Socket::set_recv_buffer(int bytes) noexcept {
+  return set_int_option(fd_, SOL_SOCKET, SO_RCVBUF, bytes);
+}
 
 int Socket::take_error() noexcept {
   int err = 0;
@@ -188,8 +196,8 @@ int poll_until(int fd, short events, Deadline deadline) noexcept {
   for (;;) {
     int timeout_ms = -1;
     if (!deadline.is_never()) {
-      const auto left = std::chrono::duration_cast<std::chrono::microseconds>(
-          deadline.when() - Clock::now());
+      const auto left =
+          std::chrono::duration_cast<std::chrono::microseconds>(deadline.when() - Clock::now());
       if (left.count() <= 0) {
         timeout_ms = 0;
       } else {
@@ -235,7 +243,8 @@ namespace {
 
 // Moves exactly len bytes with `step` (one read or write), waiting for `event` between steps.
 template <class Step>
-IoResult transfer_all(Socket& socket, std::size_t len, short event, Deadline deadline, Step step) noexcept {
+IoResult transfer_all(Socket& socket, std::size_t len, short event, Deadline deadline,
+                      Step step) noexcept {
   std::size_t done = 0;
   while (done < len) {
     IoResult r = step(done);

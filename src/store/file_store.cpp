@@ -10,9 +10,9 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <cstring>
 #include <atomic>
 #include <cerrno>
+#include <cstring>
 #include <thread>
 
 #include <fmt/format.h>
@@ -116,9 +116,10 @@ class FileStore final : public Store {
     if (read_key(key, current)) {
       auto parsed = store::parse_counter(current);
       if (!parsed) {
-        throw StoreError(fmt::format("FileStore add('{}'): the key holds a value that is not an "
-                                     "integer counter; use a key only as a counter",
-                                     key));
+        throw StoreError(
+            fmt::format("FileStore add('{}'): the key holds a value that is not an "
+                        "integer counter; use a key only as a counter",
+                        key));
       }
       value = *parsed;
     }
@@ -299,8 +300,8 @@ class FileStore final : public Store {
       if (left <= Duration::zero()) {
         break;
       }
-      std::this_thread::sleep_for(
-          std::min<std::chrono::microseconds>(backoff, std::chrono::duration_cast<std::chrono::microseconds>(left)));
+      std::this_thread::sleep_for(std::min<std::chrono::microseconds>(
+          backoff, std::chrono::duration_cast<std::chrono::microseconds>(left)));
       backoff = std::min<std::chrono::microseconds>(backoff * 2, std::chrono::milliseconds(50));
     }
     std::vector<std::string> missing;

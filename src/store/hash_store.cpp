@@ -43,9 +43,10 @@ class HashStore final : public Store {
     if (it != map_.end()) {
       auto parsed = store::parse_counter(it->second);
       if (!parsed) {
-        throw StoreError(fmt::format("HashStore add('{}'): the key holds a value that is not an "
-                                     "integer counter; use a key only as a counter",
-                                     key));
+        throw StoreError(
+            fmt::format("HashStore add('{}'): the key holds a value that is not an "
+                        "integer counter; use a key only as a counter",
+                        key));
       }
       current = *parsed;
     }

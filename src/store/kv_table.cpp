@@ -31,10 +31,12 @@ std::optional<std::int64_t> checked_counter_add(std::int64_t current, std::int64
   return sum;
 }
 
-std::string counter_overflow_message(const std::string& key, std::int64_t current, std::int64_t delta) {
-  return fmt::format("add('{}', {}): the counter holds {} and the sum leaves the int64 range; the "
-                     "counter is unchanged (reset it with set() or use another key)",
-                     key, delta, current);
+std::string counter_overflow_message(const std::string& key, std::int64_t current,
+                                     std::int64_t delta) {
+  return fmt::format(
+      "add('{}', {}): the counter holds {} and the sum leaves the int64 range; the "
+      "counter is unchanged (reset it with set() or use another key)",
+      key, delta, current);
 }
 
 const Bytes* KvTable::find(const std::string& key) const {

@@ -77,6 +77,7 @@ std::optional<std::int64_t> parse_counter(const Bytes& value);
 std::optional<std::int64_t> checked_counter_add(std::int64_t current, std::int64_t delta) noexcept;
 // "add('k', 5): the counter holds 9223372036854775806; adding 5 overflows int64 ..." (one wording
 // for every store).
-std::string counter_overflow_message(const std::string& key, std::int64_t current, std::int64_t delta);
+std::string counter_overflow_message(const std::string& key, std::int64_t current,
+                                     std::int64_t delta);
 
 }  // namespace chorus::store

@@ -30,9 +30,10 @@ void throw_keys_timeout(const std::string& where, const char* op, Duration timeo
   ctx.op = fmt::format("store.{}", op);
   ctx.timeout = timeout;
   ctx.elapsed = timeout;
-  throw TimeoutError(fmt::format("{} timed out after {}: still missing {}; {}: check it, or raise the timeout",
-                                 where, format_duration(timeout), quote_keys(missing), cause),
-                     ctx);
+  throw TimeoutError(
+      fmt::format("{} timed out after {}: still missing {}; {}: check it, or raise the timeout",
+                  where, format_duration(timeout), quote_keys(missing), cause),
+      ctx);
 }
 
 }  // namespace chorus::store

@@ -17,6 +17,7 @@ std::string quote_keys(const std::vector<std::string>& keys);
 // Throws TimeoutError "<where> timed out after <timeout>: still missing <keys>; <cause>: check
 // it, or raise the timeout", with op and timeout in the ErrorContext.
 [[noreturn]] void throw_keys_timeout(const std::string& where, const char* op, Duration timeout,
-                                     const std::vector<std::string>& missing, const std::string& cause);
+                                     const std::vector<std::string>& missing,
+                                     const std::string& cause);
 
 }  // namespace chorus::store

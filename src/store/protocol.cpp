@@ -24,8 +24,12 @@ void put_blob(std::vector<std::uint8_t>& out, const void* data, std::size_t len)
     std::memcpy(out.data() + at, data, len);
   }
 }
-void put_string(std::vector<std::uint8_t>& out, const std::string& s) { put_blob(out, s.data(), s.size()); }
-void put_bytes(std::vector<std::uint8_t>& out, const Bytes& b) { put_blob(out, b.data(), b.size()); }
+void put_string(std::vector<std::uint8_t>& out, const std::string& s) {
+  put_blob(out, s.data(), s.size());
+}
+void put_bytes(std::vector<std::uint8_t>& out, const Bytes& b) {
+  put_blob(out, b.data(), b.size());
+}
 void put_strings(std::vector<std::uint8_t>& out, const std::vector<std::string>& v) {
   put_u32(out, static_cast<std::uint32_t>(v.size()));
   for (const auto& s : v) {
@@ -165,20 +169,34 @@ std::optional<Hello> decode_hello(const std::uint8_t in[kHelloBytes]) noexcept {
 
 const char* to_string(Op op) noexcept {
   switch (op) {
-    case Op::set: return "set";
-    case Op::get: return "get";
-    case Op::add: return "add";
-    case Op::compare_set: return "compare_set";
-    case Op::wait: return "wait";
-    case Op::check: return "check";
-    case Op::delete_key: return "delete_key";
-    case Op::num_keys: return "num_keys";
-    case Op::multi_get: return "multi_get";
-    case Op::multi_set: return "multi_set";
-    case Op::append: return "append";
-    case Op::list_keys: return "list_keys";
-    case Op::ping: return "ping";
-    case Op::wait_clients: return "wait_clients";
+    case Op::set:
+      return "set";
+    case Op::get:
+      return "get";
+    case Op::add:
+      return "add";
+    case Op::compare_set:
+      return "compare_set";
+    case Op::wait:
+      return "wait";
+    case Op::check:
+      return "check";
+    case Op::delete_key:
+      return "delete_key";
+    case Op::num_keys:
+      return "num_keys";
+    case Op::multi_get:
+      return "multi_get";
+    case Op::multi_set:
+      return "multi_set";
+    case Op::append:
+      return "append";
+    case Op::list_keys:
+      return "list_keys";
+    case Op::ping:
+      return "ping";
+    case Op::wait_clients:
+      return "wait_clients";
   }
   return "unknown";
 }

@@ -53,7 +53,12 @@ const char* to_string(Op op) noexcept;
 bool is_known_op(std::uint8_t op) noexcept;
 
 enum class ReplyStatus : std::uint8_t { ok = 0, timeout = 1, error = 2 };
-enum class ErrorKind : std::uint8_t { bad_request = 1, too_large = 2, not_integer = 3, unsupported = 4 };
+enum class ErrorKind : std::uint8_t {
+  bad_request = 1,
+  too_large = 2,
+  not_integer = 3,
+  unsupported = 4
+};
 
 struct Limits {
   std::size_t max_key_bytes = 8 * 1024;
@@ -62,7 +67,9 @@ struct Limits {
   // thousands of keys fits). Replies are bounded separately by the client.
   // Largest reply frame a client accepts (TcpStoreOptions::max_reply_bytes).
   std::size_t max_reply_bytes = 256u << 20;
-  std::size_t max_request_frame() const noexcept { return max_value_bytes + max_key_bytes + (1u << 20); }
+  std::size_t max_request_frame() const noexcept {
+    return max_value_bytes + max_key_bytes + (1u << 20);
+  }
 };
 
 // One request. Fields used per op:

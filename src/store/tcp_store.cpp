@@ -35,7 +35,8 @@ class TcpStore::Impl {
     limits.max_key_bytes = options.max_key_bytes;
     limits.max_value_bytes = options.max_value_bytes;
     // Whatever the option says, a reply carrying one maximal value must fit.
-    limits.max_reply_bytes = std::max(options.max_reply_bytes, limits.max_value_bytes + (64u << 10));
+    limits.max_reply_bytes =
+        std::max(options.max_reply_bytes, limits.max_value_bytes + (64u << 10));
     std::string connect_host = options.host;
     port = options.port;
     if (options.is_server) {
@@ -95,9 +96,8 @@ void check_reply(const store::Client& c, store::Op op, const store::Reply& r, Du
         ctx);
   }
   ctx.elapsed = Duration(0);
-  throw StoreError(fmt::format("store {} on {} refused: {}", store::to_string(op), c.address(),
-                               r.message),
-                   ctx);
+  throw StoreError(
+      fmt::format("store {} on {} refused: {}", store::to_string(op), c.address(), r.message), ctx);
 }
 
 }  // namespace
@@ -107,7 +107,8 @@ TcpStore::TcpStore(const TcpStoreOptions& options) : Store(options.timeout) {
   if (options.wait_for_clients) {
     const int n = *options.wait_for_clients;
     if (n < 1) {
-      throw InvalidArgument(fmt::format("TcpStoreOptions::wait_for_clients = {}; it must be >= 1", n));
+      throw InvalidArgument(
+          fmt::format("TcpStoreOptions::wait_for_clients = {}; it must be >= 1", n));
     }
     store::Request q;
     q.op = store::Op::wait_clients;
@@ -186,7 +187,8 @@ Bytes TcpStore::compare_set(const std::string& key, const Bytes& expected, const
   if (expected.size() + desired.size() > impl_->limits.max_value_bytes) {
     throw InvalidArgument(fmt::format(
         "compare_set: expected + desired values total {}, above the {} a request may carry",
-        format_bytes(expected.size() + desired.size()), format_bytes(impl_->limits.max_value_bytes)));
+        format_bytes(expected.size() + desired.size()),
+        format_bytes(impl_->limits.max_value_bytes)));
   }
   store::Request q;
   q.op = store::Op::compare_set;

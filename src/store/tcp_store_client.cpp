@@ -65,7 +65,10 @@ bool peer_closed(int fd) {
 
 Client::Client(std::string host, std::uint16_t port, Limits limits, Deadline connect_deadline,
                bool member)
-    : host_(std::move(host)), port_(port), limits_(limits), member_(member),
+    : host_(std::move(host)),
+      port_(port),
+      limits_(limits),
+      member_(member),
       reader_(limits.max_reply_bytes) {
   std::lock_guard<std::mutex> lock(mu_);
   connect_locked(connect_deadline);
@@ -122,10 +125,11 @@ bool Client::read_one_frame(std::unique_lock<std::mutex>& lock, Deadline deadlin
     }
     if (status == net::FrameReader::Status::too_large) {
       // Refused from the header alone: nothing of the announced size is allocated.
-      failure = fmt::format("the server announced a reply of {} bytes, over this client's limit of "
-                            "{} bytes (TcpStoreOptions::max_reply_bytes); it is not a chorus store "
-                            "server of this version, or it is misbehaving",
-                            reader_.announced(), limits_.max_reply_bytes);
+      failure = fmt::format(
+          "the server announced a reply of {} bytes, over this client's limit of "
+          "{} bytes (TcpStoreOptions::max_reply_bytes); it is not a chorus store "
+          "server of this version, or it is misbehaving",
+          reader_.announced(), limits_.max_reply_bytes);
       protocol_violation = true;
       break;
     }
@@ -190,8 +194,8 @@ bool Client::read_one_frame(std::unique_lock<std::mutex>& lock, Deadline deadlin
 
 Reply Client::call(Request& q, Deadline deadline) {
   const auto start = Clock::now();
-  const bool waits = q.op == Op::get || q.op == Op::wait || q.op == Op::multi_get ||
-                     q.op == Op::wait_clients;
+  const bool waits =
+      q.op == Op::get || q.op == Op::wait || q.op == Op::multi_get || q.op == Op::wait_clients;
   const Deadline reply_deadline =
       waits && !deadline.is_never() ? Deadline::at(deadline.when() + kReplyGrace) : deadline;
   auto context = [&] {
@@ -266,10 +270,11 @@ Reply Client::call(Request& q, Deadline deadline) {
                          ctx);
       }
       throw NetworkError(
-          fmt::format("store {} to {}: connection lost: {}; the store server stopped or closed "
-                      "this connection (see its log); the next call reconnects",
-                      to_string(q.op), address(),
-                      broken_why_.empty() ? std::string("reconnected by another thread") : broken_why_),
+          fmt::format(
+              "store {} to {}: connection lost: {}; the store server stopped or closed "
+              "this connection (see its log); the next call reconnects",
+              to_string(q.op), address(),
+              broken_why_.empty() ? std::string("reconnected by another thread") : broken_why_),
           ctx);
     }
     auto it = pending_.find(id);

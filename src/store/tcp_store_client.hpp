@@ -58,17 +58,17 @@ class Client {
   bool member_;
   std::mutex mu_;
   std::condition_variable cv_;
-  net::Socket socket_;                     // replaced only under mu_ with no reader active
-  std::uint64_t generation_ = 0;           // guarded by mu_; bumped per (re)connection
-  bool broken_ = false;                    // guarded by mu_
-  std::string broken_why_;                 // guarded by mu_
-  int broken_errno_ = 0;                   // guarded by mu_
-  bool broken_protocol_ = false;           // guarded by mu_: the server broke the protocol
-  bool reading_ = false;                   // guarded by mu_: a thread holds the reader role
-  net::FrameReader reader_;                // used only by the reader-role thread
+  net::Socket socket_;            // replaced only under mu_ with no reader active
+  std::uint64_t generation_ = 0;  // guarded by mu_; bumped per (re)connection
+  bool broken_ = false;           // guarded by mu_
+  std::string broken_why_;        // guarded by mu_
+  int broken_errno_ = 0;          // guarded by mu_
+  bool broken_protocol_ = false;  // guarded by mu_: the server broke the protocol
+  bool reading_ = false;          // guarded by mu_: a thread holds the reader role
+  net::FrameReader reader_;       // used only by the reader-role thread
   std::unordered_map<std::uint32_t, Pending> pending_;  // guarded by mu_
-  std::uint32_t next_id_ = 1;              // guarded by mu_
-  std::mutex send_mu_;                     // serializes writes of whole frames
+  std::uint32_t next_id_ = 1;                           // guarded by mu_
+  std::mutex send_mu_;                                  // serializes writes of whole frames
 };
 
 }  // namespace chorus::store

@@ -24,7 +24,7 @@
 namespace chorus::store {
 namespace {
 
-constexpr int kMaxReadsPerEvent = 16;                  // fairness: 1 MiB per wakeup per client
+constexpr int kMaxReadsPerEvent = 16;  // fairness: 1 MiB per wakeup per client
 // Fairness: one connection's turn ends after this many requests or reply bytes; the rest of its
 // buffered requests run after every other ready connection had its turn.
 constexpr int kMaxRequestsPerTurn = 64;
@@ -105,8 +105,8 @@ struct Server::Conn {
   net::FrameReader in;
   net::OutputQueue out;
   bool hello_done = false;
-  bool did_request = false;     // sent at least one frame after its hello
-  bool blocked = false;         // waiting for its replies to drain or for the global budget
+  bool did_request = false;  // sent at least one frame after its hello
+  bool blocked = false;      // waiting for its replies to drain or for the global budget
   bool serve_scheduled = false;
   std::uint32_t interest = EPOLLIN;
   Clock::time_point accepted_at{};
@@ -122,8 +122,8 @@ struct Server::Conn {
   // Idle strangers are evicted first at the connection limit: no hello yet, or a hello and
   // nothing else (a port scanner, a health check, an attacker holding fds).
   bool idle_stranger() const noexcept {
-    return !hello_done || (!did_request && watches.empty() && client_waits.empty() &&
-                           out.empty() && deferred.empty() && !in.mid_frame());
+    return !hello_done || (!did_request && watches.empty() && client_waits.empty() && out.empty() &&
+                           deferred.empty() && !in.mid_frame());
   }
 };
 
@@ -149,8 +149,8 @@ Server::Server(const TcpStoreServerOptions& options) : options_(options) {
   spare_fd_ = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
   loop_.add(listener_.fd(), EPOLLIN, [this](std::uint32_t) { on_accept(); });
   const Duration shortest = std::min(options_.hello_timeout, options_.stall_timeout);
-  const Duration period =
-      std::clamp(shortest / 4, Duration(std::chrono::milliseconds(50)), Duration(std::chrono::seconds(1)));
+  const Duration period = std::clamp(shortest / 4, Duration(std::chrono::milliseconds(50)),
+                                     Duration(std::chrono::seconds(1)));
   loop_.add_timer(Deadline::after(period), [this] { sweep(); });
   CHORUS_INFO(store, "store server listening on {} (at most {} connections)",
               listener_.address().to_string(), max_connections_);
@@ -200,25 +200,28 @@ void Server::sweep() {
   for (const auto& [id, c] : conns_) {
     if (!c->hello_done) {
       if (now - c->accepted_at > options_.hello_timeout) {
-        doomed.emplace_back(id, fmt::format("no handshake within {} of connecting (a port scanner, a "
-                                            "health check, or a client that is not chorus)",
-                                            format_duration(options_.hello_timeout)));
+        doomed.emplace_back(id,
+                            fmt::format("no handshake within {} of connecting (a port scanner, a "
+                                        "health check, or a client that is not chorus)",
+                                        format_duration(options_.hello_timeout)));
       }
     } else if (c->in.mid_frame() && !c->blocked && !c->in.frame_ready() &&
                now - c->last_input > options_.stall_timeout) {
-      doomed.emplace_back(id, fmt::format("a partial frame ({} bytes received) got no byte for {}",
-                                          c->in.buffered(), format_duration(options_.stall_timeout)));
+      doomed.emplace_back(id,
+                          fmt::format("a partial frame ({} bytes received) got no byte for {}",
+                                      c->in.buffered(), format_duration(options_.stall_timeout)));
     } else if (!c->out.empty() && now - c->last_output > options_.stall_timeout) {
-      doomed.emplace_back(id, fmt::format("{} bytes of replies went unread for {}",
-                                          c->out.pending(), format_duration(options_.stall_timeout)));
+      doomed.emplace_back(id,
+                          fmt::format("{} bytes of replies went unread for {}", c->out.pending(),
+                                      format_duration(options_.stall_timeout)));
     }
   }
   for (const auto& [id, why] : doomed) {
     close_conn(id, "W", why);
   }
   const Duration shortest = std::min(options_.hello_timeout, options_.stall_timeout);
-  const Duration period =
-      std::clamp(shortest / 4, Duration(std::chrono::milliseconds(50)), Duration(std::chrono::seconds(1)));
+  const Duration period = std::clamp(shortest / 4, Duration(std::chrono::milliseconds(50)),
+                                     Duration(std::chrono::seconds(1)));
   loop_.add_timer(Deadline::after(period), [this] { sweep(); });
 }
 
@@ -234,8 +237,9 @@ bool Server::evict_idle_stranger(const char* why) {
         close_conn(id, "W",
                    fmt::format("evicted to make room for a new connection ({}): it {} and was the "
                                "oldest such connection",
-                               why, c->hello_done ? "sent a handshake and nothing since"
-                                                  : "never sent a handshake"));
+                               why,
+                               c->hello_done ? "sent a handshake and nothing since"
+                                             : "never sent a handshake"));
         return true;
       }
     }
@@ -523,7 +527,8 @@ bool Server::read_conn(Conn& c) {
       return serve(c);
     }
     if (c.in.buffered() >= kConnectionReserve && buffered_ >= options_.max_buffered_bytes) {
-      block(c, Afford::server_full, options_.max_buffered_bytes / 4);  // a large upload waits until the global budget frees
+      block(c, Afford::server_full,
+            options_.max_buffered_bytes / 4);  // a large upload waits until the global budget frees
       return true;
     }
     net::IoResult r = c.in.read_from(c.socket);
@@ -716,9 +721,10 @@ void Server::deliver(Conn& c, const Parked& p) {
     if (bytes > options_.max_reply_bytes) {
       r.status = ReplyStatus::error;
       r.error = ErrorKind::too_large;
-      r.message = fmt::format("{} would return {} bytes, over this server's limit of {} per reply "
-                              "(max_reply_bytes); ask for fewer keys per call",
-                              to_string(p.op), bytes, options_.max_reply_bytes);
+      r.message = fmt::format(
+          "{} would return {} bytes, over this server's limit of {} per reply "
+          "(max_reply_bytes); ask for fewer keys per call",
+          to_string(p.op), bytes, options_.max_reply_bytes);
       reply(c, p.op, r);
       return;
     }
@@ -751,8 +757,8 @@ void Server::park(Conn& c, const Request& q, Op op) {
     p->bytes += k.size() + 64;
   }
   c.parked_bytes += p->bytes;
-  p->timer = loop_.add_timer(Deadline::after(clamp_ms(q.timeout_ms)),
-                             [this, w] { on_watch_timeout(w); });
+  p->timer =
+      loop_.add_timer(Deadline::after(clamp_ms(q.timeout_ms)), [this, w] { on_watch_timeout(w); });
   parked_.emplace(w, std::move(p));
   c.watches.insert(w);
 }
@@ -864,11 +870,12 @@ void Server::handle_request(Conn& c, Request& q) {
       if (q.op != Op::wait) {
         const std::size_t cost = reply_cost(q);
         if (cost > options_.max_reply_bytes) {
-          r = error_reply(q.id, ErrorKind::too_large,
-                          fmt::format("{} of {} keys would return about {} bytes, over this "
-                                      "server's limit of {} per reply (max_reply_bytes); ask for "
-                                      "fewer keys per call",
-                                      to_string(q.op), q.keys.size(), cost, options_.max_reply_bytes));
+          r = error_reply(
+              q.id, ErrorKind::too_large,
+              fmt::format("{} of {} keys would return about {} bytes, over this "
+                          "server's limit of {} per reply (max_reply_bytes); ask for "
+                          "fewer keys per call",
+                          to_string(q.op), q.keys.size(), cost, options_.max_reply_bytes));
           break;
         }
       }
@@ -985,8 +992,8 @@ void Server::handle_request(Conn& c, Request& q) {
         const std::uint64_t conn = c.id;
         const std::uint32_t rid = q.id;
         const std::uint32_t count = q.count;
-        const auto timer = loop_.add_timer(
-            Deadline::after(clamp_ms(q.timeout_ms)), [this, wid, conn, rid, count] {
+        const auto timer =
+            loop_.add_timer(Deadline::after(clamp_ms(q.timeout_ms)), [this, wid, conn, rid, count] {
               client_waits_.erase(wid);
               auto it = conns_.find(conn);
               if (it == conns_.end()) {

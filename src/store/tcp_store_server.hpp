@@ -88,8 +88,8 @@ class Server {
   int spare_fd_ = -1;  // released to accept-and-close when out of fds (EMFILE)
   KvTable table_;      // loop thread only
   // Ordered by id = accept order, so the first match of a scan is the oldest connection.
-  std::map<std::uint64_t, std::unique_ptr<Conn>> conns_;                   // loop thread only
-  std::unordered_map<KvTable::WatchId, std::unique_ptr<Parked>> parked_;   // loop thread only
+  std::map<std::uint64_t, std::unique_ptr<Conn>> conns_;                  // loop thread only
+  std::unordered_map<KvTable::WatchId, std::unique_ptr<Parked>> parked_;  // loop thread only
   struct ClientWait {
     std::uint64_t conn;
     std::uint32_t request_id;
@@ -101,14 +101,14 @@ class Server {
   std::int64_t members_joined_ = 0;  // loop thread only
   std::uint64_t next_conn_ = 1;
   std::atomic<std::size_t> num_clients_{0};
-  std::size_t buffered_ = 0;                   // sum of Conn::accounted (loop thread only)
-  std::set<std::uint64_t> budget_waiters_;     // connections blocked on the global budget
+  std::size_t buffered_ = 0;                // sum of Conn::accounted (loop thread only)
+  std::set<std::uint64_t> budget_waiters_;  // connections blocked on the global budget
   bool waiters_wake_posted_ = false;
-  std::size_t wake_level_ = 0;                 // wake budget waiters once buffered_ is this low
+  std::size_t wake_level_ = 0;  // wake budget waiters once buffered_ is this low
   std::size_t freed_since_trim_ = 0;
   std::vector<std::uint8_t> list_keys_cache_;  // encoded list_keys body (loop thread only)
   std::uint64_t list_keys_generation_ = 0;
-  bool list_keys_cache_valid_ = false;           // bytes released since the last malloc_trim
+  bool list_keys_cache_valid_ = false;  // bytes released since the last malloc_trim
   // Rate limit for "closed a misbehaving connection" warnings (loop thread only).
   Clock::time_point warn_window_{};
   int warns_in_window_ = 0;

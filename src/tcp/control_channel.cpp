@@ -3,8 +3,8 @@
 // Tagged send/recv payloads and control frames share it. A tagged message goes out in chunks of
 // at most kP2pChunkBytes, one frame each (wire.hpp), and control frames are queued ahead of
 // every chunk that has not started (see send_control), so an abort notice or a status reply
-// waits at most for the rest of one chunk, however large or many the queued sends are. The socket is always read: a peer's notices and its death are seen even when no
-// op involves it.
+// waits at most for the rest of one chunk, however large or many the queued sends are. The socket
+// is always read: a peer's notices and its death are seen even when no op involves it.
 #include <sys/epoll.h>
 #include <sys/uio.h>
 
@@ -18,8 +18,8 @@
 namespace chorus::tcp {
 namespace {
 std::string size_mismatch(int peer, std::size_t sent, std::uint32_t tag, std::size_t expected) {
-  return fmt::format("rank {} sent {} bytes with tag {} but this recv expects {} bytes", peer, sent, tag,
-                     expected);
+  return fmt::format("rank {} sent {} bytes with tag {} but this recv expects {} bytes", peer, sent,
+                     tag, expected);
 }
 }  // namespace
 
@@ -36,7 +36,8 @@ void SocketTransport::send_p2p(int peer, std::uint32_t tag, const void* data, st
                                std::uint64_t token) {
   Peer& p = peers_[static_cast<std::size_t>(peer)];
   if (!peer_connected(peer)) {
-    p2p_done(peer, token, p.goodbye ? "the peer left the group" : "the connection to the peer is gone");
+    p2p_done(peer, token,
+             p.goodbye ? "the peer left the group" : "the connection to the peer is gone");
     return;
   }
   // One frame per chunk (wire.hpp), so that control frames can be queued between them.
@@ -78,7 +79,8 @@ void SocketTransport::recv_p2p(int peer, std::uint32_t tag, void* data, std::siz
     return;
   }
   if (!peer_connected(peer)) {
-    p2p_done(peer, token, p.goodbye ? "the peer left the group" : "the connection to the peer is gone");
+    p2p_done(peer, token,
+             p.goodbye ? "the peer left the group" : "the connection to the peer is gone");
     return;
   }
   c.posted.push_back({tag, static_cast<std::byte*>(data), bytes, token});
@@ -116,7 +118,8 @@ void SocketTransport::update_control_interest(int peer) {
   if (c.dead) {
     return;
   }
-  const std::uint32_t want = EPOLLIN | (c.sendq.empty() ? 0u : static_cast<std::uint32_t>(EPOLLOUT));
+  const std::uint32_t want =
+      EPOLLIN | (c.sendq.empty() ? 0u : static_cast<std::uint32_t>(EPOLLOUT));
   if (want != c.interest) {
     loop_.modify(c.sock.fd(), want);
     c.interest = want;
@@ -174,9 +177,12 @@ void SocketTransport::write_control(int peer) {
 bool SocketTransport::start_frame(int peer) {
   Control& c = *peers_[static_cast<std::size_t>(peer)].control;
   const auto protocol_error = [&](const char* why) {
-    peer_failed(peer, fmt::format("protocol error on the control connection: {} (frame type {}, tag {}, {} bytes)",
-                                  why, static_cast<std::uint32_t>(c.frame.type), c.frame.tag, c.frame.length),
-                0);
+    peer_failed(
+        peer,
+        fmt::format(
+            "protocol error on the control connection: {} (frame type {}, tag {}, {} bytes)", why,
+            static_cast<std::uint32_t>(c.frame.type), c.frame.tag, c.frame.length),
+        0);
     return false;
   };
   switch (c.frame.type) {
@@ -243,7 +249,8 @@ void SocketTransport::read_control(int peer) {
   std::size_t moved = 0;
   while (!c.dead && moved < kIoBudget) {
     if (!c.in_body) {
-      const net::IoResult r = c.sock.read(c.header.data() + c.header_got, kFrameHeaderBytes - c.header_got);
+      const net::IoResult r =
+          c.sock.read(c.header.data() + c.header_got, kFrameHeaderBytes - c.header_got);
       if (r.would_block()) {
         return;
       }
@@ -257,8 +264,9 @@ void SocketTransport::read_control(int peer) {
           c.sock.close();
           return;
         }
-        peer_failed(peer, "the connection was closed without the peer leaving the group: the process "
-                          "died, was killed, or exited without destroying its group",
+        peer_failed(peer,
+                    "the connection was closed without the peer leaving the group: the process "
+                    "died, was killed, or exited without destroying its group",
                     0);
         return;
       }

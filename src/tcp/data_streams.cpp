@@ -24,7 +24,8 @@ int fill_iov(const Queue& q, std::size_t off, iovec* iov) {
 }
 }  // namespace
 
-void SocketTransport::post_send(int peer, const void* data, std::size_t bytes, std::uint64_t token) {
+void SocketTransport::post_send(int peer, const void* data, std::size_t bytes,
+                                std::uint64_t token) {
   post(peer, static_cast<std::byte*>(const_cast<void*>(data)), bytes, token, true);
 }
 
@@ -32,7 +33,8 @@ void SocketTransport::post_recv(int peer, void* data, std::size_t bytes, std::ui
   post(peer, static_cast<std::byte*>(data), bytes, token, false);
 }
 
-void SocketTransport::post(int peer, std::byte* base, std::size_t bytes, std::uint64_t token, bool send) {
+void SocketTransport::post(int peer, std::byte* base, std::size_t bytes, std::uint64_t token,
+                           bool send) {
   Peer& p = peers_[static_cast<std::size_t>(peer)];
   const std::size_t k = p.data.size();
   const std::uint64_t index = send ? p.sends++ : p.recvs++;

@@ -27,7 +27,8 @@ std::exception_ptr make_error(ErrorCode code, const std::string& message, ErrorC
 // How long a timed-out rank waits for its peers' status replies before naming the silent
 // ones. Long enough for a loaded machine to answer, short next to the op's timeout.
 Duration probe_grace(Duration timeout) {
-  return std::clamp<Duration>(timeout / 10, std::chrono::milliseconds(100), std::chrono::seconds(2));
+  return std::clamp<Duration>(timeout / 10, std::chrono::milliseconds(100),
+                              std::chrono::seconds(2));
 }
 
 }  // namespace
@@ -52,15 +53,17 @@ Engine::~Engine() {
   }
 }
 
-std::string Engine::peer_address(int rank) const { return addresses_[static_cast<std::size_t>(rank)]; }
+std::string Engine::peer_address(int rank) const {
+  return addresses_[static_cast<std::size_t>(rank)];
+}
 
 std::string Engine::rank_name(int rank) const {
   return fmt::format("rank {} ({})", rank, addresses_[static_cast<std::size_t>(rank)]);
 }
 
 std::string Engine::prefix(const Op* op) const {
-  return fmt::format("{} on rank {}/{} [{}]", op ? op->what : std::string("tcp group"), config_.rank,
-                     config_.size, config_.group);
+  return fmt::format("{} on rank {}/{} [{}]", op ? op->what : std::string("tcp group"),
+                     config_.rank, config_.size, config_.group);
 }
 
 ErrorContext Engine::context(const Op* op, std::vector<int> peers) const {
@@ -73,7 +76,8 @@ ErrorContext Engine::context(const Op* op, std::vector<int> peers) const {
     c.seq = op->call.seq;
     c.bytes = op->bytes;
     c.timeout = op->call.timeout;
-    c.elapsed = std::chrono::duration_cast<Duration>(Clock::now() - (op->call.deadline.when() - op->call.timeout));
+    c.elapsed = std::chrono::duration_cast<Duration>(Clock::now() -
+                                                     (op->call.deadline.when() - op->call.timeout));
   }
   if (!peers.empty()) {
     c.peer_address = addresses_[static_cast<std::size_t>(peers.front())];
@@ -134,7 +138,8 @@ void Engine::run() noexcept {
     try {
       transport_->poll(nearest_deadline(), completed_, events_);
     } catch (const std::exception& e) {
-      fail_group(make_error(ErrorCode::internal, fmt::format("{}: event loop failed: {}", prefix(nullptr), e.what()),
+      fail_group(make_error(ErrorCode::internal,
+                            fmt::format("{}: event loop failed: {}", prefix(nullptr), e.what()),
                             context(nullptr, {})),
                  true, config_.rank);
     }
@@ -228,14 +233,17 @@ void Engine::on_completion(std::uint64_t token) {
     if (m.theirs) {
       what = describe_mismatch(op->sig, config_.rank, *m.theirs, m.peer);
     } else {
-      what = fmt::format("the data from rank {} is not a signature header: its stream is out of step", m.peer);
+      what = fmt::format(
+          "the data from rank {} is not a signature header: its stream is out of step", m.peer);
     }
-    fail_group(make_error(ErrorCode::invalid_argument,
-                          fmt::format("{}: collective mismatch with {}: {}; every rank must issue the same "
-                                      "collectives, with the same count, dtype, op and root, in the same order",
-                                      prefix(op), rank_name(m.peer), what),
-                          context(op, {m.peer})),
-               true, config_.rank);  // either side may be the odd one: the message names both
+    fail_group(
+        make_error(
+            ErrorCode::invalid_argument,
+            fmt::format("{}: collective mismatch with {}: {}; every rank must issue the same "
+                        "collectives, with the same count, dtype, op and root, in the same order",
+                        prefix(op), rank_name(m.peer), what),
+            context(op, {m.peer})),
+        true, config_.rank);  // either side may be the odd one: the message names both
   } else if (executor_->done()) {
     finish_current(nullptr);
   }
@@ -255,7 +263,8 @@ void Engine::on_event(TransportEvent& ev) {
       }
       std::exception_ptr error;
       if (!ev.error.empty()) {
-        error = make_error(ErrorCode::invalid_argument, fmt::format("{}: {}", prefix(op.get()), ev.error),
+        error = make_error(ErrorCode::invalid_argument,
+                           fmt::format("{}: {}", prefix(op.get()), ev.error),
                            context(op.get(), {ev.peer}));
       }
       op->work->complete(error);
@@ -268,16 +277,19 @@ void Engine::on_event(TransportEvent& ev) {
       const Op* op = current_.get();
       std::string what;
       if (ev.left) {
-        what = fmt::format("{} left the group (destroyed it) while this rank still needed it: {}; the "
-                           "ranks issued different numbers of collectives",
-                           rank_name(ev.peer), ev.error);
+        what = fmt::format(
+            "{} left the group (destroyed it) while this rank still needed it: {}; the "
+            "ranks issued different numbers of collectives",
+            rank_name(ev.peer), ev.error);
       } else {
-        what = fmt::format("lost the connection to {}: {}; check that rank's log for why it stopped", rank_name(ev.peer),
-                           ev.error);
+        what =
+            fmt::format("lost the connection to {}: {}; check that rank's log for why it stopped",
+                        rank_name(ev.peer), ev.error);
       }
       ErrorContext c = context(op, {ev.peer});
       c.os_error = ev.os_error;
-      fail_group(make_error(ErrorCode::network, fmt::format("{}: {}", prefix(op), what), c), true, ev.peer);
+      fail_group(make_error(ErrorCode::network, fmt::format("{}: {}", prefix(op), what), c), true,
+                 ev.peer);
       return;
     }
     case TransportEvent::Kind::control:
@@ -307,8 +319,9 @@ void Engine::on_control(TransportEvent& ev) {
       } else {
         const Op* op = current_.get();
         fail_group(make_error(ErrorCode::network,
-                              fmt::format("{}: {} failed and aborted the group (its notice was unreadable)",
-                                          prefix(op), rank_name(ev.peer)),
+                              fmt::format(
+                                  "{}: {} failed and aborted the group (its notice was unreadable)",
+                                  prefix(op), rank_name(ev.peer)),
                               context(op, {ev.peer})),
                    false, ev.peer);
       }
@@ -379,7 +392,8 @@ void Engine::check_deadlines() {
   }
   Op* expired = nullptr;
   auto consider = [&](Op* op) {
-    if (op->call.deadline.expired() && (!expired || op->call.deadline.when() < expired->call.deadline.when())) {
+    if (op->call.deadline.expired() &&
+        (!expired || op->call.deadline.when() < expired->call.deadline.when())) {
       expired = op;
     }
   };
@@ -430,7 +444,8 @@ void Engine::conclude_probe() {
     }
   } else if (op->kind != Op::Kind::collective) {
     direct = {op->peer};
-    waiting = op->kind == Op::Kind::recv ? " waiting for a message from " : " waiting for this send to be read by ";
+    waiting = op->kind == Op::Kind::recv ? " waiting for a message from "
+                                         : " waiting for this send to be read by ";
   } else if (current_) {
     waiting = fmt::format(" queued behind {}, which was still running", current_->what);
   }
@@ -447,21 +462,22 @@ void Engine::conclude_probe() {
     }
     if (!probe.replies[up]) {
       culprits.push_back(p);
-      details += fmt::format("; {} did not answer a status probe within {}: it is stopped, hung or overloaded",
-                             rank_name(p), format_duration(grace));
+      details += fmt::format(
+          "; {} did not answer a status probe within {}: it is stopped, hung or overloaded",
+          rank_name(p), format_duration(grace));
     } else if (op->kind == Op::Kind::collective && probe.replies[up]->issued_seq < op->call.seq) {
       culprits.push_back(p);
-      details += fmt::format("; {} has not issued this op yet (its last collective is seq {})", rank_name(p),
-                             probe.replies[up]->issued_seq);
+      details += fmt::format("; {} has not issued this op yet (its last collective is seq {})",
+                             rank_name(p), probe.replies[up]->issued_seq);
     }
   }
   if (culprits.empty()) {
     culprits = direct;
   }
-  const std::string message =
-      fmt::format("{} timed out after {}{}{}; check the named ranks (log, stack), or raise the timeout "
-                  "(per-call option, GroupOptions::timeout or CHORUS_TIMEOUT) if the op is legitimately slow",
-                  prefix(op), format_duration(op->call.timeout), waiting, details);
+  const std::string message = fmt::format(
+      "{} timed out after {}{}{}; check the named ranks (log, stack), or raise the timeout "
+      "(per-call option, GroupOptions::timeout or CHORUS_TIMEOUT) if the op is legitimately slow",
+      prefix(op), format_duration(op->call.timeout), waiting, details);
   const int root = culprits.empty() ? config_.rank : culprits.front();
   fail_group(make_error(ErrorCode::timeout, message, context(op, culprits)), true, root);
 }
@@ -469,15 +485,16 @@ void Engine::conclude_probe() {
 void Engine::fail_from_news(int from, const AbortNotice& n, bool left) {
   const Op* op = current_.get();
   const int root = valid_rank(n.root_rank) ? n.root_rank : from;
-  const std::string& root_message = valid_rank(n.root_rank) && !n.root_message.empty() ? n.root_message : n.message;
+  const std::string& root_message =
+      valid_rank(n.root_rank) && !n.root_message.empty() ? n.root_message : n.message;
   const std::string how = left ? "left the group" : "aborted the group";
   std::string what;
   if (root == from || root == config_.rank) {
     // The sender is the root, or this rank is (its own timeout culprit): the sender's words.
     what = fmt::format("{} failed and {}: {}", rank_name(from), how, n.message);
   } else {
-    what = fmt::format("the group failed because of {}: {}; {} {} because of it", rank_name(root), root_message,
-                       rank_name(from), how);
+    what = fmt::format("the group failed because of {}: {}; {} {} because of it", rank_name(root),
+                       root_message, rank_name(from), how);
   }
   std::vector<int> peers = n.peers;
   if (std::find(peers.begin(), peers.end(), root) == peers.end()) {
@@ -489,11 +506,13 @@ void Engine::fail_from_news(int from, const AbortNotice& n, bool left) {
                               ? static_cast<ErrorCode>(code)
                               : ErrorCode::network;
   // An abort notice went to every rank already; a goodbye went only here, so pass it on.
-  fail_group(make_error(error_code, fmt::format("{}: {}", prefix(op), what), context(op, std::move(peers))), left,
-             root, root_message);
+  fail_group(make_error(error_code, fmt::format("{}: {}", prefix(op), what),
+                        context(op, std::move(peers))),
+             left, root, root_message);
 }
 
-void Engine::fail_group(std::exception_ptr error, bool notify_peers, int root_rank, std::string root_message) {
+void Engine::fail_group(std::exception_ptr error, bool notify_peers, int root_rank,
+                        std::string root_message) {
   if (failure_) {
     return;
   }
@@ -562,9 +581,10 @@ void Engine::fail_group(std::exception_ptr error, bool notify_peers, int root_ra
 void Engine::shutdown() {
   std::exception_ptr gone = failure_;
   if (!gone) {
-    gone = make_error(ErrorCode::aborted,
-                      fmt::format("{}: the group was destroyed while this op was pending", prefix(nullptr)),
-                      context(nullptr, {}));
+    gone = make_error(
+        ErrorCode::aborted,
+        fmt::format("{}: the group was destroyed while this op was pending", prefix(nullptr)),
+        context(nullptr, {}));
   }
   // Pending ops fail and their buffers are released; peers hear a goodbye, not an abort:
   // they fail only if they still needed this rank.

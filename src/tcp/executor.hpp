@@ -54,7 +54,7 @@ class Executor {
   std::vector<std::uint8_t> state_;      // per task: 0 waiting, 1 ready, 2 posted, 3 done
   std::vector<std::uint32_t> send_pos_;  // per peer: next FIFO index to post
   std::vector<std::uint32_t> recv_pos_;
-  std::vector<TaskId> worklist_;         // ready local tasks
+  std::vector<TaskId> worklist_;  // ready local tasks
   std::size_t remaining_ = 0;
   std::optional<SignatureMismatch> mismatch_;
 };

@@ -23,7 +23,8 @@ constexpr const char* kForms =
 
 [[noreturn]] void bad(const std::string& text, const std::string& why) {
   throw_error(ErrorCode::invalid_argument,
-              fmt::format("CHORUS_FAULT='{}' is malformed: {}; {}; unset it to run without faults", text, why, kForms));
+              fmt::format("CHORUS_FAULT='{}' is malformed: {}; {}; unset it to run without faults",
+                          text, why, kForms));
 }
 
 std::vector<std::string> split(const std::string& s, char sep) {
@@ -59,10 +60,17 @@ std::optional<std::uint64_t> parse_count(const std::string& v, bool allow_suffix
     return std::nullopt;
   }
   switch (suffix[0]) {
-    case 'K': case 'k': return n << 10;
-    case 'M': case 'm': return n << 20;
-    case 'G': case 'g': return n << 30;
-    default: return std::nullopt;
+    case 'K':
+    case 'k':
+      return n << 10;
+    case 'M':
+    case 'm':
+      return n << 20;
+    case 'G':
+    case 'g':
+      return n << 30;
+    default:
+      return std::nullopt;
   }
 }
 
@@ -157,8 +165,12 @@ std::unique_ptr<EngineTransport> make_transport(int rank, int size, Mesh mesh) {
   return std::make_unique<FaultTransport>(rank, std::move(socket), std::move(mine));
 }
 
-FaultTransport::FaultTransport(int rank, std::unique_ptr<EngineTransport> inner, std::vector<Fault> faults)
-    : rank_(rank), inner_(std::move(inner)), faults_(std::move(faults)), fired_(faults_.size(), false) {}
+FaultTransport::FaultTransport(int rank, std::unique_ptr<EngineTransport> inner,
+                               std::vector<Fault> faults)
+    : rank_(rank),
+      inner_(std::move(inner)),
+      faults_(std::move(faults)),
+      fired_(faults_.size(), false) {}
 
 void FaultTransport::count_sent(int peer, std::size_t bytes) {
   if (static_cast<std::size_t>(peer) >= sent_.size()) {
@@ -176,9 +188,10 @@ void FaultTransport::count_sent(int peer, std::size_t bytes) {
     TransportEvent ev;
     ev.kind = TransportEvent::Kind::fault;
     ev.peer = peer;
-    ev.error = fmt::format("CHORUS_FAULT closed this rank's connections to rank {} after {} bytes sent to it "
-                           "(a rehearsed failure of rank {}); unset CHORUS_FAULT to run without it",
-                           peer, sent_[static_cast<std::size_t>(peer)], rank_);
+    ev.error = fmt::format(
+        "CHORUS_FAULT closed this rank's connections to rank {} after {} bytes sent to it "
+        "(a rehearsed failure of rank {}); unset CHORUS_FAULT to run without it",
+        peer, sent_[static_cast<std::size_t>(peer)], rank_);
     pending_.push_back(std::move(ev));
   }
 }
@@ -224,7 +237,8 @@ void FaultTransport::poll(Deadline until, std::vector<std::uint64_t>& completed,
                           std::vector<TransportEvent>& events) {
   if (exit_) {
     // The op's first transfers are posted (some written): the peers see a rank die mid-op.
-    CHORUS_WARN(coll, "CHORUS_FAULT: rank {} exits (status {}) in the middle of an op", rank_, kFaultExitStatus);
+    CHORUS_WARN(coll, "CHORUS_FAULT: rank {} exits (status {}) in the middle of an op", rank_,
+                kFaultExitStatus);
     std::fflush(nullptr);
     ::_exit(kFaultExitStatus);
   }

@@ -32,10 +32,10 @@ struct Fault {
   enum class Kind : std::uint8_t { close_link, stall, exit };
   Kind kind = Kind::close_link;
   int rank = 0;
-  int peer = -1;                 // close_link
-  std::uint64_t after_bytes = 0; // close_link
-  Duration stall{0};             // stall
-  std::uint64_t at_seq = 1;      // stall, exit
+  int peer = -1;                  // close_link
+  std::uint64_t after_bytes = 0;  // close_link
+  Duration stall{0};              // stall
+  std::uint64_t at_seq = 1;       // stall, exit
 };
 
 inline constexpr int kFaultExitStatus = 3;
@@ -57,12 +57,15 @@ class FaultTransport final : public EngineTransport {
   void post_recv(int peer, void* data, std::size_t bytes, std::uint64_t token) override {
     inner_->post_recv(peer, data, bytes, token);
   }
-  void send_p2p(int peer, std::uint32_t tag, const void* data, std::size_t bytes, std::uint64_t token) override;
-  void recv_p2p(int peer, std::uint32_t tag, void* data, std::size_t bytes, std::uint64_t token) override {
+  void send_p2p(int peer, std::uint32_t tag, const void* data, std::size_t bytes,
+                std::uint64_t token) override;
+  void recv_p2p(int peer, std::uint32_t tag, void* data, std::size_t bytes,
+                std::uint64_t token) override {
     inner_->recv_p2p(peer, tag, data, bytes, token);
   }
   void send_control(int peer, FrameType type, std::vector<std::uint8_t> payload) override;
-  void poll(Deadline until, std::vector<std::uint64_t>& completed, std::vector<TransportEvent>& events) override;
+  void poll(Deadline until, std::vector<std::uint64_t>& completed,
+            std::vector<TransportEvent>& events) override;
   void wakeup() noexcept override { inner_->wakeup(); }
   void drop_all() noexcept override { inner_->drop_all(); }
   void flush_control(Deadline until) override { inner_->flush_control(until); }

@@ -28,8 +28,9 @@ std::string check_hello(const std::uint8_t* b, std::uint64_t group_id, int my_ra
   }
   const auto version = static_cast<std::uint16_t>(get_le(&b[4], 2));
   if (version != kProtocolVersion) {
-    return fmt::format("protocol version {} but this build speaks {}; run the same chorus build everywhere",
-                       version, kProtocolVersion);
+    return fmt::format(
+        "protocol version {} but this build speaks {}; run the same chorus build everywhere",
+        version, kProtocolVersion);
   }
   out.channel = static_cast<std::uint16_t>(get_le(&b[6], 2));
   out.channels = static_cast<std::uint16_t>(get_le(&b[8], 2));
@@ -38,11 +39,13 @@ std::string check_hello(const std::uint8_t* b, std::uint64_t group_id, int my_ra
   out.size = static_cast<std::uint32_t>(get_le(&b[20], 4));
   out.group_id = get_le(&b[24], 8);
   if (out.group_id != group_id) {
-    return fmt::format("group id {:016x} but this group is {:016x} (a connection from another group or job)",
-                       out.group_id, group_id);
+    return fmt::format(
+        "group id {:016x} but this group is {:016x} (a connection from another group or job)",
+        out.group_id, group_id);
   }
   if (out.size != static_cast<std::uint32_t>(size)) {
-    return fmt::format("from a rank with WORLD_SIZE={} but this rank has WORLD_SIZE={}", out.size, size);
+    return fmt::format("from a rank with WORLD_SIZE={} but this rank has WORLD_SIZE={}", out.size,
+                       size);
   }
   if (out.channel == kProbeChannel) {
     return {};
@@ -50,14 +53,16 @@ std::string check_hello(const std::uint8_t* b, std::uint64_t group_id, int my_ra
   if (out.dst != static_cast<std::uint32_t>(my_rank)) {
     return fmt::format("meant for rank {} but this is rank {}", out.dst, my_rank);
   }
-  if (out.src >= static_cast<std::uint32_t>(size) || out.src == static_cast<std::uint32_t>(my_rank) ||
+  if (out.src >= static_cast<std::uint32_t>(size) ||
+      out.src == static_cast<std::uint32_t>(my_rank) ||
       (expect_src >= 0 && out.src != static_cast<std::uint32_t>(expect_src)) ||
       (expect_src < 0 && out.src > static_cast<std::uint32_t>(my_rank))) {
     return fmt::format("from rank {}, which should not connect here", out.src);
   }
   if (out.channels != channels || out.channel >= channels) {
-    return fmt::format("channel {}/{} but this group uses {} sockets per peer (sockets_per_peer differs between ranks)",
-                       out.channel, out.channels, channels);
+    return fmt::format(
+        "channel {}/{} but this group uses {} sockets per peer (sockets_per_peer differs between ranks)",
+        out.channel, out.channels, channels);
   }
   return {};
 }

@@ -63,8 +63,10 @@ class Acceptor {
       }
     }
     if (!pending_.empty()) {
-      CHORUS_WARN(init, "{}: closed {} connection(s) that had not sent a hello when every rank was connected",
-                  o_.where, pending_.size());
+      CHORUS_WARN(
+          init,
+          "{}: closed {} connection(s) that had not sent a hello when every rank was connected",
+          o_.where, pending_.size());
     }
     return std::move(incoming_);
   }
@@ -77,8 +79,10 @@ class Acceptor {
     for (const Pending& p : pending_) {
       fds.push_back({p.socket.fd(), POLLIN, 0});
     }
-    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(wake.remaining()).count();
-    const int n = ::poll(fds.data(), fds.size(), static_cast<int>(std::clamp<long long>(left, 0, 60'000)));
+    const auto left =
+        std::chrono::duration_cast<std::chrono::milliseconds>(wake.remaining()).count();
+    const int n =
+        ::poll(fds.data(), fds.size(), static_cast<int>(std::clamp<long long>(left, 0, 60'000)));
     if (n <= 0) {
       return;  // timeout, or EINTR: the caller's loop re-checks its deadlines
     }
@@ -99,13 +103,16 @@ class Acceptor {
       net::AcceptResult a = listener_.accept();
       if (!a.io.ok()) {
         if (!a.io.would_block()) {
-          CHORUS_WARN(init, "{}: accept on {} failed: {}", o_.where, o_.local_address, a.io.describe());
+          CHORUS_WARN(init, "{}: accept on {} failed: {}", o_.where, o_.local_address,
+                      a.io.describe());
         }
         return;
       }
       if (pending_.size() >= static_cast<std::size_t>(remaining_) + kSpareConnections) {
-        CHORUS_WARN(init, "{}: dropped a connection from {} that had sent no hello, to make room ({} pending)",
-                    o_.where, pending_.front().from, pending_.size());
+        CHORUS_WARN(
+            init,
+            "{}: dropped a connection from {} that had sent no hello, to make room ({} pending)",
+            o_.where, pending_.front().from, pending_.size());
         pending_.pop_front();
       }
       Pending p;
@@ -123,8 +130,8 @@ class Acceptor {
       return false;
     }
     if (!r.ok()) {
-      CHORUS_WARN(init, "{}: dropped a connection from {}: {} after {} of the {} hello bytes", o_.where, p.from,
-                  r.closed() ? "closed" : r.describe(), p.got, kHelloBytes);
+      CHORUS_WARN(init, "{}: dropped a connection from {}: {} after {} of the {} hello bytes",
+                  o_.where, p.from, r.closed() ? "closed" : r.describe(), p.got, kHelloBytes);
       return true;
     }
     p.got += r.bytes;
@@ -132,7 +139,8 @@ class Acceptor {
       return false;
     }
     Hello h;
-    const std::string bad = check_hello(p.hello.data(), o_.group_id, o_.rank, -1, o_.size, o_.channels, h);
+    const std::string bad =
+        check_hello(p.hello.data(), o_.group_id, o_.rank, -1, o_.size, o_.channels, h);
     if (!bad.empty()) {
       CHORUS_WARN(init, "{}: refused a connection from {}: {}", o_.where, p.from, bad);
       return true;
@@ -142,16 +150,17 @@ class Acceptor {
     }
     net::Socket& slot = incoming_[h.src][h.channel];
     if (slot.valid()) {
-      CHORUS_WARN(init, "{}: refused a second connection from {} claiming rank {} channel {}", o_.where, p.from,
-                  h.src, h.channel);
+      CHORUS_WARN(init, "{}: refused a second connection from {} claiming rank {} channel {}",
+                  o_.where, p.from, h.src, h.channel);
       return true;
     }
-    const auto reply = encode_hello({o_.group_id, static_cast<std::uint32_t>(o_.rank), h.src, h.channel,
-                                     o_.channels, static_cast<std::uint32_t>(o_.size)});
+    const auto reply = encode_hello({o_.group_id, static_cast<std::uint32_t>(o_.rank), h.src,
+                                     h.channel, o_.channels, static_cast<std::uint32_t>(o_.size)});
     // A fresh socket's send buffer takes 32 bytes at once; the deadline only bounds a peer
     // that vanished.
     if (!net::send_all(p.socket, reply.data(), reply.size(), p.deadline).ok()) {
-      CHORUS_WARN(init, "{}: rank {} ({}) closed its connection during the handshake", o_.where, h.src, p.from);
+      CHORUS_WARN(init, "{}: rank {} ({}) closed its connection during the handshake", o_.where,
+                  h.src, p.from);
       return true;
     }
     slot = std::move(p.socket);
@@ -164,8 +173,8 @@ class Acceptor {
       if (!p.deadline.expired()) {
         return false;
       }
-      CHORUS_WARN(init, "{}: dropped a connection from {}: sent {} of the {} hello bytes within {}", o_.where,
-                  p.from, p.got, kHelloBytes, format_duration(o_.hello_timeout));
+      CHORUS_WARN(init, "{}: dropped a connection from {}: sent {} of the {} hello bytes within {}",
+                  o_.where, p.from, p.got, kHelloBytes, format_duration(o_.hello_timeout));
       return true;
     });
   }
@@ -174,7 +183,8 @@ class Acceptor {
     std::vector<int> missing;
     for (int r = 0; r < o_.rank; ++r) {
       const auto& socks = incoming_[static_cast<std::size_t>(r)];
-      if (std::any_of(socks.begin(), socks.end(), [](const net::Socket& s) { return !s.valid(); })) {
+      if (std::any_of(socks.begin(), socks.end(),
+                      [](const net::Socket& s) { return !s.valid(); })) {
         missing.push_back(r);
       }
     }
@@ -201,7 +211,8 @@ class Acceptor {
 
 }  // namespace
 
-std::vector<std::vector<net::Socket>> accept_lower_ranks(net::Listener& listener, const AcceptOptions& options) {
+std::vector<std::vector<net::Socket>> accept_lower_ranks(net::Listener& listener,
+                                                         const AcceptOptions& options) {
   return Acceptor(listener, options).run();
 }
 

@@ -22,12 +22,12 @@ namespace chorus::tcp {
 struct AcceptOptions {
   int rank = 0;
   int size = 1;
-  std::uint16_t channels = 1;      // sockets per peer pair
+  std::uint16_t channels = 1;  // sockets per peer pair
   std::uint64_t group_id = 0;
-  std::string where;               // "tcp group setup on rank 1/4 [world]"
-  std::string group;        // group name, for error contexts
-  std::string local_address;       // for messages
-  Duration timeout{0};             // the group timeout, for messages
+  std::string where;          // "tcp group setup on rank 1/4 [world]"
+  std::string group;          // group name, for error contexts
+  std::string local_address;  // for messages
+  Duration timeout{0};        // the group timeout, for messages
   Deadline deadline = Deadline::never();
   Duration hello_timeout = std::chrono::seconds(5);  // per connection, capped by deadline
   // Called about every `tick` while waiting; may throw to abandon setup (a recorded clash).
@@ -39,6 +39,7 @@ struct AcceptOptions {
 // hello. Throws TimeoutError naming the lower ranks that did not connect by the deadline.
 // Connections that fail their hello (garbage, wrong group, silence past hello_timeout) are
 // closed and logged at WARN with their address; probes of this group are closed quietly.
-std::vector<std::vector<net::Socket>> accept_lower_ranks(net::Listener& listener, const AcceptOptions& options);
+std::vector<std::vector<net::Socket>> accept_lower_ranks(net::Listener& listener,
+                                                         const AcceptOptions& options);
 
 }  // namespace chorus::tcp

@@ -42,9 +42,15 @@ std::uint64_t random_group_id() {
   return (static_cast<std::uint64_t>(rd()) << 32) ^ rd() ^ 1;
 }
 
-std::string claim_key(const std::string& e, int r) { return epoch_key(e, fmt::format("claim/{}", r)); }
-std::string addr_key(const std::string& e, int r) { return epoch_key(e, fmt::format("addr/{}", r)); }
-std::string member_key(const std::string& e, int r) { return epoch_key(e, fmt::format("member/{}", r)); }
+std::string claim_key(const std::string& e, int r) {
+  return epoch_key(e, fmt::format("claim/{}", r));
+}
+std::string addr_key(const std::string& e, int r) {
+  return epoch_key(e, fmt::format("addr/{}", r));
+}
+std::string member_key(const std::string& e, int r) {
+  return epoch_key(e, fmt::format("member/{}", r));
+}
 
 struct Leader {
   int size = 0;
@@ -102,8 +108,9 @@ bool leader_alive(const Leader& leader, int my_rank, Deadline deadline) {
     for (const net::SocketAddress& a : net::resolve(hp.host, hp.port, d)) {
       net::Socket s;
       if (net::connect_once(a, d, s) == 0) {
-        const auto probe = encode_hello({leader.group_id, static_cast<std::uint32_t>(my_rank), 0,
-                                         kProbeChannel, 0, static_cast<std::uint32_t>(leader.size)});
+        const auto probe =
+            encode_hello({leader.group_id, static_cast<std::uint32_t>(my_rank), 0, kProbeChannel, 0,
+                          static_cast<std::uint32_t>(leader.size)});
         (void)net::send_all(s, probe.data(), probe.size(), d);
         return true;
       }
@@ -158,7 +165,8 @@ std::string clash_advice() {
 
 // Waits until every rank's address is in the epoch, looking for clashes and (on rank 0) for a
 // second rank 0 between slices.
-std::vector<std::string> wait_for_addresses(Store& store, const std::string& epoch, const MembershipOptions& o) {
+std::vector<std::string> wait_for_addresses(Store& store, const std::string& epoch,
+                                            const MembershipOptions& o) {
   std::vector<std::string> keys;
   for (int r = 0; r < o.size; ++r) {
     keys.push_back(addr_key(epoch, r));
@@ -184,10 +192,11 @@ std::vector<std::string> wait_for_addresses(Store& store, const std::string& epo
       if (!now.empty() && now != epoch) {
         const std::string other = read_leader(store, now).value_or(Leader{}).who;
         clash(store, now,
-              fmt::format("{}: two processes claim rank 0 of this group: this one ({}) and {}; a duplicate "
-                          "RANK=0, or another job using the same store and run id; {}",
-                          o.where, process_identity(), other.empty() ? "another process" : "process " + other,
-                          clash_advice()));
+              fmt::format(
+                  "{}: two processes claim rank 0 of this group: this one ({}) and {}; a duplicate "
+                  "RANK=0, or another job using the same store and run id; {}",
+                  o.where, process_identity(),
+                  other.empty() ? "another process" : "process " + other, clash_advice()));
       }
     }
     if (o.deadline.expired()) {
@@ -205,9 +214,10 @@ std::vector<std::string> wait_for_addresses(Store& store, const std::string& epo
       c.peers = missing;
       c.timeout = o.timeout;
       throw TimeoutError(
-          fmt::format("{}: ranks {} never showed up within {} (no address published in the store); "
-                      "check that they were started with the same store and WORLD_SIZE={}, and their logs",
-                      o.where, format_ranks(missing), format_duration(o.timeout), o.size),
+          fmt::format(
+              "{}: ranks {} never showed up within {} (no address published in the store); "
+              "check that they were started with the same store and WORLD_SIZE={}, and their logs",
+              o.where, format_ranks(missing), format_duration(o.timeout), o.size),
           c);
     }
   }
@@ -229,11 +239,14 @@ Membership lead(Store& store, const MembershipOptions& o) {
   // gone was left by an earlier launch and is simply replaced.
   const std::string previous = current_epoch(store);
   if (!previous.empty()) {
-    if (auto other = read_leader(store, previous); other && leader_alive(*other, o.rank, o.deadline)) {
-      clash(store, previous,
-            fmt::format("{}: two processes claim rank 0 of this group: process {} (at {}) and this one ({}); "
-                        "a duplicate RANK=0, or another job using the same store and run id; {}",
-                        o.where, other->who, other->address, process_identity(), clash_advice()));
+    if (auto other = read_leader(store, previous);
+        other && leader_alive(*other, o.rank, o.deadline)) {
+      clash(
+          store, previous,
+          fmt::format(
+              "{}: two processes claim rank 0 of this group: process {} (at {}) and this one ({}); "
+              "a duplicate RANK=0, or another job using the same store and run id; {}",
+              o.where, other->who, other->address, process_identity(), clash_advice()));
     }
   }
   Membership m;
@@ -260,9 +273,11 @@ Membership follow(Store& store, const MembershipOptions& o) {
     if (!epoch.empty() && epoch != skipped) {
       leader = read_leader(store, epoch);
       if (leader && !leader_alive(*leader, o.rank, o.deadline)) {
-        CHORUS_INFO(init, "{}: rank 0 of the recorded formation (process {} at {}) does not answer; waiting for a "
-                          "live rank 0 to start a new one",
-                    o.where, leader->who, leader->address);
+        CHORUS_INFO(
+            init,
+            "{}: rank 0 of the recorded formation (process {} at {}) does not answer; waiting for a "
+            "live rank 0 to start a new one",
+            o.where, leader->who, leader->address);
         skipped = epoch;
         // A formation that failed on a clash before we came: if no new rank 0 comes, that is
         // the story to tell at the timeout.
@@ -282,12 +297,13 @@ Membership follow(Store& store, const MembershipOptions& o) {
         c.peers = {0};
         c.timeout = o.timeout;
         throw TimeoutError(
-            fmt::format("{}: rank 0 never showed up within {} ({}); check that it was started with the same "
-                        "store and run id, and its log{}",
-                        o.where, format_duration(o.timeout),
-                        skipped.empty() ? "no formation recorded in the store"
-                                        : "the store only holds a formation whose rank 0 is gone",
-                        last_clash.empty() ? "" : "; that formation failed: " + last_clash),
+            fmt::format(
+                "{}: rank 0 never showed up within {} ({}); check that it was started with the same "
+                "store and run id, and its log{}",
+                o.where, format_duration(o.timeout),
+                skipped.empty() ? "no formation recorded in the store"
+                                : "the store only holds a formation whose rank 0 is gone",
+                last_clash.empty() ? "" : "; that formation failed: " + last_clash),
             c);
       }
       // Wait a slice for rank 0 to record a new formation; re-probe a skipped leader now and
@@ -307,17 +323,21 @@ Membership follow(Store& store, const MembershipOptions& o) {
     }
     throw_recorded_clash(store, epoch);
     if (leader->size != o.size) {
-      clash(store, epoch,
-            fmt::format("{}: WORLD_SIZE differs between ranks: rank 0 (process {}) has WORLD_SIZE={} but rank {} "
-                        "({}) has WORLD_SIZE={}; start every rank with the same WORLD_SIZE ({})",
-                        o.where, leader->who, leader->size, o.rank, process_identity(), o.size, clash_advice()));
+      clash(
+          store, epoch,
+          fmt::format(
+              "{}: WORLD_SIZE differs between ranks: rank 0 (process {}) has WORLD_SIZE={} but rank {} "
+              "({}) has WORLD_SIZE={}; start every rank with the same WORLD_SIZE ({})",
+              o.where, leader->who, leader->size, o.rank, process_identity(), o.size,
+              clash_advice()));
     }
     if (store.add(claim_key(epoch, o.rank), 1) > 1) {
       clash(store, epoch,
-            fmt::format("{}: two processes claim rank {} of this group: {} and this one ({}); a duplicate "
-                        "RANK={}, or another job using the same store and run id; {}",
-                        o.where, o.rank, who_claims(store, epoch, o.rank), process_identity(), o.rank,
-                        clash_advice()));
+            fmt::format(
+                "{}: two processes claim rank {} of this group: {} and this one ({}); a duplicate "
+                "RANK={}, or another job using the same store and run id; {}",
+                o.where, o.rank, who_claims(store, epoch, o.rank), process_identity(), o.rank,
+                clash_advice()));
     }
     store.multi_set({addr_key(epoch, o.rank), member_key(epoch, o.rank)},
                     {to_bytes(o.local_address), to_bytes(member_record(o))});

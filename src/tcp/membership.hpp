@@ -33,9 +33,9 @@ namespace chorus::tcp {
 struct MembershipOptions {
   int rank = 0;
   int size = 1;
-  std::string where;        // "tcp group setup on rank 1/4 [world]" for messages
-  std::string group;        // group name, for error contexts
-  Duration timeout{0};      // the group timeout, for messages
+  std::string where;    // "tcp group setup on rank 1/4 [world]" for messages
+  std::string group;    // group name, for error contexts
+  Duration timeout{0};  // the group timeout, for messages
   Deadline deadline = Deadline::never();
   std::string local_address;  // our "host:port"
   // Called between the slices of every wait (rank 0 drains its listener there, so that a
@@ -44,7 +44,7 @@ struct MembershipOptions {
 };
 
 struct Membership {
-  std::string epoch;                   // empty for a group of one (no store records)
+  std::string epoch;  // empty for a group of one (no store records)
   std::uint64_t group_id = 0;
   std::vector<std::string> addresses;  // by rank
 };

@@ -51,7 +51,8 @@ void connect_mesh(Store& store, const MeshOptions& o, Mesh& mesh, int channels) 
   mesh.group_id = mesh.membership.group_id;
   mesh.peers.resize(static_cast<std::size_t>(n));
   for (int r = 0; r < n; ++r) {
-    mesh.peers[static_cast<std::size_t>(r)].address = mesh.membership.addresses[static_cast<std::size_t>(r)];
+    mesh.peers[static_cast<std::size_t>(r)].address =
+        mesh.membership.addresses[static_cast<std::size_t>(r)];
   }
 
   // Phase 1: connect to higher ranks, hello on each socket.
@@ -61,9 +62,10 @@ void connect_mesh(Store& store, const MeshOptions& o, Mesh& mesh, int channels) 
     for (int ch = 0; ch < channels; ++ch) {
       net::ConnectOptions co;
       co.what = fmt::format("rank {}", peer);
-      const auto hello = encode_hello({mesh.group_id, static_cast<std::uint32_t>(o.rank),
-                                       static_cast<std::uint32_t>(peer), static_cast<std::uint16_t>(ch),
-                                       static_cast<std::uint16_t>(channels), static_cast<std::uint32_t>(n)});
+      const auto hello =
+          encode_hello({mesh.group_id, static_cast<std::uint32_t>(o.rank),
+                        static_cast<std::uint32_t>(peer), static_cast<std::uint16_t>(ch),
+                        static_cast<std::uint16_t>(channels), static_cast<std::uint32_t>(n)});
       co.after_connect = [hello](net::Socket& s, Deadline d) {
         const net::IoResult r = net::send_all(s, hello.data(), hello.size(), d);
         return r.ok() ? 0 : (r.os_error ? r.os_error : ECONNRESET);
@@ -115,10 +117,11 @@ void connect_mesh(Store& store, const MeshOptions& o, Mesh& mesh, int channels) 
       std::uint8_t buf[kHelloBytes];
       const net::IoResult r = net::recv_exact(s, buf, sizeof(buf), o.deadline);
       if (r.timed_out()) {
-        throw TimeoutError(fmt::format("{}: rank {} at {} accepted the connection but did not answer the "
-                                       "handshake within {}; it may be stuck: check its log",
-                                       where(o), peer, link.address, format_duration(o.timeout)),
-                           context(o, {peer}));
+        throw TimeoutError(
+            fmt::format("{}: rank {} at {} accepted the connection but did not answer the "
+                        "handshake within {}; it may be stuck: check its log",
+                        where(o), peer, link.address, format_duration(o.timeout)),
+            context(o, {peer}));
       }
       Hello h;
       const std::string bad = r.ok() ? check_hello(buf, mesh.group_id, o.rank, peer, n,
@@ -130,9 +133,10 @@ void connect_mesh(Store& store, const MeshOptions& o, Mesh& mesh, int channels) 
       if (!bad.empty() || h.channel != ch) {
         ErrorContext c = context(o, {peer});
         c.peer_address = link.address;
-        throw NetworkError(fmt::format("{}: handshake with rank {} at {} failed: {}", where(o), peer,
-                                       link.address, bad.empty() ? "channel out of order" : bad),
-                           c);
+        throw NetworkError(
+            fmt::format("{}: handshake with rank {} at {} failed: {}", where(o), peer, link.address,
+                        bad.empty() ? "channel out of order" : bad),
+            c);
       }
     }
   }

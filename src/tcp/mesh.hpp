@@ -34,7 +34,7 @@ struct Mesh {
   // The listening socket stays open for the group's life, never accepted from again: a live
   // group answers connections (membership probes), a dead one refuses them.
   net::Listener listener;
-  Membership membership;        // what leave_group() removes from the store
+  Membership membership;  // what leave_group() removes from the store
 };
 
 struct MeshOptions {

@@ -92,7 +92,8 @@ void Schedule::depend(TaskId later, TaskId earlier) {
   edges_.emplace_back(earlier, later);
 }
 
-TaskId Schedule::send(int peer, const void* data, std::size_t bytes, std::initializer_list<TaskId> deps) {
+TaskId Schedule::send(int peer, const void* data, std::size_t bytes,
+                      std::initializer_list<TaskId> deps) {
   return transfer(TaskKind::send, peer, nullptr, data, bytes, deps);
 }
 
@@ -106,8 +107,8 @@ TaskId Schedule::transfer(TaskKind kind, int peer, void* dst, const void* src, s
     return kNoTask;
   }
   const bool is_send = kind == TaskKind::send;
-  CHORUS_CHECK(peer >= 0 && peer < size_ && peer != rank_, "{} peer {}", is_send ? "send to" : "recv from",
-               peer);
+  CHORUS_CHECK(peer >= 0 && peer < size_ && peer != rank_, "{} peer {}",
+               is_send ? "send to" : "recv from", peer);
   Task t;
   t.kind = kind;
   t.peer = peer;
@@ -119,7 +120,8 @@ TaskId Schedule::transfer(TaskKind kind, int peer, void* dst, const void* src, s
   return id;
 }
 
-TaskId Schedule::copy(void* dst, const void* src, std::size_t bytes, std::initializer_list<TaskId> deps) {
+TaskId Schedule::copy(void* dst, const void* src, std::size_t bytes,
+                      std::initializer_list<TaskId> deps) {
   // A copy onto itself moves nothing but still carries its dependencies when it has any.
   if (bytes == 0 || (dst == src && deps.size() == 0)) {
     return kNoTask;

@@ -86,9 +86,11 @@ class Schedule {
 
   // Each returns the new task, or kNoTask when there is nothing to do (zero bytes). Entries
   // of `deps` equal to kNoTask are ignored. Deps must be tasks added earlier.
-  TaskId send(int peer, const void* data, std::size_t bytes, std::initializer_list<TaskId> deps = {});
+  TaskId send(int peer, const void* data, std::size_t bytes,
+              std::initializer_list<TaskId> deps = {});
   TaskId recv(int peer, void* data, std::size_t bytes, std::initializer_list<TaskId> deps = {});
-  TaskId copy(void* dst, const void* src, std::size_t bytes, std::initializer_list<TaskId> deps = {});
+  TaskId copy(void* dst, const void* src, std::size_t bytes,
+              std::initializer_list<TaskId> deps = {});
   // dst = a op b over `count` elements of the schedule's dtype; divisor as in core/reduce.hpp.
   TaskId reduce(void* dst, const void* a, const void* b, std::size_t count, int divisor,
                 std::initializer_list<TaskId> deps = {});
@@ -96,7 +98,9 @@ class Schedule {
 
   // Transfers queued so far to / from `peer` (a mark for interleave()).
   std::size_t sends_to(int peer) const { return send_fifo_[static_cast<std::size_t>(peer)].size(); }
-  std::size_t recvs_from(int peer) const { return recv_fifo_[static_cast<std::size_t>(peer)].size(); }
+  std::size_t recvs_from(int peer) const {
+    return recv_fifo_[static_cast<std::size_t>(peer)].size();
+  }
   // Reorders the FIFO of `peer` (sends or receives): the transfers added after position
   // `split` (phase B) are merged into those before it (phase A) so that B[i] is posted right
   // after A[i + lag]; the rest of B follows A. Only the posting order changes, never a
@@ -114,8 +118,12 @@ class Schedule {
   // ---- for the Executor ----
   std::vector<Task>& tasks() noexcept { return tasks_; }
   const std::vector<TaskId>& successors() const noexcept { return succ_; }
-  const std::vector<TaskId>& send_fifo(int peer) const { return send_fifo_[static_cast<std::size_t>(peer)]; }
-  const std::vector<TaskId>& recv_fifo(int peer) const { return recv_fifo_[static_cast<std::size_t>(peer)]; }
+  const std::vector<TaskId>& send_fifo(int peer) const {
+    return send_fifo_[static_cast<std::size_t>(peer)];
+  }
+  const std::vector<TaskId>& recv_fifo(int peer) const {
+    return recv_fifo_[static_cast<std::size_t>(peer)];
+  }
   const OpSignature& signature() const noexcept { return sig_; }
   // The header received from peer (valid once its header task completed).
   const std::uint8_t* received_header(int peer) const {

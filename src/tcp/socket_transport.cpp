@@ -175,7 +175,9 @@ void SocketTransport::drop_all() noexcept {
   free_reqs_.clear();
   completed_.clear();
   events_.erase(std::remove_if(events_.begin(), events_.end(),
-                               [](const TransportEvent& e) { return e.kind == TransportEvent::Kind::p2p_done; }),
+                               [](const TransportEvent& e) {
+                                 return e.kind == TransportEvent::Kind::p2p_done;
+                               }),
                 events_.end());
 }
 

@@ -47,17 +47,22 @@ class SocketTransport final : public EngineTransport {
 
   void post_send(int peer, const void* data, std::size_t bytes, std::uint64_t token) override;
   void post_recv(int peer, void* data, std::size_t bytes, std::uint64_t token) override;
-  void send_p2p(int peer, std::uint32_t tag, const void* data, std::size_t bytes, std::uint64_t token) override;
-  void recv_p2p(int peer, std::uint32_t tag, void* data, std::size_t bytes, std::uint64_t token) override;
+  void send_p2p(int peer, std::uint32_t tag, const void* data, std::size_t bytes,
+                std::uint64_t token) override;
+  void recv_p2p(int peer, std::uint32_t tag, void* data, std::size_t bytes,
+                std::uint64_t token) override;
   void send_control(int peer, FrameType type, std::vector<std::uint8_t> payload) override;
-  void poll(Deadline until, std::vector<std::uint64_t>& completed, std::vector<TransportEvent>& events) override;
+  void poll(Deadline until, std::vector<std::uint64_t>& completed,
+            std::vector<TransportEvent>& events) override;
   void wakeup() noexcept override { loop_.wakeup(); }
   void drop_all() noexcept override;
   void flush_control(Deadline until) override;
   void close_all() noexcept override;
   void reset_link(int peer) noexcept override;
   bool peer_connected(int peer) const override;
-  const std::string& address(int peer) const override { return peers_[static_cast<std::size_t>(peer)].address; }
+  const std::string& address(int peer) const override {
+    return peers_[static_cast<std::size_t>(peer)].address;
+  }
   const std::string& local_address() const override { return local_address_; }
 
  private:
@@ -83,7 +88,7 @@ class SocketTransport final : public EngineTransport {
     std::vector<std::uint8_t> owned;
     const std::byte* data = nullptr;  // p2p payload (borrowed) or owned.data()
     std::size_t len = 0;
-    std::size_t off = 0;  // bytes of header + payload written
+    std::size_t off = 0;      // bytes of header + payload written
     std::uint64_t token = 0;  // p2p send to complete (set on its last chunk only)
     bool tagged = false;      // a chunk of a tagged message (else a control frame)
   };
@@ -108,17 +113,17 @@ class SocketTransport final : public EngineTransport {
     bool in_body = false;
     FrameHeader frame{};
     std::size_t body_got = 0;
-    std::byte* body_dst = nullptr;  // where the body goes (user buffer, body_buf, or discard)
-    std::size_t body_len = 0;       // body bytes of the frame being read
+    std::byte* body_dst = nullptr;       // where the body goes (user buffer, body_buf, or discard)
+    std::size_t body_len = 0;            // body bytes of the frame being read
     std::vector<std::uint8_t> body_buf;  // body of a control frame
     // The tagged message being received (its chunks may be split by control frames).
     bool msg_open = false;
     std::uint32_t msg_tag = 0;
-    std::size_t msg_left = 0;         // bytes still due in p2p_more frames
-    std::byte* msg_next = nullptr;    // where they go (nullptr: discarded)
-    std::uint64_t msg_token = 0;      // matched p2p recv (0: unexpected, or dropped)
-    bool msg_dropped = false;         // the group failed meanwhile: the rest is discarded
-    std::string msg_error;            // matched recv failed (size mismatch): discard the body
+    std::size_t msg_left = 0;           // bytes still due in p2p_more frames
+    std::byte* msg_next = nullptr;      // where they go (nullptr: discarded)
+    std::uint64_t msg_token = 0;        // matched p2p recv (0: unexpected, or dropped)
+    bool msg_dropped = false;           // the group failed meanwhile: the rest is discarded
+    std::string msg_error;              // matched recv failed (size mismatch): discard the body
     std::vector<std::uint8_t> msg_buf;  // an unexpected message, until its recv is posted
     std::deque<P2pRecv> posted;
     std::deque<Unexpected> unexpected;

@@ -27,7 +27,8 @@ namespace tcp {
 namespace {
 
 struct WeakKeyLess {
-  bool operator()(const std::pair<std::weak_ptr<Store>, int>& a, const std::pair<std::weak_ptr<Store>, int>& b) const {
+  bool operator()(const std::pair<std::weak_ptr<Store>, int>& a,
+                  const std::pair<std::weak_ptr<Store>, int>& b) const {
     if (a.first.owner_before(b.first)) {
       return true;
     }
@@ -83,20 +84,22 @@ class TcpProcessGroup final : public ProcessGroup {
   Device device() const noexcept override { return Device::cpu(); }
 
   void abort(const std::string& reason) override {
-    auto error = std::make_exception_ptr(
-        Error(ErrorCode::aborted,
-              fmt::format("tcp group [{}] on rank {}/{} was aborted: {}", name(), rank(), size(), reason),
-              ErrorContext{.rank = rank(), .size = size(), .group = name(), .op = "abort"}));
+    auto error = std::make_exception_ptr(Error(
+        ErrorCode::aborted,
+        fmt::format("tcp group [{}] on rank {}/{} was aborted: {}", name(), rank(), size(), reason),
+        ErrorContext{.rank = rank(), .size = size(), .group = name(), .op = "abort"}));
     record_failure(error);
     engine_->abort(failure());
   }
 
-  std::shared_ptr<ProcessGroup> split(const std::vector<int>& ranks, GroupOptions options) override {
-    check_arg(!ranks.empty(), "split on rank {}/{} [{}]: the rank list is empty", rank(), size(), name());
+  std::shared_ptr<ProcessGroup> split(const std::vector<int>& ranks,
+                                      GroupOptions options) override {
+    check_arg(!ranks.empty(), "split on rank {}/{} [{}]: the rank list is empty", rank(), size(),
+              name());
     for (std::size_t i = 0; i < ranks.size(); ++i) {
       check_arg(ranks[i] >= 0 && ranks[i] < size() && (i == 0 || ranks[i] > ranks[i - 1]),
-                "split on rank {}/{} [{}]: ranks must be sorted, distinct and in [0, {}); got {}", rank(),
-                size(), name(), size(), format_ranks(ranks));
+                "split on rank {}/{} [{}]: ranks must be sorted, distinct and in [0, {}); got {}",
+                rank(), size(), name(), size(), format_ranks(ranks));
     }
     // Every rank calls split in the same order, so the counter names the same subgroup
     // everywhere; its store namespace and hence its group id are new.
@@ -113,34 +116,39 @@ class TcpProcessGroup final : public ProcessGroup {
     if (!sub.group.timeout) {
       sub.group.timeout = timeout();
     }
-    return std::make_shared<TcpProcessGroup>(make_prefix_store(fmt::format("split{}", index), store_),
-                                             static_cast<int>(it - ranks.begin()),
-                                             static_cast<int>(ranks.size()), sub);
+    return std::make_shared<TcpProcessGroup>(
+        make_prefix_store(fmt::format("split{}", index), store_),
+        static_cast<int>(it - ranks.begin()), static_cast<int>(ranks.size()), sub);
   }
 
  protected:
-  std::shared_ptr<Work> do_allreduce(Tensor in, Tensor out, ReduceOp op, const OpCall& call) override {
+  std::shared_ptr<Work> do_allreduce(Tensor in, Tensor out, ReduceOp op,
+                                     const OpCall& call) override {
     return collective(OpKind::allreduce, in, out, in.count(), op, 0, call);
   }
   std::shared_ptr<Work> do_allgather(Tensor in, Tensor out, const OpCall& call) override {
     return collective(OpKind::allgather, in, out, in.count(), ReduceOp::sum, 0, call);
   }
-  std::shared_ptr<Work> do_reduce_scatter(Tensor in, Tensor out, ReduceOp op, const OpCall& call) override {
+  std::shared_ptr<Work> do_reduce_scatter(Tensor in, Tensor out, ReduceOp op,
+                                          const OpCall& call) override {
     return collective(OpKind::reduce_scatter, in, out, out.count(), op, 0, call);
   }
   std::shared_ptr<Work> do_broadcast(Tensor inout, int root, const OpCall& call) override {
     return collective(OpKind::broadcast, inout, inout, inout.count(), ReduceOp::sum, root, call);
   }
-  std::shared_ptr<Work> do_reduce(Tensor in, Tensor out, ReduceOp op, int root, const OpCall& call) override {
+  std::shared_ptr<Work> do_reduce(Tensor in, Tensor out, ReduceOp op, int root,
+                                  const OpCall& call) override {
     // Only the root has an output; elsewhere the algorithm needs none.
-    return collective(OpKind::reduce, in, rank() == root ? out : Tensor(), in.count(), op, root, call);
+    return collective(OpKind::reduce, in, rank() == root ? out : Tensor(), in.count(), op, root,
+                      call);
   }
   std::shared_ptr<Work> do_gather(Tensor in, Tensor out, int root, const OpCall& call) override {
-    return collective(OpKind::gather, in, rank() == root ? out : Tensor(), in.count(), ReduceOp::sum, root, call);
+    return collective(OpKind::gather, in, rank() == root ? out : Tensor(), in.count(),
+                      ReduceOp::sum, root, call);
   }
   std::shared_ptr<Work> do_scatter(Tensor in, Tensor out, int root, const OpCall& call) override {
-    return collective(OpKind::scatter, rank() == root ? in : Tensor(), out, out.count(), ReduceOp::sum, root,
-                      call);
+    return collective(OpKind::scatter, rank() == root ? in : Tensor(), out, out.count(),
+                      ReduceOp::sum, root, call);
   }
   std::shared_ptr<Work> do_all_to_all(Tensor in, Tensor out, const OpCall& call) override {
     return collective(OpKind::all_to_all, in, out, in.count(), ReduceOp::sum, 0, call);
@@ -156,11 +164,12 @@ class TcpProcessGroup final : public ProcessGroup {
   }
 
  private:
-  std::shared_ptr<Work> collective(OpKind kind, Tensor in, Tensor out, std::size_t count, ReduceOp op,
-                                   int root, const OpCall& call) {
+  std::shared_ptr<Work> collective(OpKind kind, Tensor in, Tensor out, std::size_t count,
+                                   ReduceOp op, int root, const OpCall& call) {
     auto o = std::make_unique<Op>();
     o->kind = Op::Kind::collective;
-    const DataType dtype = kind == OpKind::barrier ? DataType::uint8 : (in.count() ? in.dtype() : out.dtype());
+    const DataType dtype =
+        kind == OpKind::barrier ? DataType::uint8 : (in.count() ? in.dtype() : out.dtype());
     o->args.kind = kind;
     o->args.in = in.data();
     o->args.out = out.data();
@@ -179,7 +188,8 @@ class TcpProcessGroup final : public ProcessGroup {
     if (kind == OpKind::allreduce || kind == OpKind::reduce || kind == OpKind::reduce_scatter) {
       o->sig.redop = op;
     }
-    if (kind == OpKind::broadcast || kind == OpKind::reduce || kind == OpKind::gather || kind == OpKind::scatter) {
+    if (kind == OpKind::broadcast || kind == OpKind::reduce || kind == OpKind::gather ||
+        kind == OpKind::scatter) {
       o->sig.root = root;
     }
     o->bytes = count * element_size(dtype);
@@ -195,7 +205,8 @@ class TcpProcessGroup final : public ProcessGroup {
     return work;
   }
 
-  std::shared_ptr<Work> p2p(Op::Kind kind, Tensor t, int peer, std::uint32_t tag, const OpCall& call) {
+  std::shared_ptr<Work> p2p(Op::Kind kind, Tensor t, int peer, std::uint32_t tag,
+                            const OpCall& call) {
     auto o = std::make_unique<Op>();
     o->kind = kind;
     o->peer = peer;
@@ -203,8 +214,9 @@ class TcpProcessGroup final : public ProcessGroup {
     o->data = t.data();
     o->bytes = t.nbytes();
     o->call = call;
-    o->what = fmt::format("{} (p2p seq {}, tag {}, {} x {}, {} rank {})", call.name, call.seq, tag, t.count(),
-                          to_string(t.dtype()), kind == Op::Kind::send ? "to" : "from", peer);
+    o->what =
+        fmt::format("{} (p2p seq {}, tag {}, {} x {}, {} rank {})", call.name, call.seq, tag,
+                    t.count(), to_string(t.dtype()), kind == Op::Kind::send ? "to" : "from", peer);
     o->work = std::make_shared<WorkState>(call.name, call.seq);
     auto work = o->work;
     engine_->submit(std::move(o));
@@ -241,7 +253,8 @@ void check_world_size_fits(int rank, int size, int sockets_per_peer) {
   if (::getrlimit(RLIMIT_NOFILE, &limit) != 0 || limit.rlim_cur == RLIM_INFINITY) {
     return;
   }
-  const auto needed = static_cast<unsigned long long>(size - 1) * static_cast<unsigned>(sockets_per_peer + 1) + 1;
+  const auto needed =
+      static_cast<unsigned long long>(size - 1) * static_cast<unsigned>(sockets_per_peer + 1) + 1;
   if (needed + kSpareDescriptors > limit.rlim_cur) {
     throw InvalidArgument(fmt::format(
         "make_tcp_group on rank {}: WORLD_SIZE={} needs {} sockets per rank for the tcp backend's full mesh "
@@ -256,11 +269,13 @@ void check_world_size_fits(int rank, int size, int sockets_per_peer) {
 
 std::shared_ptr<ProcessGroup> make_tcp_group(std::shared_ptr<Store> store, int rank, int size,
                                              TcpGroupOptions options) {
-  check_arg(store != nullptr, "make_tcp_group: the store is null; pass the store every rank shares");
+  check_arg(store != nullptr,
+            "make_tcp_group: the store is null; pass the store every rank shares");
   check_arg(options.sockets_per_peer >= 1 && options.sockets_per_peer <= 8,
             "make_tcp_group: sockets_per_peer must be in 1..8, got {}", options.sockets_per_peer);
   check_arg(options.slice_bytes >= 1, "make_tcp_group: slice_bytes must be at least 1");
-  check_arg(options.hello_timeout > Duration::zero(), "make_tcp_group: hello_timeout must be positive");
+  check_arg(options.hello_timeout > Duration::zero(),
+            "make_tcp_group: hello_timeout must be positive");
   check_arg(size >= 1 && rank >= 0 && rank < size,
             "make_tcp_group: rank {} is not in [0, {}); check RANK and WORLD_SIZE", rank, size);
   tcp::check_world_size_fits(rank, size, options.sockets_per_peer);

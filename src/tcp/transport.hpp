@@ -67,14 +67,16 @@ class EngineTransport : public Transport {
   // failure of this message alone, e.g. a size mismatch) comes back as a p2p_done event.
   virtual void send_p2p(int peer, std::uint32_t tag, const void* data, std::size_t bytes,
                         std::uint64_t token) = 0;
-  virtual void recv_p2p(int peer, std::uint32_t tag, void* data, std::size_t bytes, std::uint64_t token) = 0;
+  virtual void recv_p2p(int peer, std::uint32_t tag, void* data, std::size_t bytes,
+                        std::uint64_t token) = 0;
   // Queues a control frame ahead of any queued tagged payload (best effort: dropped if the
   // peer is gone).
   virtual void send_control(int peer, FrameType type, std::vector<std::uint8_t> payload) = 0;
 
   // Waits until something happens or `until` passes (not at all if results are pending) and
   // hands over what happened: completed collective tokens, and other events.
-  virtual void poll(Deadline until, std::vector<std::uint64_t>& completed, std::vector<TransportEvent>& events) = 0;
+  virtual void poll(Deadline until, std::vector<std::uint64_t>& completed,
+                    std::vector<TransportEvent>& events) = 0;
   // Any thread: makes a blocked poll() return soon.
   virtual void wakeup() noexcept = 0;
 

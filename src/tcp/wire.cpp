@@ -60,7 +60,8 @@ std::optional<AbortNotice> decode_abort(const std::vector<std::uint8_t>& p) {
   if (len > p.size() - at) {
     return std::nullopt;
   }
-  n.message.assign(p.begin() + static_cast<std::ptrdiff_t>(at), p.begin() + static_cast<std::ptrdiff_t>(at + len));
+  n.message.assign(p.begin() + static_cast<std::ptrdiff_t>(at),
+                   p.begin() + static_cast<std::ptrdiff_t>(at + len));
   n.root_message.assign(p.begin() + static_cast<std::ptrdiff_t>(at + len), p.end());
   return n;
 }

@@ -14,13 +14,14 @@ using namespace std::chrono_literals;
 
 namespace {
 
-#define C_CHECK(call)                                                                          \
-  do {                                                                                         \
-    const chorus_result_t rc_ = (call);                                                        \
-    if (rc_ != CHORUS_OK) {                                                                    \
-      throw chorus::test::ChildCheckFailed{std::string(#call) + " -> " +                      \
-                                           chorus_result_string(rc_) + ": " + chorus_get_last_error()}; \
-    }                                                                                          \
+#define C_CHECK(call)                                                         \
+  do {                                                                        \
+    const chorus_result_t rc_ = (call);                                       \
+    if (rc_ != CHORUS_OK) {                                                   \
+      throw chorus::test::ChildCheckFailed{std::string(#call) + " -> " +      \
+                                           chorus_result_string(rc_) + ": " + \
+                                           chorus_get_last_error()};          \
+    }                                                                         \
   } while (0)
 
 struct CWorld {
@@ -98,7 +99,8 @@ TEST_CASE("C ABI on 2 ranks: allreduce, broadcast, allgather, send/recv, barrier
   REQUIRE_ALL_OK(results);
 }
 
-TEST_CASE("C ABI on 2 ranks: wait_for on a running op, then a timeout as a status code", "[capi][mp]") {
+TEST_CASE("C ABI on 2 ranks: wait_for on a running op, then a timeout as a status code",
+          "[capi][mp]") {
   chorus::test::StoreServerProcess server;
   auto results = chorus::test::run_processes(
       2,
@@ -130,8 +132,8 @@ TEST_CASE("C ABI on 2 ranks: wait_for on a running op, then a timeout as a statu
           const std::string message = chorus_get_last_error();
           chorus_work_free(work);
           if (rc != CHORUS_ERR_TIMEOUT) {
-            throw chorus::test::ChildCheckFailed{std::string("expected TIMEOUT, got ") + chorus_result_string(rc) +
-                                                 ": " + message};
+            throw chorus::test::ChildCheckFailed{std::string("expected TIMEOUT, got ") +
+                                                 chorus_result_string(rc) + ": " + message};
           }
           CHILD_CHECK(elapsed < 10s);
           CHILD_CHECK(message.find("allreduce") != std::string::npos);

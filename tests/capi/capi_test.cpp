@@ -20,7 +20,8 @@ static_assert(CHORUS_ERR_STORE == static_cast<int>(ErrorCode::store));
 static_assert(CHORUS_ERR_BACKEND == static_cast<int>(ErrorCode::backend));
 static_assert(CHORUS_ERR_ABORTED == static_cast<int>(ErrorCode::aborted));
 static_assert(CHORUS_ERR_INTERNAL == static_cast<int>(ErrorCode::internal));
-static_assert(CHORUS_FLOAT32 == static_cast<int>(DataType::float32) && CHORUS_FLOAT64 == kNumDataTypes - 1);
+static_assert(CHORUS_FLOAT32 == static_cast<int>(DataType::float32) &&
+              CHORUS_FLOAT64 == kNumDataTypes - 1);
 static_assert(CHORUS_AVG == static_cast<int>(ReduceOp::avg) && CHORUS_AVG == kNumReduceOps - 1);
 
 namespace {
@@ -76,7 +77,8 @@ TEST_CASE("C ABI: NULL arguments and bad configs are INVALID_ARGUMENT, never a c
   chorus_store_t* store = nullptr;
   config.version = 7;  // from a newer header
   REQUIRE(chorus_tcp_store_create(&config, &store) == CHORUS_ERR_INVALID_ARGUMENT);
-  REQUIRE_THAT(last_error(), Catch::Contains("version 7") && Catch::Contains("CHORUS_TCP_STORE_CONFIG_INITIALIZER"));
+  REQUIRE_THAT(last_error(), Catch::Contains("version 7") &&
+                                 Catch::Contains("CHORUS_TCP_STORE_CONFIG_INITIALIZER"));
   config = CHORUS_TCP_STORE_CONFIG_INITIALIZER;
   config.size = 4;  // not initialized with the macro
   REQUIRE(chorus_tcp_store_create(&config, &store) == CHORUS_ERR_INVALID_ARGUMENT);
@@ -142,7 +144,8 @@ TEST_CASE("C ABI: store round trip and a get that times out", "[capi][store]") {
   chorus_store_free(store);
 }
 
-TEST_CASE("C ABI: one-rank group; bad rank, bad root and mismatched sizes are status codes", "[capi][group]") {
+TEST_CASE("C ABI: one-rank group; bad rank, bad root and mismatched sizes are status codes",
+          "[capi][group]") {
   chorus_store_t* store = make_server_store();
   chorus_tcp_group_config_t config = CHORUS_TCP_GROUP_CONFIG_INITIALIZER;
   config.interface = "127.0.0.1";
@@ -177,8 +180,11 @@ TEST_CASE("C ABI: one-rank group; bad rank, bad root and mismatched sizes are st
   REQUIRE_THAT(c_message, Catch::Contains("allreduce") && Catch::Contains("must match"));
   // The same call through C++ on an equivalent group gives the same text.
   {
-    auto cpp_store = std::make_shared<TcpStore>(TcpStoreOptions{.host = "127.0.0.1", .port = 0, .is_server = true});
-    auto pg = make_tcp_group(cpp_store, 0, 1, {.group = {.timeout = std::chrono::seconds(10)}, .interface = "127.0.0.1"});
+    auto cpp_store = std::make_shared<TcpStore>(
+        TcpStoreOptions{.host = "127.0.0.1", .port = 0, .is_server = true});
+    auto pg =
+        make_tcp_group(cpp_store, 0, 1,
+                       {.group = {.timeout = std::chrono::seconds(10)}, .interface = "127.0.0.1"});
     try {
       pg->allreduce(Tensor::of(a.data(), a.size()), Tensor::of(c.data(), c.size()));
       FAIL("no exception");
@@ -229,7 +235,8 @@ TEST_CASE("C ABI: one-rank group; bad rank, bad root and mismatched sizes are st
   chorus_group_destroy(group);
 }
 
-TEST_CASE("C ABI: an nccl group that cannot be made is a BACKEND error, not a crash", "[capi][group]") {
+TEST_CASE("C ABI: an nccl group that cannot be made is a BACKEND error, not a crash",
+          "[capi][group]") {
   chorus_store_t* store = make_server_store();
   chorus_nccl_group_config_t config = CHORUS_NCCL_GROUP_CONFIG_INITIALIZER;
   config.timeout_ms = 20000;

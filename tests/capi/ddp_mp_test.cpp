@@ -30,10 +30,13 @@ std::string next_run_id() {
   return "ddp-run-" + std::to_string(++n);
 }
 
-std::shared_ptr<ProcessGroup> connect(std::uint16_t port, const std::string& run, int rank, int size) {
-  auto store = std::make_shared<TcpStore>(TcpStoreOptions{.host = "127.0.0.1", .port = port, .timeout = kGroupTimeout});
-  return make_tcp_group(make_prefix_store(run, store), rank, size,
-                        {.group = {.name = run, .timeout = kGroupTimeout}, .interface = "127.0.0.1"});
+std::shared_ptr<ProcessGroup> connect(std::uint16_t port, const std::string& run, int rank,
+                                      int size) {
+  auto store = std::make_shared<TcpStore>(
+      TcpStoreOptions{.host = "127.0.0.1", .port = port, .timeout = kGroupTimeout});
+  return make_tcp_group(
+      make_prefix_store(run, store), rank, size,
+      {.group = {.name = run, .timeout = kGroupTimeout}, .interface = "127.0.0.1"});
 }
 
 // The toy model's state on one rank: params, grads and the reducer over the grads' slices.
@@ -50,7 +53,8 @@ struct Replica {
     for (int i = 0; i < 4; ++i) {
       views.push_back(Tensor::of(grads.data() + toy::kSliceOffset[i], toy::kSliceCount[i]));
     }
-    reducer = std::make_unique<ddp::GradientReducer>(pg, views, ddp::ReducerOptions{.bucket_bytes = 256});
+    reducer =
+        std::make_unique<ddp::GradientReducer>(pg, views, ddp::ReducerOptions{.bucket_bytes = 256});
   }
   void step(const toy::Dataset& d, const std::size_t* batch, std::size_t n, float lr) {
     toy::loss_and_grad(params, d, batch, n, grads, [&](std::size_t i) { reducer->mark_ready(i); });
@@ -70,7 +74,8 @@ void train_even(int world) {
         Replica r(connect(server.port(), run, rank, world), cfg);
         CHILD_CHECK(r.reducer->num_buckets() > 1);  // the test exercises several buckets
         const std::size_t b = cfg.global_batch / static_cast<std::size_t>(world);
-        ddp::DistributedSampler sampler(data.size(), *r.pg, {.shuffle = true, .seed = cfg.sampler_seed});
+        ddp::DistributedSampler sampler(data.size(), *r.pg,
+                                        {.shuffle = true, .seed = cfg.sampler_seed});
         for (int e = 0; e < cfg.epochs; ++e) {
           sampler.set_epoch(static_cast<std::uint64_t>(e));
           const auto idx = sampler.indices();
@@ -81,10 +86,12 @@ void train_even(int world) {
         const auto expected = toy::reference_full_batch(cfg, data);
         const float diff = toy::max_abs_diff(r.params, expected);
         if (!(diff < 1e-5f)) {
-          throw test::ChildCheckFailed{"weights differ from full-batch training by " + std::to_string(diff)};
+          throw test::ChildCheckFailed{"weights differ from full-batch training by " +
+                                       std::to_string(diff)};
         }
         // Every replica holds the same weights (the checkpoint round trip keeps them so).
-        const std::string path = "/tmp/chorus_ddp_mp_" + run + "_" + std::to_string(server.port()) + ".ckpt";
+        const std::string path =
+            "/tmp/chorus_ddp_mp_" + run + "_" + std::to_string(server.port()) + ".ckpt";
         std::vector<float> before = r.params;
         ddp::checkpoint_and_reload(*r.pg, path, Tensor::of(r.params.data(), r.params.size()));
         CHILD_CHECK(r.params == before);
@@ -107,7 +114,8 @@ void train_uneven(int world, bool divide_by_initial) {
         const toy::Dataset data = toy::make_dataset(cfg.dataset_size);
         Replica r(connect(server.port(), run, rank, world), cfg);
         const std::size_t b = cfg.global_batch / static_cast<std::size_t>(world);
-        ddp::DistributedSampler sampler(data.size(), *r.pg, {.shuffle = true, .seed = cfg.sampler_seed});
+        ddp::DistributedSampler sampler(data.size(), *r.pg,
+                                        {.shuffle = true, .seed = cfg.sampler_seed});
         sampler.set_epoch(cfg.uneven_epoch);
         const auto idx = sampler.indices();
         ddp::Join join(*r.reducer, {.divide_by_initial_world_size = divide_by_initial});
@@ -125,11 +133,12 @@ void train_uneven(int world, bool divide_by_initial) {
         join.join([&] { toy::sgd_step(r.params, r.grads, cfg.lr); });
         const int max_steps = toy::uneven_steps(cfg, 0);
         CHILD_CHECK(static_cast<int>(join.shadow_steps()) == max_steps - mine);
-        const auto expected =
-            toy::reference_uneven(cfg, data, world, toy::init_params(cfg.init_seed), divide_by_initial);
+        const auto expected = toy::reference_uneven(
+            cfg, data, world, toy::init_params(cfg.init_seed), divide_by_initial);
         const float diff = toy::max_abs_diff(r.params, expected);
         if (!(diff < 1e-5f)) {
-          throw test::ChildCheckFailed{"weights differ from the uneven reference by " + std::to_string(diff)};
+          throw test::ChildCheckFailed{"weights differ from the uneven reference by " +
+                                       std::to_string(diff)};
         }
         r.pg->barrier()->wait();  // the group is still in lockstep after Join
       },
@@ -146,7 +155,8 @@ TEST_CASE("data-parallel training equals full-batch training on 1, 2 and 4 ranks
   }
 }
 
-TEST_CASE("Join: uneven shards finish with the expected weights in both divide modes", "[ddp][mp][join]") {
+TEST_CASE("Join: uneven shards finish with the expected weights in both divide modes",
+          "[ddp][mp][join]") {
   SECTION("divide_by_initial_world_size = true") { train_uneven(4, true); }
   SECTION("divide_by_initial_world_size = false") { train_uneven(4, false); }
 }
@@ -176,8 +186,8 @@ TEST_CASE("Join: throw_on_early_termination raises on every rank", "[ddp][mp][jo
         }
         CHILD_CHECK(thrown);
         CHILD_CHECK(message.find("throw_on_early_termination") != std::string::npos);
-        CHILD_CHECK(message.find(rank == 1 ? "this rank ran out of data" : "a rank ran out of data") !=
-                    std::string::npos);
+        CHILD_CHECK(message.find(rank == 1 ? "this rank ran out of data"
+                                           : "a rank ran out of data") != std::string::npos);
         r.pg->barrier()->wait();  // the collectives stayed matched: the group still works
       },
       kRunTimeout);
@@ -192,8 +202,9 @@ TEST_CASE("reducer: a gradient one rank never produced averages with zeros, no h
       [&](int rank) {
         auto pg = connect(server.port(), run, rank, 2);
         std::vector<float> g0(8), g1(4);
-        ddp::GradientReducer reducer(pg, {Tensor::of(g0.data(), g0.size()), Tensor::of(g1.data(), g1.size())},
-                                     {.bucket_bytes = 16});
+        ddp::GradientReducer reducer(
+            pg, {Tensor::of(g0.data(), g0.size()), Tensor::of(g1.data(), g1.size())},
+            {.bucket_bytes = 16});
         for (int step = 0; step < 3; ++step) {
           g0.assign(8, 1.0f);
           g1.assign(4, rank == 0 ? 2.0f : 4.0f);

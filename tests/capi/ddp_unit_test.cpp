@@ -20,11 +20,13 @@ using namespace chorus;
 using namespace chorus::ddp;
 
 // seeded_permutation(8, seed 42, epoch 0), computed once and pinned.
-#define PINNED_PERMUTATION {4, 0, 7, 3, 6, 2, 1, 5}
+#define PINNED_PERMUTATION \
+  { 4, 0, 7, 3, 6, 2, 1, 5 }
 
 namespace {
 
-std::vector<std::vector<std::size_t>> all_shards(std::size_t n, int world, SamplerOptions o, std::uint64_t epoch) {
+std::vector<std::vector<std::size_t>> all_shards(std::size_t n, int world, SamplerOptions o,
+                                                 std::uint64_t epoch) {
   std::vector<std::vector<std::size_t>> out;
   for (int r = 0; r < world; ++r) {
     DistributedSampler s(n, world, r, o);
@@ -42,7 +44,8 @@ TEST_CASE("sampler: shards are disjoint, equal-sized and cover the dataset", "[d
       for (bool shuffle : {false, true}) {
         INFO("n=" << n << " world=" << world << " shuffle=" << shuffle);
         const auto shards = all_shards(n, world, {.shuffle = shuffle, .seed = 5}, 3);
-        const std::size_t per_rank = (n + static_cast<std::size_t>(world) - 1) / static_cast<std::size_t>(world);
+        const std::size_t per_rank =
+            (n + static_cast<std::size_t>(world) - 1) / static_cast<std::size_t>(world);
         std::multiset<std::size_t> seen;
         for (const auto& s : shards) {
           REQUIRE(s.size() == per_rank);
@@ -148,7 +151,8 @@ TEST_CASE("reducer: a bucket launches when complete, always in bucket order", "[
   for (int i = 0; i < 4; ++i) {
     grads.push_back(Tensor::of(g.data() + i * 8, 8));
   }
-  GradientReducer r(pg, grads, {.bucket_bytes = 32});  // one gradient per bucket: bucket b = grad 3 - b
+  GradientReducer r(pg, grads,
+                    {.bucket_bytes = 32});  // one gradient per bucket: bucket b = grad 3 - b
   REQUIRE(r.num_buckets() == 4);
   r.mark_ready(3);  // bucket 0: launched at once (overlaps the rest of backward)
   REQUIRE(r.buckets_launched() == 1);
@@ -199,8 +203,10 @@ TEST_CASE("join on one rank: begin_step counts it, join returns at once", "[ddp]
   REQUIRE(join.shadow_steps() == 0);
 }
 
-TEST_CASE("checkpoint: round trip, and clear errors for mismatch and corruption", "[ddp][checkpoint]") {
-  const auto dir = std::filesystem::temp_directory_path() / ("chorus_ckpt_test_" + std::to_string(::getpid()));
+TEST_CASE("checkpoint: round trip, and clear errors for mismatch and corruption",
+          "[ddp][checkpoint]") {
+  const auto dir =
+      std::filesystem::temp_directory_path() / ("chorus_ckpt_test_" + std::to_string(::getpid()));
   std::filesystem::create_directories(dir);
   const std::string path = (dir / "model.ckpt").string();
   std::vector<float> w = {1.0f, -2.0f, 3.5f};
@@ -218,11 +224,14 @@ TEST_CASE("checkpoint: round trip, and clear errors for mismatch and corruption"
     f.seekp(-1, std::ios::end);
     f.put('\x7f');
   }
-  REQUIRE_THROWS_WITH(load_checkpoint(path, Tensor::of(back.data(), back.size())), Catch::Contains("corrupt"));
-  REQUIRE_THROWS_WITH(load_checkpoint((dir / "missing").string(), Tensor::of(back.data(), back.size())),
-                      Catch::Contains("cannot open"));
-  REQUIRE_THROWS_WITH(save_checkpoint((dir / "no/such/dir/x").string(), Tensor::of(w.data(), w.size())),
-                      Catch::Contains("cannot create"));
+  REQUIRE_THROWS_WITH(load_checkpoint(path, Tensor::of(back.data(), back.size())),
+                      Catch::Contains("corrupt"));
+  REQUIRE_THROWS_WITH(
+      load_checkpoint((dir / "missing").string(), Tensor::of(back.data(), back.size())),
+      Catch::Contains("cannot open"));
+  REQUIRE_THROWS_WITH(
+      save_checkpoint((dir / "no/such/dir/x").string(), Tensor::of(w.data(), w.size())),
+      Catch::Contains("cannot create"));
   // checkpoint_and_reload on a one-rank group: save, broadcast of the status, load.
   auto pg = std::make_shared<test::LocalGroup>();
   checkpoint_and_reload(*pg, path, Tensor::of(w.data(), w.size()));

@@ -28,8 +28,8 @@ static_assert(offsetof(dl::Tensor, byte_offset) == offsetof(DLTensor, byte_offse
 static_assert(sizeof(DLDevice) == sizeof(dl::Device) && sizeof(DLDataType) == sizeof(dl::DataType));
 static_assert(dl::kCPU == kDLCPU && dl::kCUDA == kDLCUDA && dl::kCUDAHost == kDLCUDAHost &&
               dl::kCUDAManaged == kDLCUDAManaged && dl::kOpenCL == kDLOpenCL);
-static_assert(dl::kInt == kDLInt && dl::kUInt == kDLUInt && dl::kFloat == kDLFloat && dl::kBfloat == kDLBfloat &&
-              dl::kComplex == kDLComplex);
+static_assert(dl::kInt == kDLInt && dl::kUInt == kDLUInt && dl::kFloat == kDLFloat &&
+              dl::kBfloat == kDLBfloat && dl::kComplex == kDLComplex);
 
 namespace {
 
@@ -75,10 +75,10 @@ TEST_CASE("from_dlpack: contiguous tensors, every supported dtype, byte_offset",
   REQUIRE(from_dlpack(empty.t).count() == 0);
 
   const std::pair<DLDataType, DataType> types[] = {
-      {{kDLInt, 8, 1}, DataType::int8},     {{kDLInt, 32, 1}, DataType::int32},
-      {{kDLInt, 64, 1}, DataType::int64},   {{kDLUInt, 8, 1}, DataType::uint8},
-      {{kDLUInt, 32, 1}, DataType::uint32}, {{kDLUInt, 64, 1}, DataType::uint64},
-      {{kDLFloat, 16, 1}, DataType::float16}, {{kDLFloat, 64, 1}, DataType::float64},
+      {{kDLInt, 8, 1}, DataType::int8},        {{kDLInt, 32, 1}, DataType::int32},
+      {{kDLInt, 64, 1}, DataType::int64},      {{kDLUInt, 8, 1}, DataType::uint8},
+      {{kDLUInt, 32, 1}, DataType::uint32},    {{kDLUInt, 64, 1}, DataType::uint64},
+      {{kDLFloat, 16, 1}, DataType::float16},  {{kDLFloat, 64, 1}, DataType::float64},
       {{kDLBfloat, 16, 1}, DataType::bfloat16}};
   for (const auto& [dl, dtype] : types) {
     Dl x(buf.data(), {2}, dl);
@@ -95,12 +95,14 @@ TEST_CASE("from_dlpack: rejects what chorus cannot take, saying why", "[capi][dl
   std::vector<float> buf(24);
   Dl transposed(buf.data(), {2, 3}, kF32, {1, 2});
   REQUIRE_THROWS_WITH(from_dlpack(transposed.t),
-                      Catch::Contains("not contiguous") && Catch::Contains("shape [2, 3] with strides [1, 2]") &&
+                      Catch::Contains("not contiguous") &&
+                          Catch::Contains("shape [2, 3] with strides [1, 2]") &&
                           Catch::Contains("[3, 1]") && Catch::Contains(".contiguous()"));
   Dl strided(buf.data(), {4}, kF32, {2});
   REQUIRE_THROWS_AS(from_dlpack(strided.t), InvalidArgument);
   Dl complex(buf.data(), {2}, DLDataType{kDLComplex, 64, 1});
-  REQUIRE_THROWS_WITH(from_dlpack(complex.t), Catch::Contains("complex64") && Catch::Contains("not supported"));
+  REQUIRE_THROWS_WITH(from_dlpack(complex.t),
+                      Catch::Contains("complex64") && Catch::Contains("not supported"));
   Dl boolean(buf.data(), {2}, DLDataType{6 /* kDLBool, DLPack 0.8 */, 8, 1});
   REQUIRE_THROWS_WITH(from_dlpack(boolean.t), Catch::Contains("bool8"));
   Dl float8(buf.data(), {2}, DLDataType{7 /* kDLFloat8_e3m4, DLPack 1.0 */, 8, 1});
@@ -110,7 +112,8 @@ TEST_CASE("from_dlpack: rejects what chorus cannot take, saying why", "[capi][dl
   Dl lanes(buf.data(), {2}, DLDataType{kDLFloat, 32, 4});
   REQUIRE_THROWS_WITH(from_dlpack(lanes.t), Catch::Contains("lanes"));
   Dl opencl(buf.data(), {2}, kF32, {}, {kDLOpenCL, 0});
-  REQUIRE_THROWS_WITH(from_dlpack(opencl.t), Catch::Contains("device type 4 (OpenCL) is not supported"));
+  REQUIRE_THROWS_WITH(from_dlpack(opencl.t),
+                      Catch::Contains("device type 4 (OpenCL) is not supported"));
   REQUIRE_THROWS_AS(from_dlpack(static_cast<const DLTensor*>(nullptr)), InvalidArgument);
   // Shapes whose element or byte count overflows size_t are malformed, not a small tensor.
   Dl overflow(buf.data(), {std::int64_t{1} << 40, std::int64_t{1} << 40}, kF32);

@@ -17,14 +17,17 @@ namespace {
 // Records what reached the backend; completes every op at once.
 class RecordingGroup final : public ProcessGroup {
  public:
-  RecordingGroup(int rank, int size) : ProcessGroup(rank, size, GroupOptions{.name = "test", .timeout = 5s}) {}
+  RecordingGroup(int rank, int size)
+      : ProcessGroup(rank, size, GroupOptions{.name = "test", .timeout = 5s}) {}
   const char* backend_name() const noexcept override { return "recording"; }
   Device device() const noexcept override { return Device::cpu(); }
   void abort(const std::string& reason) override {
     record_failure(std::make_exception_ptr(Error(ErrorCode::aborted, reason)));
   }
   void fail_with(std::exception_ptr e) { record_failure(std::move(e)); }
-  std::shared_ptr<ProcessGroup> split(const std::vector<int>&, GroupOptions) override { return nullptr; }
+  std::shared_ptr<ProcessGroup> split(const std::vector<int>&, GroupOptions) override {
+    return nullptr;
+  }
 
   std::vector<OpCall> calls;
 
@@ -33,17 +36,33 @@ class RecordingGroup final : public ProcessGroup {
     calls.push_back(call);
     return WorkState::completed(call.name, call.seq);
   }
-  std::shared_ptr<Work> do_allreduce(Tensor, Tensor, ReduceOp, const OpCall& c) override { return record(c); }
+  std::shared_ptr<Work> do_allreduce(Tensor, Tensor, ReduceOp, const OpCall& c) override {
+    return record(c);
+  }
   std::shared_ptr<Work> do_allgather(Tensor, Tensor, const OpCall& c) override { return record(c); }
-  std::shared_ptr<Work> do_reduce_scatter(Tensor, Tensor, ReduceOp, const OpCall& c) override { return record(c); }
+  std::shared_ptr<Work> do_reduce_scatter(Tensor, Tensor, ReduceOp, const OpCall& c) override {
+    return record(c);
+  }
   std::shared_ptr<Work> do_broadcast(Tensor, int, const OpCall& c) override { return record(c); }
-  std::shared_ptr<Work> do_reduce(Tensor, Tensor, ReduceOp, int, const OpCall& c) override { return record(c); }
-  std::shared_ptr<Work> do_gather(Tensor, Tensor, int, const OpCall& c) override { return record(c); }
-  std::shared_ptr<Work> do_scatter(Tensor, Tensor, int, const OpCall& c) override { return record(c); }
-  std::shared_ptr<Work> do_all_to_all(Tensor, Tensor, const OpCall& c) override { return record(c); }
+  std::shared_ptr<Work> do_reduce(Tensor, Tensor, ReduceOp, int, const OpCall& c) override {
+    return record(c);
+  }
+  std::shared_ptr<Work> do_gather(Tensor, Tensor, int, const OpCall& c) override {
+    return record(c);
+  }
+  std::shared_ptr<Work> do_scatter(Tensor, Tensor, int, const OpCall& c) override {
+    return record(c);
+  }
+  std::shared_ptr<Work> do_all_to_all(Tensor, Tensor, const OpCall& c) override {
+    return record(c);
+  }
   std::shared_ptr<Work> do_barrier(const OpCall& c) override { return record(c); }
-  std::shared_ptr<Work> do_send(Tensor, int, std::uint32_t, const OpCall& c) override { return record(c); }
-  std::shared_ptr<Work> do_recv(Tensor, int, std::uint32_t, const OpCall& c) override { return record(c); }
+  std::shared_ptr<Work> do_send(Tensor, int, std::uint32_t, const OpCall& c) override {
+    return record(c);
+  }
+  std::shared_ptr<Work> do_recv(Tensor, int, std::uint32_t, const OpCall& c) override {
+    return record(c);
+  }
 };
 
 }  // namespace
@@ -58,15 +77,17 @@ TEST_CASE("wrong arguments throw InvalidArgument before reaching the backend", "
   REQUIRE_THROWS_AS(pg.allreduce(ta, Tensor::of(d.data(), d.size())), InvalidArgument);
   REQUIRE_THROWS_AS(pg.allreduce(ta, Tensor::of(small.data(), small.size())), InvalidArgument);
   REQUIRE_THROWS_AS(pg.allreduce(ta, ta.slice(1, 7).slice(0, 7)), InvalidArgument);  // sizes differ
-  REQUIRE_THROWS_AS(pg.allgather(ta, tb), InvalidArgument);                          // out too small
+  REQUIRE_THROWS_AS(pg.allgather(ta, tb), InvalidArgument);  // out too small
   REQUIRE_THROWS_AS(pg.reduce_scatter(ta, tb), InvalidArgument);
   REQUIRE_THROWS_AS(pg.broadcast(ta, {.root = 4}), InvalidArgument);
   REQUIRE_THROWS_AS(pg.broadcast(ta, {.root = -1}), InvalidArgument);
   REQUIRE_THROWS_AS(pg.reduce(ta, tb, {.root = 9}), InvalidArgument);
-  REQUIRE_THROWS_AS(pg.all_to_all(Tensor::of(a.data(), 6), Tensor::of(b.data(), 6)), InvalidArgument);
+  REQUIRE_THROWS_AS(pg.all_to_all(Tensor::of(a.data(), 6), Tensor::of(b.data(), 6)),
+                    InvalidArgument);
   REQUIRE_THROWS_AS(pg.send(ta, 1), InvalidArgument);  // to self
   REQUIRE_THROWS_AS(pg.recv(ta, 7), InvalidArgument);
-  REQUIRE_THROWS_AS(pg.allreduce(Tensor(a.data(), 8, DataType::float32, Device::cuda(0))), InvalidArgument);
+  REQUIRE_THROWS_AS(pg.allreduce(Tensor(a.data(), 8, DataType::float32, Device::cuda(0))),
+                    InvalidArgument);
   REQUIRE_THROWS_AS(pg.allreduce(ta, {.timeout = 0ms}), InvalidArgument);
   REQUIRE(pg.calls.empty());
 
@@ -87,8 +108,8 @@ TEST_CASE("valid calls reach the backend with consecutive sequence numbers", "[c
   REQUIRE_THROWS_AS(pg.broadcast(ta, {.root = 7}), InvalidArgument);
   pg.allreduce(ta)->wait();
   pg.allgather(ta, tbig)->wait();
-  pg.allgather(tbig.slice(8, 8), tbig)->wait();          // in place: rank 1's block
-  pg.reduce_scatter(tbig, tbig.slice(8, 8))->wait();     // in place
+  pg.allgather(tbig.slice(8, 8), tbig)->wait();       // in place: rank 1's block
+  pg.reduce_scatter(tbig, tbig.slice(8, 8))->wait();  // in place
   pg.barrier({.timeout = 1s})->wait();
   pg.send(ta, 2, 5)->wait();
   REQUIRE(pg.calls.size() == 6);
@@ -107,7 +128,8 @@ TEST_CASE("valid calls reach the backend with consecutive sequence numbers", "[c
 TEST_CASE("after a failure every call rethrows the original error", "[core][args]") {
   RecordingGroup pg(0, 2);
   std::vector<float> a(4);
-  pg.fail_with(std::make_exception_ptr(TimeoutError("allreduce (seq 3) timed out waiting for rank 1")));
+  pg.fail_with(
+      std::make_exception_ptr(TimeoutError("allreduce (seq 3) timed out waiting for rank 1")));
   pg.abort("later abort does not replace the first error");
   REQUIRE(pg.is_aborted());
   REQUIRE_THROWS_WITH(pg.allreduce(Tensor::of(a.data(), 4)), Catch::Contains("seq 3"));

@@ -24,7 +24,8 @@ TEST_CASE("README lists every environment variable chorus reads", "[core][docs]"
   const std::string help = chorus::environment_help();
   const std::regex variable(R"(\b[A-Z][A-Z0-9]*(_[A-Z0-9]+)+\b)");
   std::set<std::string> names;
-  for (auto it = std::sregex_iterator(help.begin(), help.end(), variable); it != std::sregex_iterator(); ++it) {
+  for (auto it = std::sregex_iterator(help.begin(), help.end(), variable);
+       it != std::sregex_iterator(); ++it) {
     names.insert(it->str());
   }
   REQUIRE(names.size() > 20);

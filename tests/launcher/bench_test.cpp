@@ -24,8 +24,8 @@ namespace {
 std::string bench_bin(const std::string& name) { return binary("BENCH_DIR") + "/" + name; }
 
 // A short sweep: 8, 64, 512, 4096 bytes; 2 timed iterations; one exact check per size.
-const std::vector<std::string> kShortSweep = {"-b", "8", "-e", "4K", "-f", "8", "-n", "2",
-                                              "-w", "1", "-c", "1"};
+const std::vector<std::string> kShortSweep = {"-b", "8", "-e", "4K", "-f", "8",
+                                              "-n", "2", "-w", "1",  "-c", "1"};
 
 Process run_bench(int ranks, const std::string& name, std::vector<std::string> flags,
                   std::vector<std::string> chorusrun_flags = {}) {
@@ -38,10 +38,11 @@ Process run_bench(int ranks, const std::string& name, std::vector<std::string> f
 
 // Data rows of the table: lines whose first field (after a rank prefix, if any) is a size.
 int table_rows(const std::string& output) {
-  static const std::regex row(R"((^|\n)(\[rank 0\] )? +[0-9]+ +[0-9]+ +[a-z0-9]+ +[a-z]+ +-?[0-9]+ )");
+  static const std::regex row(
+      R"((^|\n)(\[rank 0\] )? +[0-9]+ +[0-9]+ +[a-z0-9]+ +[a-z]+ +-?[0-9]+ )");
   int n = 0;
-  for (auto it = std::sregex_iterator(output.begin(), output.end(), row); it != std::sregex_iterator();
-       ++it) {
+  for (auto it = std::sregex_iterator(output.begin(), output.end(), row);
+       it != std::sregex_iterator(); ++it) {
     ++n;
   }
   return n;
@@ -69,9 +70,9 @@ bool on_path(const std::string& program) {
 }  // namespace
 
 TEST_CASE("every benchmark passes a short checked sweep on 2 and 3 ranks", "[launcher][bench]") {
-  const std::vector<std::string> benches = {"all_reduce_perf", "all_gather_perf",
-                                            "reduce_scatter_perf", "broadcast_perf", "reduce_perf",
-                                            "alltoall_perf", "sendrecv_perf", "barrier_perf"};
+  const std::vector<std::string> benches = {
+      "all_reduce_perf", "all_gather_perf", "reduce_scatter_perf", "broadcast_perf",
+      "reduce_perf",     "alltoall_perf",   "sendrecv_perf",       "barrier_perf"};
   for (int ranks : {2, 3}) {
     for (const auto& name : benches) {
       std::vector<std::string> flags = kShortSweep;
@@ -92,8 +93,9 @@ TEST_CASE("every benchmark passes a short checked sweep on 2 and 3 ranks", "[lau
 
 TEST_CASE("every reduction op and data type is exact", "[launcher][bench]") {
   for (const std::string name : {"all_reduce_perf", "reduce_scatter_perf"}) {
-    const Process p = run_bench(3, name, {"-b", "192", "-e", "192", "-o", "all", "-d", "all",
-                                          "-n", "1", "-w", "0", "-c", "1"});
+    const Process p = run_bench(
+        3, name,
+        {"-b", "192", "-e", "192", "-o", "all", "-d", "all", "-n", "1", "-w", "0", "-c", "1"});
     INFO(p.output);
     CHECK(shell_status(p) == 0);
     CHECK_THAT(p.output, Catch::Contains("# Out of bounds values : 0 OK"));
@@ -121,7 +123,8 @@ TEST_CASE("-c catches a planted corruption and the run fails", "[launcher][bench
   INFO(p.output);
   CHECK(shell_status(p) == 1);
   std::smatch m;
-  REQUIRE(std::regex_search(p.output, m, std::regex(R"(# Out of bounds values : ([0-9]+) FAILED)")));
+  REQUIRE(
+      std::regex_search(p.output, m, std::regex(R"(# Out of bounds values : ([0-9]+) FAILED)")));
   CHECK(std::stoi(m[1]) == 8);  // one element, out-of-place and in-place, 4 sizes
   CHECK_THAT(p.output, Catch::Contains("all_reduce_perf: rank 1: out-of-place float sum element"));
   CHECK_THAT(p.output, Catch::Contains("exited with code 1"));
@@ -131,9 +134,9 @@ TEST_CASE("-c catches a planted corruption and the run fails", "[launcher][bench
 }
 
 TEST_CASE("every benchmark runs as one process with no launcher at all", "[launcher][bench]") {
-  for (const std::string name : {"all_reduce_perf", "all_gather_perf", "reduce_scatter_perf",
-                                 "broadcast_perf", "reduce_perf", "alltoall_perf", "sendrecv_perf",
-                                 "barrier_perf"}) {
+  for (const std::string name :
+       {"all_reduce_perf", "all_gather_perf", "reduce_scatter_perf", "broadcast_perf",
+        "reduce_perf", "alltoall_perf", "sendrecv_perf", "barrier_perf"}) {
     std::vector<std::string> argv{bench_bin(name)};
     argv.insert(argv.end(), kShortSweep.begin(), kShortSweep.end());
     const Process p = run(argv, Seconds(60), {}, launcher_vars());
@@ -183,8 +186,9 @@ TEST_CASE("--json to a path that cannot be written fails before the sweep, sayin
   const Process p = run_bench(2, "all_reduce_perf", flags);
   INFO(p.output);
   CHECK(shell_status(p) == 2);
-  CHECK_THAT(p.output, Catch::Contains("cannot write the --json file /nonexistent-chorus-dir/result.json: "
-                                       "No such file or directory"));
+  CHECK_THAT(p.output,
+             Catch::Contains("cannot write the --json file /nonexistent-chorus-dir/result.json: "
+                             "No such file or directory"));
   CHECK(table_rows(p.output) == 0);  // nothing was run
 }
 
@@ -196,8 +200,17 @@ TEST_CASE("a restarted job gets a fresh group on the same store", "[launcher][be
     sweep += " " + f;
   }
   const std::vector<std::string> argv{
-      binary("CHORUSRUN"), "--standalone", "-n", "2", "--max-restarts", "1", "--kill-timeout", "5",
-      "--", "/bin/sh", "-c",
+      binary("CHORUSRUN"),
+      "--standalone",
+      "-n",
+      "2",
+      "--max-restarts",
+      "1",
+      "--kill-timeout",
+      "5",
+      "--",
+      "/bin/sh",
+      "-c",
       "if [ $CHORUS_RESTART_COUNT = 0 ] && [ $RANK = 1 ]; then exit 3; fi; exec " +
           bench_bin("all_reduce_perf") + sweep};
   const Process p = run(argv, Seconds(90), {}, launcher_vars());
@@ -223,11 +236,14 @@ TEST_CASE("Open MPI's mpirun starts all_reduce_perf on 4 ranks over tcp", "[mpir
   }
   // Our binary is not MPI-linked: mpirun only starts the processes and sets OMPI_COMM_WORLD_*;
   // chorus finds rank 0's store on 127.0.0.1 at a port hashed from the Open MPI job id.
-  std::vector<std::string> argv{"/usr/bin/env", "mpirun", "--allow-run-as-root", "--oversubscribe",
-                                "--bind-to", "none", "-n", "4", bench_bin("all_reduce_perf")};
+  std::vector<std::string> argv{
+      "/usr/bin/env", "mpirun", "--allow-run-as-root",       "--oversubscribe", "--bind-to", "none",
+      "-n",           "4",      bench_bin("all_reduce_perf")};
   argv.insert(argv.end(), {"-b", "8", "-e", "64K", "-f", "8", "-n", "2", "-c", "1"});
-  const Process p = run(argv, Seconds(120), {"OMPI_MCA_btl=self,tcp", "OMPI_MCA_btl_tcp_if_include=lo", "OMPI_MCA_oob_tcp_if_include=lo"},
-                        launcher_vars());
+  const Process p = run(
+      argv, Seconds(120),
+      {"OMPI_MCA_btl=self,tcp", "OMPI_MCA_btl_tcp_if_include=lo", "OMPI_MCA_oob_tcp_if_include=lo"},
+      launcher_vars());
   INFO(p.output);
   CHECK(shell_status(p) == 0);
   CHECK_THAT(p.output, Catch::Contains("launcher openmpi"));

@@ -55,8 +55,8 @@ Process start_script(const std::vector<std::string>& flags, const std::string& s
 std::vector<pid_t> pids_in(const std::string& output, const std::string& tag = "pid=") {
   std::vector<pid_t> pids;
   std::regex re(tag + "([0-9]+)");
-  for (auto it = std::sregex_iterator(output.begin(), output.end(), re); it != std::sregex_iterator();
-       ++it) {
+  for (auto it = std::sregex_iterator(output.begin(), output.end(), re);
+       it != std::sregex_iterator(); ++it) {
     pids.push_back(static_cast<pid_t>(std::stol((*it)[1])));
   }
   return pids;
@@ -79,12 +79,12 @@ std::string slurp(const std::string& path) {
 
 TEST_CASE("chorusrun sets torchrun's variables; --prefix prefixes every line with the rank",
           "[launcher][chorusrun]") {
-  const Process p = run_script(
-      {"--standalone", "-n", "3", "--prefix"},
-      "echo \"env $RANK $WORLD_SIZE $LOCAL_RANK $LOCAL_WORLD_SIZE $GROUP_RANK "
-      "$CHORUS_RESTART_COUNT $TORCHELASTIC_RESTART_COUNT $CHORUS_LAUNCHER\"; "
-      "echo \"addr $MASTER_ADDR:$MASTER_PORT $CHORUS_STORE_ADDR\"; printf 'no newline'; "
-      "echo to-stderr >&2");
+  const Process p =
+      run_script({"--standalone", "-n", "3", "--prefix"},
+                 "echo \"env $RANK $WORLD_SIZE $LOCAL_RANK $LOCAL_WORLD_SIZE $GROUP_RANK "
+                 "$CHORUS_RESTART_COUNT $TORCHELASTIC_RESTART_COUNT $CHORUS_LAUNCHER\"; "
+                 "echo \"addr $MASTER_ADDR:$MASTER_PORT $CHORUS_STORE_ADDR\"; printf 'no newline'; "
+                 "echo to-stderr >&2");
   INFO(p.output);
   CHECK(shell_status(p) == 0);
   for (int r = 0; r < 3; ++r) {
@@ -96,7 +96,8 @@ TEST_CASE("chorusrun sets torchrun's variables; --prefix prefixes every line wit
   }
   // One store address for all, and MASTER_* point at it.
   std::smatch m;
-  REQUIRE(std::regex_search(p.output, m, std::regex(R"(addr 127\.0\.0\.1:([0-9]+) 127\.0\.0\.1:([0-9]+))")));
+  REQUIRE(std::regex_search(p.output, m,
+                            std::regex(R"(addr 127\.0\.0\.1:([0-9]+) 127\.0\.0\.1:([0-9]+))")));
   CHECK(m[1] == m[2]);
   CHECK(std::stoi(m[1]) > 0);
 }
@@ -106,11 +107,13 @@ TEST_CASE("output one rank writes stays bare; a second writer turns prefixes on 
   // Rank 0 writes two lines, then tells rank 2 (through the store) to write one: rank 0's
   // lines are in chorusrun's pipe before rank 2 writes, so the order chorusrun sees is fixed.
   // Rank 1 writes only to stderr, the other stream, which rank 0 and 2 never touch.
-  const std::string client = binary("CHORUS_STORE_BIN") + " --connect $CHORUS_STORE_ADDR --timeout 20 ";
+  const std::string client =
+      binary("CHORUS_STORE_BIN") + " --connect $CHORUS_STORE_ADDR --timeout 20 ";
   const std::string script =
       "if [ $RANK = 0 ]; then echo 'table row 1'; echo 'table row 2'; " + client +
       "set printed 1 >/dev/null; fi; if [ $RANK = 1 ]; then echo 'only on stderr' >&2; fi; "
-      "if [ $RANK = 2 ]; then " + client + "wait printed >/dev/null && echo 'late writer'; fi";
+      "if [ $RANK = 2 ]; then " +
+      client + "wait printed >/dev/null && echo 'late writer'; fi";
   SECTION("automatic (the default)") {
     const Process p = run_script({"--standalone", "-n", "3"}, script);
     INFO(p.output);
@@ -150,10 +153,12 @@ TEST_CASE("a failing rank stops the others and sets chorusrun's exit status",
   SECTION("exit code") {
     const auto t0 = Clock::now();
     // Rank 1 fails once every rank has printed its pid (synchronized through the store).
-    const std::string client = binary("CHORUS_STORE_BIN") + " --connect $CHORUS_STORE_ADDR --timeout 20 ";
-    const Process p = run_script({"--standalone", "-n", "3"},
-                                 "echo pid=$$; " + client + "set up$RANK 1; if [ $RANK = 1 ]; then " +
-                                     client + "wait up0 up2 >/dev/null; exit 7; fi; exec sleep 60");
+    const std::string client =
+        binary("CHORUS_STORE_BIN") + " --connect $CHORUS_STORE_ADDR --timeout 20 ";
+    const Process p =
+        run_script({"--standalone", "-n", "3"},
+                   "echo pid=$$; " + client + "set up$RANK 1; if [ $RANK = 1 ]; then " + client +
+                       "wait up0 up2 >/dev/null; exit 7; fi; exec sleep 60");
     INFO(p.output);
     CHECK(shell_status(p) == 7);
     CHECK_THAT(p.output, Catch::Contains("chorusrun: rank 1 (local rank 1, pid "));
@@ -177,12 +182,14 @@ TEST_CASE("a failing rank stops the others and sets chorusrun's exit status",
   }
   SECTION("a rank ignoring SIGTERM gets SIGKILL after the grace period") {
     // Rank 1 fails once rank 0 ignores SIGTERM (synchronized through the store).
-    const std::string client = binary("CHORUS_STORE_BIN") + " --connect $CHORUS_STORE_ADDR --timeout 20 ";
+    const std::string client =
+        binary("CHORUS_STORE_BIN") + " --connect $CHORUS_STORE_ADDR --timeout 20 ";
     const auto t0 = Clock::now();
-    const Process p = run_script(
-        {"--standalone", "-n", "2", "--kill-timeout", "1"},
-        "if [ $RANK = 1 ]; then " + client + "wait ignoring >/dev/null; exit 4; fi; "
-        "trap '' TERM; " + client + "set ignoring 1; exec sleep 60");
+    const Process p = run_script({"--standalone", "-n", "2", "--kill-timeout", "1"},
+                                 "if [ $RANK = 1 ]; then " + client +
+                                     "wait ignoring >/dev/null; exit 4; fi; "
+                                     "trap '' TERM; " +
+                                     client + "set ignoring 1; exec sleep 60");
     INFO(p.output);
     CHECK(shell_status(p) == 4);
     CHECK_THAT(p.output, Catch::Contains("sending SIGKILL"));
@@ -190,12 +197,13 @@ TEST_CASE("a failing rank stops the others and sets chorusrun's exit status",
   }
   SECTION("a rank's own children are stopped and reaped too") {
     // Rank 1 fails only once rank 0 has started its child (synchronized through the store).
-    const std::string client = binary("CHORUS_STORE_BIN") + " --connect $CHORUS_STORE_ADDR --timeout 20 ";
-    const Process p = run_script(
-        {"--standalone", "-n", "2"},
-        "sleep 60 & echo child=$!; "
-        "if [ $RANK = 1 ]; then " + client + "wait started >/dev/null; exit 3; fi; " +
-        client + "set started 1; wait");
+    const std::string client =
+        binary("CHORUS_STORE_BIN") + " --connect $CHORUS_STORE_ADDR --timeout 20 ";
+    const Process p = run_script({"--standalone", "-n", "2"},
+                                 "sleep 60 & echo child=$!; "
+                                 "if [ $RANK = 1 ]; then " +
+                                     client + "wait started >/dev/null; exit 3; fi; " + client +
+                                     "set started 1; wait");
     INFO(p.output);
     CHECK(shell_status(p) == 3);
     const auto children = pids_in(p.output, "child=");
@@ -208,10 +216,10 @@ TEST_CASE("a failing rank stops the others and sets chorusrun's exit status",
 
 TEST_CASE("--max-restarts restarts the local ranks, then gives up", "[launcher][chorusrun]") {
   SECTION("succeeds on the third attempt") {
-    const Process p = run_script(
-        {"--standalone", "-n", "2", "--max-restarts", "2", "--prefix"},
-        "echo attempt=$CHORUS_RESTART_COUNT/$TORCHELASTIC_RESTART_COUNT; "
-        "if [ $RANK = 1 ] && [ $CHORUS_RESTART_COUNT -lt 2 ]; then exit 3; fi; exit 0");
+    const Process p =
+        run_script({"--standalone", "-n", "2", "--max-restarts", "2", "--prefix"},
+                   "echo attempt=$CHORUS_RESTART_COUNT/$TORCHELASTIC_RESTART_COUNT; "
+                   "if [ $RANK = 1 ] && [ $CHORUS_RESTART_COUNT -lt 2 ]; then exit 3; fi; exit 0");
     INFO(p.output);
     CHECK(shell_status(p) == 0);
     CHECK_THAT(p.output, Catch::Contains("restarting the local ranks (restart 1 of 2)"));
@@ -234,13 +242,15 @@ TEST_CASE("the store lives in chorusrun: it outlives a crashed rank 0 and surviv
   const std::string store = binary("CHORUS_STORE_BIN");
   const std::string client = store + " --connect $CHORUS_STORE_ADDR --timeout 20 ";
   // Attempt 0: rank 0 writes a key and crashes. Attempt 1: rank 1 reads it back.
-  const Process p = run_script(
-      {"--standalone", "-n", "2", "--max-restarts", "1", "--prefix"},
-      "if [ $CHORUS_RESTART_COUNT = 0 ]; then "
-      "  if [ $RANK = 0 ]; then " + client + "set survivor from-attempt-0 || exit 1; kill -KILL $$; fi; "
-      "  exec sleep 60; "
-      "fi; "
-      "if [ $RANK = 1 ]; then echo got=$(" + client + "get survivor); fi");
+  const Process p = run_script({"--standalone", "-n", "2", "--max-restarts", "1", "--prefix"},
+                               "if [ $CHORUS_RESTART_COUNT = 0 ]; then "
+                               "  if [ $RANK = 0 ]; then " +
+                                   client +
+                                   "set survivor from-attempt-0 || exit 1; kill -KILL $$; fi; "
+                                   "  exec sleep 60; "
+                                   "fi; "
+                                   "if [ $RANK = 1 ]; then echo got=$(" +
+                                   client + "get survivor); fi");
   INFO(p.output);
   CHECK(shell_status(p) == 0);
   CHECK_THAT(p.output, Catch::Contains("was killed by signal 9 (SIGKILL)"));
@@ -249,9 +259,9 @@ TEST_CASE("the store lives in chorusrun: it outlives a crashed rank 0 and surviv
 
 TEST_CASE("SIGINT and SIGTERM to chorusrun reach every rank", "[launcher][chorusrun]") {
   for (int sig : {SIGTERM, SIGINT}) {
-    Process p = start_script(
-        {"--standalone", "-n", "3"},
-        "trap 'echo caught-$RANK; exit 0' TERM INT; echo ready; sleep 60 & wait $!");
+    Process p =
+        start_script({"--standalone", "-n", "3"},
+                     "trap 'echo caught-$RANK; exit 0' TERM INT; echo ready; sleep 60 & wait $!");
     INFO(p.output);
     REQUIRE(read_until(p, "ready\n", 3, Seconds(30)));
     ::kill(p.pid, sig);
@@ -299,8 +309,9 @@ TEST_CASE("ranks die with chorusrun even when it is SIGKILLed", "[launcher][chor
 TEST_CASE("--log-dir keeps per-rank logs; --redirects keeps them off the console",
           "[launcher][chorusrun]") {
   const std::string dir = temp_dir();
-  const Process p = run_script({"--standalone", "-n", "2", "--log-dir", dir, "--redirects", "1", "--prefix"},
-                               "echo out-$RANK; echo err-$RANK >&2");
+  const Process p =
+      run_script({"--standalone", "-n", "2", "--log-dir", dir, "--redirects", "1", "--prefix"},
+                 "echo out-$RANK; echo err-$RANK >&2");
   INFO(p.output);
   CHECK(shell_status(p) == 0);
   for (int r = 0; r < 2; ++r) {
@@ -339,9 +350,18 @@ TEST_CASE("a SIGINT ignored when chorusrun started stays ignored (a script's bac
   // As `chorusrun ... &` in a script: the shell starts background jobs with SIGINT ignored, and
   // the terminal's Ctrl-C reaches them anyway. chorusrun must neither stop nor forward it.
   const std::string dir = temp_dir();
-  std::vector<std::string> argv{"/bin/sh", "-c", "trap '' INT; exec \"$0\" \"$@\"", chorusrun(),
-                                "--standalone", "-n", "2", "--", "/bin/sh", "-c",
-                                "echo ready; while [ ! -e " + dir + "/go ]; do sleep 0.05; done; echo done-$RANK"};
+  std::vector<std::string> argv{
+      "/bin/sh",
+      "-c",
+      "trap '' INT; exec \"$0\" \"$@\"",
+      chorusrun(),
+      "--standalone",
+      "-n",
+      "2",
+      "--",
+      "/bin/sh",
+      "-c",
+      "echo ready; while [ ! -e " + dir + "/go ]; do sleep 0.05; done; echo done-$RANK"};
   Process p = start(argv, {}, launcher_vars());
   REQUIRE(read_until(p, "ready\n", 2, Seconds(30)));
   ::kill(p.pid, SIGINT);
@@ -368,8 +388,8 @@ TEST_CASE("chorusrun names each launch with a CHORUS_RUN_ID of its own, or keeps
   CHECK(count(a.output, "id=" + first) == 2);  // the same on every rank
   REQUIRE(std::regex_search(b.output, m, re));
   CHECK(m[1] != first);  // and new per launch
-  std::vector<std::string> argv{chorusrun(), "--standalone", "-n", "1", "--", "/bin/sh", "-c",
-                                "echo \"id=$CHORUS_RUN_ID\""};
+  std::vector<std::string> argv{chorusrun(), "--standalone", "-n", "1",
+                                "--",        "/bin/sh",      "-c", "echo \"id=$CHORUS_RUN_ID\""};
   Process mine = run(argv, Seconds(60), {"CHORUS_RUN_ID=nightly-42"}, launcher_vars());
   CHECK_THAT(mine.output, Catch::Contains("id=nightly-42"));
 }
@@ -386,11 +406,13 @@ TEST_CASE("every node's chorusrun gives its ranks node 0's run id", "[launcher][
   const std::string port = std::to_string(ntohs(sa.sin_port));
   ::close(probe);
   // Node 0's rank keeps the store up until node 1's rank has run.
-  const std::string client = binary("CHORUS_STORE_BIN") + " --connect $CHORUS_STORE_ADDR --timeout 20 ";
+  const std::string client =
+      binary("CHORUS_STORE_BIN") + " --connect $CHORUS_STORE_ADDR --timeout 20 ";
   auto node = [&](const char* rank, const std::string& then) {
-    return start({chorusrun(), "--nnodes", "2", "--node-rank", rank, "-n", "1", "--master-addr", "127.0.0.1",
-                  "--master-port", port, "--", "/bin/sh", "-c", "echo \"id=$CHORUS_RUN_ID\"; " + then},
-                 {}, launcher_vars());
+    return start(
+        {chorusrun(), "--nnodes", "2", "--node-rank", rank, "-n", "1", "--master-addr", "127.0.0.1",
+         "--master-port", port, "--", "/bin/sh", "-c", "echo \"id=$CHORUS_RUN_ID\"; " + then},
+        {}, launcher_vars());
   };
   Process second = node("1", client + "set node1-done 1 >/dev/null");  // waits for node 0's store
   Process first = node("0", client + "wait node1-done >/dev/null");

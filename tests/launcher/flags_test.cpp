@@ -84,8 +84,10 @@ TEST_CASE("chorusrun: bad command lines say what is wrong", "[launcher][flags]")
   CHECK_THAT(error({"-n", "four", "p"}), Catch::Contains("'four'"));
   CHECK_THAT(error({"-n", "2"}), Catch::Contains("no program"));
   CHECK_THAT(error({"--bogus", "p"}), Catch::Contains("unknown flag --bogus"));
-  CHECK_THAT(error({"--node-rank", "2", "--nnodes", "2", "p"}), Catch::Contains("not below --nnodes"));
-  CHECK_THAT(error({"--standalone", "--nnodes", "2", "p"}), Catch::Contains("--standalone runs one node"));
+  CHECK_THAT(error({"--node-rank", "2", "--nnodes", "2", "p"}),
+             Catch::Contains("not below --nnodes"));
+  CHECK_THAT(error({"--standalone", "--nnodes", "2", "p"}),
+             Catch::Contains("--standalone runs one node"));
   CHECK_THAT(error({"--nnodes", "1:4", "p"}), Catch::Contains("fixed number of nodes"));
   CHECK_THAT(error({"--tee", "4", "p"}), Catch::Contains("--tee"));
   CHECK_THAT(error({"--master-port", "70000", "p"}), Catch::Contains("--master-port"));
@@ -93,9 +95,9 @@ TEST_CASE("chorusrun: bad command lines say what is wrong", "[launcher][flags]")
 }
 
 TEST_CASE("benchmarks: nccl-tests flags, short and long", "[launcher][flags][bench]") {
-  auto o = bench_options({"-b", "8", "-e", "64M", "-f", "4", "-c", "1", "-n", "5", "-w", "2",
-                          "-m", "3", "-o", "max", "-d", "half", "-r", "1", "-z", "1", "-a", "3",
-                          "-T", "30", "-g", "1", "-t", "1"});
+  auto o = bench_options({"-b", "8", "-e", "64M", "-f", "4",   "-c", "1",    "-n", "5",
+                          "-w", "2", "-m", "3",   "-o", "max", "-d", "half", "-r", "1",
+                          "-z", "1", "-a", "3",   "-T", "30",  "-g", "1",    "-t", "1"});
   CHECK(o.min_bytes == 8);
   CHECK(o.max_bytes == 64u << 20);
   CHECK(o.step_factor == 4);
@@ -110,10 +112,12 @@ TEST_CASE("benchmarks: nccl-tests flags, short and long", "[launcher][flags][ben
   CHECK(o.average == 3);
   CHECK(o.timeout_s == 30);
 
-  o = bench_options({"--minbytes=1K", "--maxbytes", "2G", "--stepbytes", "512", "--iters=7",
-                     "--warmup_iters", "0", "--agg-iters", "2", "--check", "0", "--op", "all",
-                     "--datatype", "all", "--root", "0", "--blocking", "0", "--average", "0",
-                     "--timeout", "5", "--backend", "nccl", "--json", "out.json"});
+  o = bench_options(
+      {"--minbytes=1K",  "--maxbytes", "2G",          "--stepbytes", "512",       "--iters=7",
+       "--warmup_iters", "0",          "--agg-iters", "2",           "--check",   "0",
+       "--op",           "all",        "--datatype",  "all",         "--root",    "0",
+       "--blocking",     "0",          "--average",   "0",           "--timeout", "5",
+       "--backend",      "nccl",       "--json",      "out.json"});
   CHECK(o.min_bytes == 1024);
   CHECK(o.max_bytes == std::size_t{2} << 30);
   CHECK(o.step_bytes == 512);
@@ -196,7 +200,8 @@ TEST_CASE("benchmarks: every pattern reduces exactly in every type", "[launcher]
                             DataType::uint32,  DataType::int64,   DataType::uint64,
                             DataType::float16, DataType::float32, DataType::float64,
                             DataType::bfloat16};
-  const ReduceOp ops[] = {ReduceOp::sum, ReduceOp::prod, ReduceOp::min, ReduceOp::max, ReduceOp::avg};
+  const ReduceOp ops[] = {ReduceOp::sum, ReduceOp::prod, ReduceOp::min, ReduceOp::max,
+                          ReduceOp::avg};
   for (DataType dt : types) {
     for (ReduceOp op : ops) {
       for (int n : {1, 2, 3, 4, 7, 8, 16, 33}) {

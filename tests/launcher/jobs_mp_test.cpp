@@ -10,8 +10,8 @@
 #include <string>
 #include <vector>
 
-#include <catch2/catch.hpp>
 #include <fmt/format.h>
+#include <catch2/catch.hpp>
 
 #include <chorus/chorus.hpp>
 
@@ -23,38 +23,43 @@ namespace {
 using namespace std::chrono_literals;
 
 std::shared_ptr<TcpStore> store_client(std::uint16_t port) {
-  return std::make_shared<TcpStore>(TcpStoreOptions{.host = "127.0.0.1", .port = port, .timeout = 30s});
+  return std::make_shared<TcpStore>(
+      TcpStoreOptions{.host = "127.0.0.1", .port = port, .timeout = 30s});
 }
 
 // Process p is job p / 2, rank p % 2; it arrives after the processes before it in `order`
 // (each sets "arrived/<p>" in a side namespace just before init; the next waits for it).
 // Job j's ranks contribute 1 (job 0) or 100 (job 1), so a mixed group sums to 101.
-std::vector<ChildResult> run_jobs(std::uint16_t port, const std::array<int, 4>& order, bool with_run_ids,
-                                  const std::string& tag) {
-  return run_processes(4, [&](int p) {
-    const int job = p / 2;
-    const int rank = p % 2;
-    ::setenv("RANK", std::to_string(rank).c_str(), 1);
-    ::setenv("WORLD_SIZE", "2", 1);
-    ::setenv("CHORUS_STORE_ADDR", fmt::format("127.0.0.1:{}", port).c_str(), 1);
-    ::setenv("CHORUS_SOCKET_IFNAME", "127.0.0.1", 1);
-    ::setenv("CHORUS_TIMEOUT", "30s", 1);
-    if (with_run_ids) {
-      ::setenv("CHORUS_RUN_ID", fmt::format("{}-job{}", tag, job).c_str(), 1);
-    } else {
-      ::unsetenv("CHORUS_RUN_ID");
-    }
-    auto side = make_prefix_store("order/" + tag, store_client(port));
-    const auto at = static_cast<std::size_t>(std::find(order.begin(), order.end(), p) - order.begin());
-    if (at > 0) {
-      side->get(fmt::format("arrived/{}", order[at - 1]), 30s);
-    }
-    side->set(fmt::format("arrived/{}", p), std::string_view("1"));
-    World world = init_world_from_env(Backend::tcp);
-    float x = job == 0 ? 1.0f : 100.0f;
-    world.group->allreduce(Tensor::of(&x, 1))->wait();
-    CHILD_CHECK(x == (job == 0 ? 2.0f : 200.0f));
-  }, 60s);
+std::vector<ChildResult> run_jobs(std::uint16_t port, const std::array<int, 4>& order,
+                                  bool with_run_ids, const std::string& tag) {
+  return run_processes(
+      4,
+      [&](int p) {
+        const int job = p / 2;
+        const int rank = p % 2;
+        ::setenv("RANK", std::to_string(rank).c_str(), 1);
+        ::setenv("WORLD_SIZE", "2", 1);
+        ::setenv("CHORUS_STORE_ADDR", fmt::format("127.0.0.1:{}", port).c_str(), 1);
+        ::setenv("CHORUS_SOCKET_IFNAME", "127.0.0.1", 1);
+        ::setenv("CHORUS_TIMEOUT", "30s", 1);
+        if (with_run_ids) {
+          ::setenv("CHORUS_RUN_ID", fmt::format("{}-job{}", tag, job).c_str(), 1);
+        } else {
+          ::unsetenv("CHORUS_RUN_ID");
+        }
+        auto side = make_prefix_store("order/" + tag, store_client(port));
+        const auto at =
+            static_cast<std::size_t>(std::find(order.begin(), order.end(), p) - order.begin());
+        if (at > 0) {
+          side->get(fmt::format("arrived/{}", order[at - 1]), 30s);
+        }
+        side->set(fmt::format("arrived/{}", p), std::string_view("1"));
+        World world = init_world_from_env(Backend::tcp);
+        float x = job == 0 ? 1.0f : 100.0f;
+        world.group->allreduce(Tensor::of(&x, 1))->wait();
+        CHILD_CHECK(x == (job == 0 ? 2.0f : 200.0f));
+      },
+      60s);
 }
 
 }  // namespace

@@ -17,17 +17,49 @@ using namespace chorus;
 namespace {
 
 // Every variable any launcher family sets, cleared before each case so tests never leak.
-const char* const kLaunchVars[] = {
-    "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK", "MASTER_ADDR",
-    "MASTER_PORT", "CHORUS_STORE_ADDR", "CHORUS_LAUNCHER", "CHORUS_RESTART_COUNT", "CHORUS_RUN_ID",
-    "TORCHELASTIC_RESTART_COUNT", "TORCHELASTIC_RUN_ID", "TORCHELASTIC_USE_AGENT_STORE",
-    "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK",
-    "OMPI_COMM_WORLD_LOCAL_SIZE", "OMPI_MCA_ess_base_jobid", "OMPI_MCA_orte_hnp_uri",
-    "PMIX_NAMESPACE", "PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID", "MPI_LOCALNRANKS", "PMI_KVSNAME",
-    "PMI_JOBID", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_NPROCS", "SLURM_LOCALID", "SLURM_NODEID",
-    "SLURM_STEP_NUM_NODES", "SLURM_NNODES", "SLURM_STEP_TASKS_PER_NODE", "SLURM_NTASKS_PER_NODE",
-    "SLURM_STEP_NODELIST", "SLURM_JOB_NODELIST", "SLURM_NODELIST", "SLURM_JOB_ID", "SLURM_STEP_ID",
-    "CHORUS_TIMEOUT", "CHORUS_DEBUG"};
+const char* const kLaunchVars[] = {"RANK",
+                                   "WORLD_SIZE",
+                                   "LOCAL_RANK",
+                                   "LOCAL_WORLD_SIZE",
+                                   "GROUP_RANK",
+                                   "MASTER_ADDR",
+                                   "MASTER_PORT",
+                                   "CHORUS_STORE_ADDR",
+                                   "CHORUS_LAUNCHER",
+                                   "CHORUS_RESTART_COUNT",
+                                   "CHORUS_RUN_ID",
+                                   "TORCHELASTIC_RESTART_COUNT",
+                                   "TORCHELASTIC_RUN_ID",
+                                   "TORCHELASTIC_USE_AGENT_STORE",
+                                   "OMPI_COMM_WORLD_RANK",
+                                   "OMPI_COMM_WORLD_SIZE",
+                                   "OMPI_COMM_WORLD_LOCAL_RANK",
+                                   "OMPI_COMM_WORLD_LOCAL_SIZE",
+                                   "OMPI_MCA_ess_base_jobid",
+                                   "OMPI_MCA_orte_hnp_uri",
+                                   "PMIX_NAMESPACE",
+                                   "PMI_RANK",
+                                   "PMI_SIZE",
+                                   "MPI_LOCALRANKID",
+                                   "MPI_LOCALNRANKS",
+                                   "PMI_KVSNAME",
+                                   "PMI_JOBID",
+                                   "SLURM_PROCID",
+                                   "SLURM_NTASKS",
+                                   "SLURM_NPROCS",
+                                   "SLURM_LOCALID",
+                                   "SLURM_NODEID",
+                                   "SLURM_STEP_NUM_NODES",
+                                   "SLURM_NNODES",
+                                   "SLURM_STEP_TASKS_PER_NODE",
+                                   "SLURM_NTASKS_PER_NODE",
+                                   "SLURM_STEP_NODELIST",
+                                   "SLURM_JOB_NODELIST",
+                                   "SLURM_NODELIST",
+                                   "SLURM_JOB_ID",
+                                   "SLURM_STEP_ID",
+                                   "CHORUS_TIMEOUT",
+                                   "CHORUS_DEBUG"};
 
 struct CleanEnv {
   CleanEnv(std::initializer_list<std::pair<const char*, const char*>> vars) {
@@ -70,10 +102,17 @@ TEST_CASE("no launcher: a single process with an in-process store", "[launcher][
 }
 
 TEST_CASE("chorusrun's variables: a hosted store named by CHORUS_STORE_ADDR", "[launcher][env]") {
-  CleanEnv env({{"RANK", "5"}, {"WORLD_SIZE", "8"}, {"LOCAL_RANK", "1"}, {"LOCAL_WORLD_SIZE", "4"},
-                {"GROUP_RANK", "1"}, {"MASTER_ADDR", "10.0.0.1"}, {"MASTER_PORT", "29500"},
-                {"CHORUS_STORE_ADDR", "10.0.0.1:29500"}, {"CHORUS_LAUNCHER", "chorusrun"},
-                {"CHORUS_RESTART_COUNT", "2"}, {"TORCHELASTIC_RESTART_COUNT", "2"}});
+  CleanEnv env({{"RANK", "5"},
+                {"WORLD_SIZE", "8"},
+                {"LOCAL_RANK", "1"},
+                {"LOCAL_WORLD_SIZE", "4"},
+                {"GROUP_RANK", "1"},
+                {"MASTER_ADDR", "10.0.0.1"},
+                {"MASTER_PORT", "29500"},
+                {"CHORUS_STORE_ADDR", "10.0.0.1:29500"},
+                {"CHORUS_LAUNCHER", "chorusrun"},
+                {"CHORUS_RESTART_COUNT", "2"},
+                {"TORCHELASTIC_RESTART_COUNT", "2"}});
   const LaunchInfo info = launch_info_from_env();
   CHECK(info.launcher == "chorusrun");
   CHECK(info.rank == 5);
@@ -90,20 +129,27 @@ TEST_CASE("chorusrun's variables: a hosted store named by CHORUS_STORE_ADDR", "[
 
 TEST_CASE("torchrun-style variables: rank 0 hosts at MASTER_ADDR:MASTER_PORT", "[launcher][env]") {
   SECTION("set by hand (env)") {
-    CleanEnv env({{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"MASTER_ADDR", "127.0.0.1"},
+    CleanEnv env({{"RANK", "0"},
+                  {"WORLD_SIZE", "2"},
+                  {"MASTER_ADDR", "127.0.0.1"},
                   {"MASTER_PORT", "23456"}});
     const LaunchInfo info = launch_info_from_env();
     CHECK(info.launcher == "env");
-    CHECK(info.local_rank == 0);            // defaults: one node
+    CHECK(info.local_rank == 0);  // defaults: one node
     CHECK(info.local_world_size == 2);
     CHECK_FALSE(info.store_exists);
     CHECK(info.store_host == "127.0.0.1");
     CHECK(info.store_port == 23456);
   }
   SECTION("torchrun: its agent store holds MASTER_PORT, ours goes to MASTER_PORT+1") {
-    CleanEnv env({{"RANK", "1"}, {"WORLD_SIZE", "2"}, {"LOCAL_RANK", "1"},
-                  {"LOCAL_WORLD_SIZE", "2"}, {"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", "29500"},
-                  {"TORCHELASTIC_RUN_ID", "job7"}, {"TORCHELASTIC_USE_AGENT_STORE", "True"},
+    CleanEnv env({{"RANK", "1"},
+                  {"WORLD_SIZE", "2"},
+                  {"LOCAL_RANK", "1"},
+                  {"LOCAL_WORLD_SIZE", "2"},
+                  {"MASTER_ADDR", "127.0.0.1"},
+                  {"MASTER_PORT", "29500"},
+                  {"TORCHELASTIC_RUN_ID", "job7"},
+                  {"TORCHELASTIC_USE_AGENT_STORE", "True"},
                   {"TORCHELASTIC_RESTART_COUNT", "1"}});
     const LaunchInfo info = launch_info_from_env();
     CHECK(info.launcher == "torchrun");
@@ -146,18 +192,22 @@ TEST_CASE("torchrun-style variables: missing and malformed values name the varia
     CHECK_THAT(what, Catch::Contains("CHORUS_STORE_ADDR"));
   }
   SECTION("MASTER_PORT out of range") {
-    CleanEnv env({{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"MASTER_ADDR", "h"}, {"MASTER_PORT", "70000"}});
+    CleanEnv env(
+        {{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"MASTER_ADDR", "h"}, {"MASTER_PORT", "70000"}});
     CHECK_THAT(error_of_launch(), Catch::Contains("MASTER_PORT='70000'"));
   }
   SECTION("malformed CHORUS_STORE_ADDR") {
-    CleanEnv env({{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"CHORUS_STORE_ADDR", "localhost"},
+    CleanEnv env({{"RANK", "0"},
+                  {"WORLD_SIZE", "2"},
+                  {"CHORUS_STORE_ADDR", "localhost"},
                   {"CHORUS_LAUNCHER", "chorusrun"}});
     const std::string what = error_of_launch();
     CHECK_THAT(what, Catch::Contains("CHORUS_STORE_ADDR='localhost'"));
     CHECK_THAT(what, Catch::Contains("chorusrun"));
   }
   SECTION("LOCAL_RANK not below LOCAL_WORLD_SIZE") {
-    CleanEnv env({{"RANK", "0"}, {"WORLD_SIZE", "1"}, {"LOCAL_RANK", "3"}, {"LOCAL_WORLD_SIZE", "2"}});
+    CleanEnv env(
+        {{"RANK", "0"}, {"WORLD_SIZE", "1"}, {"LOCAL_RANK", "3"}, {"LOCAL_WORLD_SIZE", "2"}});
     CHECK_THAT(error_of_launch(), Catch::Contains("LOCAL_RANK=3 is not below LOCAL_WORLD_SIZE=2"));
   }
   SECTION("a bad CHORUS_TIMEOUT is reported here too") {
@@ -172,8 +222,10 @@ TEST_CASE("torchrun-style variables: missing and malformed values name the varia
 
 TEST_CASE("Open MPI: OMPI_COMM_WORLD_*, loopback and a port from the job id", "[launcher][env]") {
   SECTION("one node") {
-    CleanEnv env({{"OMPI_COMM_WORLD_RANK", "3"}, {"OMPI_COMM_WORLD_SIZE", "4"},
-                  {"OMPI_COMM_WORLD_LOCAL_RANK", "3"}, {"OMPI_COMM_WORLD_LOCAL_SIZE", "4"},
+    CleanEnv env({{"OMPI_COMM_WORLD_RANK", "3"},
+                  {"OMPI_COMM_WORLD_SIZE", "4"},
+                  {"OMPI_COMM_WORLD_LOCAL_RANK", "3"},
+                  {"OMPI_COMM_WORLD_LOCAL_SIZE", "4"},
                   {"OMPI_MCA_ess_base_jobid", "1917779969"}});
     const LaunchInfo info = launch_info_from_env();
     CHECK(info.launcher == "openmpi");
@@ -188,22 +240,29 @@ TEST_CASE("Open MPI: OMPI_COMM_WORLD_*, loopback and a port from the job id", "[
     CHECK(info.run_id == "1917779969");
   }
   SECTION("the hnp uri when the job id variable is missing") {
-    CleanEnv env({{"OMPI_COMM_WORLD_RANK", "0"}, {"OMPI_COMM_WORLD_SIZE", "2"},
-                  {"OMPI_COMM_WORLD_LOCAL_RANK", "0"}, {"OMPI_COMM_WORLD_LOCAL_SIZE", "2"},
+    CleanEnv env({{"OMPI_COMM_WORLD_RANK", "0"},
+                  {"OMPI_COMM_WORLD_SIZE", "2"},
+                  {"OMPI_COMM_WORLD_LOCAL_RANK", "0"},
+                  {"OMPI_COMM_WORLD_LOCAL_SIZE", "2"},
                   {"OMPI_MCA_orte_hnp_uri", "1917779968.0;tcp://192.0.2.2:54011"}});
     CHECK(launch_info_from_env().store_port == init::port_from_job_id("1917779968.0"));
   }
   SECTION("MASTER_ADDR / MASTER_PORT override the rule") {
-    CleanEnv env({{"OMPI_COMM_WORLD_RANK", "0"}, {"OMPI_COMM_WORLD_SIZE", "2"},
-                  {"OMPI_COMM_WORLD_LOCAL_RANK", "0"}, {"OMPI_COMM_WORLD_LOCAL_SIZE", "1"},
-                  {"MASTER_ADDR", "node1"}, {"MASTER_PORT", "4000"}});
+    CleanEnv env({{"OMPI_COMM_WORLD_RANK", "0"},
+                  {"OMPI_COMM_WORLD_SIZE", "2"},
+                  {"OMPI_COMM_WORLD_LOCAL_RANK", "0"},
+                  {"OMPI_COMM_WORLD_LOCAL_SIZE", "1"},
+                  {"MASTER_ADDR", "node1"},
+                  {"MASTER_PORT", "4000"}});
     const LaunchInfo info = launch_info_from_env();
     CHECK(info.store_host == "node1");
     CHECK(info.store_port == 4000);
   }
   SECTION("several nodes without MASTER_ADDR") {
-    CleanEnv env({{"OMPI_COMM_WORLD_RANK", "0"}, {"OMPI_COMM_WORLD_SIZE", "2"},
-                  {"OMPI_COMM_WORLD_LOCAL_RANK", "0"}, {"OMPI_COMM_WORLD_LOCAL_SIZE", "1"},
+    CleanEnv env({{"OMPI_COMM_WORLD_RANK", "0"},
+                  {"OMPI_COMM_WORLD_SIZE", "2"},
+                  {"OMPI_COMM_WORLD_LOCAL_RANK", "0"},
+                  {"OMPI_COMM_WORLD_LOCAL_SIZE", "1"},
                   {"OMPI_MCA_ess_base_jobid", "5"}});
     const std::string what = error_of_launch();
     CHECK_THAT(what, Catch::Contains("MASTER_ADDR is not set"));
@@ -216,16 +275,21 @@ TEST_CASE("Open MPI: OMPI_COMM_WORLD_*, loopback and a port from the job id", "[
     CHECK_THAT(what, Catch::Contains("Open MPI's mpirun"));
   }
   SECTION("malformed OMPI_COMM_WORLD_LOCAL_RANK") {
-    CleanEnv env({{"OMPI_COMM_WORLD_RANK", "0"}, {"OMPI_COMM_WORLD_SIZE", "2"},
-                  {"OMPI_COMM_WORLD_LOCAL_RANK", "x1"}, {"OMPI_COMM_WORLD_LOCAL_SIZE", "2"}});
+    CleanEnv env({{"OMPI_COMM_WORLD_RANK", "0"},
+                  {"OMPI_COMM_WORLD_SIZE", "2"},
+                  {"OMPI_COMM_WORLD_LOCAL_RANK", "x1"},
+                  {"OMPI_COMM_WORLD_LOCAL_SIZE", "2"}});
     CHECK_THAT(error_of_launch(), Catch::Contains("OMPI_COMM_WORLD_LOCAL_RANK='x1'"));
   }
 }
 
 TEST_CASE("MPICH/Hydra: PMI_RANK / PMI_SIZE", "[launcher][env]") {
   SECTION("one node, kvs name as job id") {
-    CleanEnv env({{"PMI_RANK", "1"}, {"PMI_SIZE", "3"}, {"MPI_LOCALRANKID", "1"},
-                  {"MPI_LOCALNRANKS", "3"}, {"PMI_KVSNAME", "kvs_77_0"}});
+    CleanEnv env({{"PMI_RANK", "1"},
+                  {"PMI_SIZE", "3"},
+                  {"MPI_LOCALRANKID", "1"},
+                  {"MPI_LOCALNRANKS", "3"},
+                  {"PMI_KVSNAME", "kvs_77_0"}});
     const LaunchInfo info = launch_info_from_env();
     CHECK(info.launcher == "mpich");
     CHECK(info.rank == 1);
@@ -249,9 +313,13 @@ TEST_CASE("MPICH/Hydra: PMI_RANK / PMI_SIZE", "[launcher][env]") {
 
 TEST_CASE("Slurm: SLURM_PROCID / SLURM_NTASKS / SLURM_LOCALID", "[launcher][env]") {
   SECTION("one node: loopback and a port from the job and step") {
-    CleanEnv env({{"SLURM_PROCID", "2"}, {"SLURM_NTASKS", "4"}, {"SLURM_LOCALID", "2"},
-                  {"SLURM_NODEID", "0"}, {"SLURM_STEP_NUM_NODES", "1"},
-                  {"SLURM_STEP_TASKS_PER_NODE", "4"}, {"SLURM_JOB_ID", "812"},
+    CleanEnv env({{"SLURM_PROCID", "2"},
+                  {"SLURM_NTASKS", "4"},
+                  {"SLURM_LOCALID", "2"},
+                  {"SLURM_NODEID", "0"},
+                  {"SLURM_STEP_NUM_NODES", "1"},
+                  {"SLURM_STEP_TASKS_PER_NODE", "4"},
+                  {"SLURM_JOB_ID", "812"},
                   {"SLURM_STEP_ID", "3"}});
     const LaunchInfo info = launch_info_from_env();
     CHECK(info.launcher == "slurm");
@@ -264,9 +332,13 @@ TEST_CASE("Slurm: SLURM_PROCID / SLURM_NTASKS / SLURM_LOCALID", "[launcher][env]
     CHECK(info.run_id == "812.3");
   }
   SECTION("several nodes: the first host of the step's node list") {
-    CleanEnv env({{"SLURM_PROCID", "5"}, {"SLURM_NTASKS", "7"}, {"SLURM_LOCALID", "0"},
-                  {"SLURM_NODEID", "2"}, {"SLURM_STEP_NUM_NODES", "4"},
-                  {"SLURM_STEP_TASKS_PER_NODE", "2(x3),1"}, {"SLURM_STEP_NODELIST", "gpu[07-10]"},
+    CleanEnv env({{"SLURM_PROCID", "5"},
+                  {"SLURM_NTASKS", "7"},
+                  {"SLURM_LOCALID", "0"},
+                  {"SLURM_NODEID", "2"},
+                  {"SLURM_STEP_NUM_NODES", "4"},
+                  {"SLURM_STEP_TASKS_PER_NODE", "2(x3),1"},
+                  {"SLURM_STEP_NODELIST", "gpu[07-10]"},
                   {"SLURM_JOB_ID", "812"}});
     const LaunchInfo info = launch_info_from_env();
     CHECK(info.local_world_size == 2);
@@ -280,8 +352,11 @@ TEST_CASE("Slurm: SLURM_PROCID / SLURM_NTASKS / SLURM_LOCALID", "[launcher][env]
     CHECK_THAT(what, Catch::Contains("Slurm's srun"));
   }
   SECTION("malformed tasks per node") {
-    CleanEnv env({{"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "2"}, {"SLURM_LOCALID", "0"},
-                  {"SLURM_NODEID", "0"}, {"SLURM_STEP_TASKS_PER_NODE", "two"}});
+    CleanEnv env({{"SLURM_PROCID", "0"},
+                  {"SLURM_NTASKS", "2"},
+                  {"SLURM_LOCALID", "0"},
+                  {"SLURM_NODEID", "0"},
+                  {"SLURM_STEP_TASKS_PER_NODE", "two"}});
     CHECK_THAT(error_of_launch(), Catch::Contains("SLURM_STEP_TASKS_PER_NODE='two'"));
   }
   SECTION("SLURM_PROCID beyond SLURM_NTASKS") {
@@ -291,9 +366,13 @@ TEST_CASE("Slurm: SLURM_PROCID / SLURM_NTASKS / SLURM_LOCALID", "[launcher][env]
 }
 
 TEST_CASE("precedence: RANK over mpirun over Slurm", "[launcher][env]") {
-  CleanEnv env({{"OMPI_COMM_WORLD_RANK", "1"}, {"OMPI_COMM_WORLD_SIZE", "2"},
-                {"OMPI_COMM_WORLD_LOCAL_RANK", "1"}, {"OMPI_COMM_WORLD_LOCAL_SIZE", "2"},
-                {"OMPI_MCA_ess_base_jobid", "9"}, {"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "1"},
+  CleanEnv env({{"OMPI_COMM_WORLD_RANK", "1"},
+                {"OMPI_COMM_WORLD_SIZE", "2"},
+                {"OMPI_COMM_WORLD_LOCAL_RANK", "1"},
+                {"OMPI_COMM_WORLD_LOCAL_SIZE", "2"},
+                {"OMPI_MCA_ess_base_jobid", "9"},
+                {"SLURM_PROCID", "0"},
+                {"SLURM_NTASKS", "1"},
                 {"SLURM_LOCALID", "0"}});
   CHECK(launch_info_from_env().launcher == "openmpi");
   ::setenv("RANK", "0", 1);
@@ -352,8 +431,12 @@ TEST_CASE("init_from_env with no launcher builds a world of one", "[launcher][en
   CHECK(world.store->get_string("k") == "v");
 }
 
-TEST_CASE("a huge WORLD_SIZE is refused while parsing, before anything is sized by it", "[launcher][env]") {
-  CleanEnv env({{"RANK", "0"}, {"WORLD_SIZE", "2000000000"}, {"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", "29500"}});
+TEST_CASE("a huge WORLD_SIZE is refused while parsing, before anything is sized by it",
+          "[launcher][env]") {
+  CleanEnv env({{"RANK", "0"},
+                {"WORLD_SIZE", "2000000000"},
+                {"MASTER_ADDR", "127.0.0.1"},
+                {"MASTER_PORT", "29500"}});
   CHECK_THAT(error_of_launch(), Catch::Contains("WORLD_SIZE"));
   ::setenv("WORLD_SIZE", std::to_string(init::kMaxWorldSize).c_str(), 1);
   CHECK(launch_info_from_env().world_size == init::kMaxWorldSize);
@@ -364,39 +447,54 @@ TEST_CASE("a shared store without a run id is refused; launchers that name the r
   SECTION("RANK/WORLD_SIZE by hand + CHORUS_STORE_ADDR, no run id: refused, saying what to set") {
     CleanEnv env({{"RANK", "1"}, {"WORLD_SIZE", "2"}, {"CHORUS_STORE_ADDR", "127.0.0.1:29500"}});
     const std::string why = init::shared_store_without_run_id(launch_info_from_env());
-    CHECK_THAT(why, Catch::Contains("CHORUS_STORE_ADDR=127.0.0.1:29500") && Catch::Contains("CHORUS_RUN_ID") &&
-                        Catch::Contains("rank 1/2"));
+    CHECK_THAT(why, Catch::Contains("CHORUS_STORE_ADDR=127.0.0.1:29500") &&
+                        Catch::Contains("CHORUS_RUN_ID") && Catch::Contains("rank 1/2"));
     // init_world_from_env refuses before it connects to anything.
     CHECK_THROWS_WITH(init_world_from_env(Backend::tcp), Catch::Contains("Set CHORUS_RUN_ID"));
   }
   SECTION("torchrun's default rdzv id \"none\" is no name either") {
-    CleanEnv env({{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"CHORUS_STORE_ADDR", "127.0.0.1:29500"},
+    CleanEnv env({{"RANK", "0"},
+                  {"WORLD_SIZE", "2"},
+                  {"CHORUS_STORE_ADDR", "127.0.0.1:29500"},
                   {"TORCHELASTIC_RUN_ID", "none"}});
-    CHECK_THAT(init::shared_store_without_run_id(launch_info_from_env()), Catch::Contains("--rdzv-id"));
+    CHECK_THAT(init::shared_store_without_run_id(launch_info_from_env()),
+               Catch::Contains("--rdzv-id"));
   }
   SECTION("allowed: CHORUS_RUN_ID, a launcher's job id, chorusrun, or a store our rank 0 hosts") {
     {
-      CleanEnv env({{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"CHORUS_STORE_ADDR", "127.0.0.1:29500"},
+      CleanEnv env({{"RANK", "0"},
+                    {"WORLD_SIZE", "2"},
+                    {"CHORUS_STORE_ADDR", "127.0.0.1:29500"},
                     {"CHORUS_RUN_ID", "nightly-42"}});
       CHECK(init::shared_store_without_run_id(launch_info_from_env()).empty());
     }
     {
-      CleanEnv env({{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"CHORUS_STORE_ADDR", "127.0.0.1:29500"},
+      CleanEnv env({{"RANK", "0"},
+                    {"WORLD_SIZE", "2"},
+                    {"CHORUS_STORE_ADDR", "127.0.0.1:29500"},
                     {"TORCHELASTIC_RUN_ID", "job7"}});
       CHECK(init::shared_store_without_run_id(launch_info_from_env()).empty());
     }
     {
-      CleanEnv env({{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"CHORUS_STORE_ADDR", "127.0.0.1:29500"},
+      CleanEnv env({{"RANK", "0"},
+                    {"WORLD_SIZE", "2"},
+                    {"CHORUS_STORE_ADDR", "127.0.0.1:29500"},
                     {"CHORUS_LAUNCHER", "chorusrun"}});
       CHECK(init::shared_store_without_run_id(launch_info_from_env()).empty());
     }
     {
-      CleanEnv env({{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", "29500"}});
+      CleanEnv env({{"RANK", "0"},
+                    {"WORLD_SIZE", "2"},
+                    {"MASTER_ADDR", "127.0.0.1"},
+                    {"MASTER_PORT", "29500"}});
       CHECK(init::shared_store_without_run_id(launch_info_from_env()).empty());
     }
     {
-      CleanEnv env({{"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "2"}, {"SLURM_LOCALID", "0"},
-                    {"SLURM_JOB_ID", "812"}, {"CHORUS_STORE_ADDR", "127.0.0.1:29500"}});
+      CleanEnv env({{"SLURM_PROCID", "0"},
+                    {"SLURM_NTASKS", "2"},
+                    {"SLURM_LOCALID", "0"},
+                    {"SLURM_JOB_ID", "812"},
+                    {"CHORUS_STORE_ADDR", "127.0.0.1:29500"}});
       CHECK(init::shared_store_without_run_id(launch_info_from_env()).empty());
     }
   }

@@ -53,11 +53,25 @@ int ms_left(Clock::time_point until) {
 }  // namespace
 
 const std::vector<std::string>& launcher_vars() {
-  static const std::vector<std::string> kVars = {
-      "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK", "MASTER_ADDR",
-      "MASTER_PORT", "CHORUS_STORE_ADDR", "CHORUS_LAUNCHER", "CHORUS_RESTART_COUNT", "CHORUS_RUN_ID",
-      "TORCHELASTIC_RESTART_COUNT", "TORCHELASTIC_RUN_ID", "OMPI_COMM_WORLD_RANK",
-      "OMPI_COMM_WORLD_SIZE", "PMI_RANK", "PMI_SIZE", "SLURM_PROCID", "SLURM_NTASKS"};
+  static const std::vector<std::string> kVars = {"RANK",
+                                                 "WORLD_SIZE",
+                                                 "LOCAL_RANK",
+                                                 "LOCAL_WORLD_SIZE",
+                                                 "GROUP_RANK",
+                                                 "MASTER_ADDR",
+                                                 "MASTER_PORT",
+                                                 "CHORUS_STORE_ADDR",
+                                                 "CHORUS_LAUNCHER",
+                                                 "CHORUS_RESTART_COUNT",
+                                                 "CHORUS_RUN_ID",
+                                                 "TORCHELASTIC_RESTART_COUNT",
+                                                 "TORCHELASTIC_RUN_ID",
+                                                 "OMPI_COMM_WORLD_RANK",
+                                                 "OMPI_COMM_WORLD_SIZE",
+                                                 "PMI_RANK",
+                                                 "PMI_SIZE",
+                                                 "SLURM_PROCID",
+                                                 "SLURM_NTASKS"};
   return kVars;
 }
 

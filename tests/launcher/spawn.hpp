@@ -16,10 +16,10 @@ using Seconds = std::chrono::duration<double>;
 
 struct Process {
   pid_t pid = -1;
-  int out_fd = -1;      // stdout and stderr of the process, merged
-  std::string output;   // everything read so far
+  int out_fd = -1;     // stdout and stderr of the process, merged
+  std::string output;  // everything read so far
   bool reaped = false;
-  int status = 0;       // waitpid status once reaped
+  int status = 0;  // waitpid status once reaped
 };
 
 // Starts argv[0] (a path) with the current environment plus `set` ("NAME=value") minus

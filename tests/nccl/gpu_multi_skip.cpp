@@ -20,10 +20,11 @@ struct SkipWithoutTwoGpus : Catch::TestEventListenerBase {
     if (result == cudaSuccess && count >= 2) {
       return;
     }
-    std::printf("SKIP %s: these tests need two CUDA devices (one per rank; NCCL refuses two "
-                "ranks on one device), found %d%s%s. Run them on a machine with two GPUs.\n",
-                info.name.c_str(), result == cudaSuccess ? count : 0,
-                result == cudaSuccess ? "" : ": ", result == cudaSuccess ? "" : cudaGetErrorString(result));
+    std::printf(
+        "SKIP %s: these tests need two CUDA devices (one per rank; NCCL refuses two "
+        "ranks on one device), found %d%s%s. Run them on a machine with two GPUs.\n",
+        info.name.c_str(), result == cudaSuccess ? count : 0, result == cudaSuccess ? "" : ": ",
+        result == cudaSuccess ? "" : cudaGetErrorString(result));
     std::fflush(stdout);
     std::_Exit(77);
   }

@@ -20,11 +20,11 @@ struct SkipWithoutGpu : Catch::TestEventListenerBase {
     if (result == cudaSuccess && count > 0) {
       return;
     }
-    std::printf("SKIP %s: no CUDA device was found (%s: %s); these tests need a GPU. Run "
-                "tests/gpu/run.sh on a machine with one.\n",
-                info.name.c_str(),
-                result != cudaSuccess ? cudaGetErrorName(result) : "cudaGetDeviceCount",
-                result != cudaSuccess ? cudaGetErrorString(result) : "returned 0 devices");
+    std::printf(
+        "SKIP %s: no CUDA device was found (%s: %s); these tests need a GPU. Run "
+        "tests/gpu/run.sh on a machine with one.\n",
+        info.name.c_str(), result != cudaSuccess ? cudaGetErrorName(result) : "cudaGetDeviceCount",
+        result != cudaSuccess ? cudaGetErrorString(result) : "returned 0 devices");
     std::fflush(stdout);
     std::_Exit(77);
   }

@@ -7,8 +7,8 @@
 #include <algorithm>
 #include <cstdint>
 #include <exception>
-#include <stdexcept>
 #include <memory>
+#include <stdexcept>
 #include <string>
 #include <thread>
 #include <vector>
@@ -27,15 +27,16 @@ namespace {
 
 // What one rank saw, checked on the main thread (Catch assertions are not thread-safe).
 struct RankResult {
-  std::string error;        // an exception a rank threw, if any
-  bool got_child = false;   // split() returned a group
+  std::string error;       // an exception a rank threw, if any
+  bool got_child = false;  // split() returned a group
   int child_rank = -1;
   int child_size = -1;
   std::vector<std::int32_t> child_sum;   // allreduce(sum) on the subgroup
   std::vector<std::int32_t> parent_sum;  // allreduce(sum) on the parent afterwards
 };
 
-std::vector<std::int32_t> run_allreduce(ProcessGroup& pg, int device, std::int32_t value, std::size_t n) {
+std::vector<std::int32_t> run_allreduce(ProcessGroup& pg, int device, std::int32_t value,
+                                        std::size_t n) {
   std::vector<std::int32_t> host(n, value);
   void* buf = nullptr;
   if (cudaMalloc(&buf, n * 4) != cudaSuccess) {

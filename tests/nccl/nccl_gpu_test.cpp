@@ -341,8 +341,10 @@ TEST_CASE("ops wait for the caller's stream, and wait() makes the caller's strea
   (void)cudaFreeHost(host_out);
 }
 
-TEST_CASE("the watchdog times out a stalled op, aborts the communicator, and later calls fail "
-          "fast", "[nccl][gpu][watchdog]") {
+TEST_CASE(
+    "the watchdog times out a stalled op, aborts the communicator, and later calls fail "
+    "fast",
+    "[nccl][gpu][watchdog]") {
   Stream caller;
   auto pg = make_group("stall", caller.get());
   auto& internal = internals(*pg);
@@ -452,9 +454,9 @@ TEST_CASE("misuse is InvalidArgument at call time and leaves the group usable",
     REQUIRE_THAT(e.what(), Catch::Contains("allreduce on rank 0/1 [misuse]"));
   }
   // Labeled with another device.
-  REQUIRE_THROWS_AS(pg->allreduce(Tensor(a.data(), 1024, DataType::float32,
-                                         Device::cuda(device + 1))),
-                    InvalidArgument);
+  REQUIRE_THROWS_AS(
+      pg->allreduce(Tensor(a.data(), 1024, DataType::float32, Device::cuda(device + 1))),
+      InvalidArgument);
   // Labeled as this device but host memory.
   try {
     pg->allreduce(Tensor(host.data(), host.size(), DataType::float32, Device::cuda(device)));

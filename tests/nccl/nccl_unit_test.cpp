@@ -13,21 +13,21 @@
 #include <chorus/errors.hpp>
 #include <chorus/process_group.hpp>
 
+#include "local_store.hpp"
 #include "nccl/nccl_check.hpp"
 #include "nccl/nccl_types.hpp"
 #include "nccl/nccl_work.hpp"
-#include "local_store.hpp"
 
 using namespace chorus;
 using namespace std::chrono_literals;
 
 TEST_CASE("every chorus dtype maps to the NCCL type of the same width", "[nccl][types]") {
   const std::map<DataType, ncclDataType_t> expected = {
-      {DataType::int8, ncclInt8},         {DataType::uint8, ncclUint8},
-      {DataType::int32, ncclInt32},       {DataType::uint32, ncclUint32},
-      {DataType::int64, ncclInt64},       {DataType::uint64, ncclUint64},
-      {DataType::float16, ncclFloat16},   {DataType::bfloat16, ncclBfloat16},
-      {DataType::float32, ncclFloat32},   {DataType::float64, ncclFloat64},
+      {DataType::int8, ncclInt8},       {DataType::uint8, ncclUint8},
+      {DataType::int32, ncclInt32},     {DataType::uint32, ncclUint32},
+      {DataType::int64, ncclInt64},     {DataType::uint64, ncclUint64},
+      {DataType::float16, ncclFloat16}, {DataType::bfloat16, ncclBfloat16},
+      {DataType::float32, ncclFloat32}, {DataType::float64, ncclFloat64},
   };
   REQUIRE(expected.size() == static_cast<std::size_t>(kNumDataTypes));
   for (const auto& [dtype, type] : expected) {
@@ -112,8 +112,12 @@ TEST_CASE("CHORUS_CUDA_CHECK turns a failure into BackendError with CUDA's name 
 }
 
 TEST_CASE("op descriptions name op, seq, size, dtype, redop and root", "[nccl][check]") {
-  nccl::OpInfo info{.name = "reduce", .seq = 7, .bytes = 4 << 20, .dtype = DataType::bfloat16,
-                    .op = ReduceOp::max, .peer = 3};
+  nccl::OpInfo info{.name = "reduce",
+                    .seq = 7,
+                    .bytes = 4 << 20,
+                    .dtype = DataType::bfloat16,
+                    .op = ReduceOp::max,
+                    .peer = 3};
   REQUIRE(nccl::describe(info) == "reduce (seq 7, 4 MiB bfloat16 max, root 3)");
   nccl::OpInfo barrier{.name = "barrier", .seq = 1};
   REQUIRE(nccl::describe(barrier) == "barrier (seq 1)");

@@ -8,13 +8,13 @@
 
 static int failures = 0;
 
-#define EXPECT(cond)                                              \
-  do {                                                            \
-    if (!(cond)) {                                                \
-      fprintf(stderr, "%s:%d: FAILED: %s (last error: %s)\n",     \
-              __FILE__, __LINE__, #cond, chorus_get_last_error()); \
-      ++failures;                                                 \
-    }                                                             \
+#define EXPECT(cond)                                                                     \
+  do {                                                                                   \
+    if (!(cond)) {                                                                       \
+      fprintf(stderr, "%s:%d: FAILED: %s (last error: %s)\n", __FILE__, __LINE__, #cond, \
+              chorus_get_last_error());                                                  \
+      ++failures;                                                                        \
+    }                                                                                    \
   } while (0)
 
 int main(void) {
@@ -55,7 +55,8 @@ int main(void) {
   EXPECT(strstr(chorus_get_last_error(), "missing") != NULL);
 
   gc.interface = "127.0.0.1";
-  EXPECT(chorus_group_create_tcp(store, 1, 1, &gc, &group) == CHORUS_ERR_INVALID_ARGUMENT); /* bad rank */
+  EXPECT(chorus_group_create_tcp(store, 1, 1, &gc, &group) ==
+         CHORUS_ERR_INVALID_ARGUMENT); /* bad rank */
   EXPECT(chorus_group_create_tcp(store, 0, 1, &gc, &group) == CHORUS_OK);
   if (group != NULL) {
     ta = chorus_cpu_tensor(a, 4, CHORUS_FLOAT32);

@@ -13,10 +13,22 @@
 #endif
 
 // from_dlpack with a DLTensor-shaped type of the caller's own (no dlpack.h anywhere).
-struct MyDevice { int device_type; int device_id; };
-struct MyDType { unsigned char code; unsigned char bits; unsigned short lanes; };
+struct MyDevice {
+  int device_type;
+  int device_id;
+};
+struct MyDType {
+  unsigned char code;
+  unsigned char bits;
+  unsigned short lanes;
+};
 struct MyTensor {
-  void* data; MyDevice device; int ndim; MyDType dtype; long long* shape; long long* strides;
+  void* data;
+  MyDevice device;
+  int ndim;
+  MyDType dtype;
+  long long* shape;
+  long long* strides;
   unsigned long long byte_offset;
 };
 
@@ -34,7 +46,8 @@ int main() {
   long long shape[2] = {2, 3};
   MyTensor t{buf.data(), {1, 0}, 2, {2, 32, 1}, shape, nullptr, 4};
   const chorus::Tensor view = chorus::from_dlpack(t);
-  check(view.count() == 6 && view.data() == buf.data() + 1 && view.dtype() == chorus::DataType::float32,
+  check(view.count() == 6 && view.data() == buf.data() + 1 &&
+            view.dtype() == chorus::DataType::float32,
         "from_dlpack");
   chorus::ddp::DistributedSampler sampler(10, 2, 1, {});
   check(sampler.num_samples() == 5, "DistributedSampler");

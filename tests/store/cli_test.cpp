@@ -149,7 +149,8 @@ struct Server {
     }
     first_line = line.substr(0, line.find('\n'));
     const auto colon = first_line.rfind(':');
-    if (first_line.rfind("chorus-store listening on 127.0.0.1:", 0) == 0 && colon != std::string::npos) {
+    if (first_line.rfind("chorus-store listening on 127.0.0.1:", 0) == 0 &&
+        colon != std::string::npos) {
       port = first_line.substr(colon + 1);
     }
   }
@@ -215,7 +216,8 @@ TEST_CASE("chorus-store serves on port 0 and answers the client commands", "[sto
   REQUIRE(run({"--connect", a, "delete", "greeting"}).out == "true\n");
 
   // add takes any int64; out-of-range numbers are usage errors, never clamped or wrapped.
-  REQUIRE(run({"--connect", a, "add", "huge", "9223372036854775807"}).out == "9223372036854775807\n");
+  REQUIRE(run({"--connect", a, "add", "huge", "9223372036854775807"}).out ==
+          "9223372036854775807\n");
   auto overflow = run({"--connect", a, "add", "huge", "1"});
   REQUIRE(overflow.status == 4);
   REQUIRE(overflow.err.find("int64") != std::string::npos);

@@ -226,9 +226,13 @@ void contract(const std::string& kind) {
 
 TEST_CASE("HashStore honours the Store contract", "[store]") { contract("hash"); }
 TEST_CASE("FileStore honours the Store contract", "[store]") { contract("file"); }
-TEST_CASE("PrefixStore over HashStore honours the Store contract", "[store]") { contract("prefix(hash)"); }
+TEST_CASE("PrefixStore over HashStore honours the Store contract", "[store]") {
+  contract("prefix(hash)");
+}
 TEST_CASE("TcpStore honours the Store contract", "[store]") { contract("tcp"); }
-TEST_CASE("PrefixStore over TcpStore honours the Store contract", "[store]") { contract("prefix(tcp)"); }
+TEST_CASE("PrefixStore over TcpStore honours the Store contract", "[store]") {
+  contract("prefix(tcp)");
+}
 
 TEST_CASE("PrefixStore namespaces keys on its base store", "[store]") {
   auto base = chorus::make_hash_store(5s);

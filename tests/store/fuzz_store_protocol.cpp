@@ -37,8 +37,8 @@ void round_trip(const Request& q, const Limits& limits) {
   DecodeError err;
   const std::span<const std::uint8_t> payload(framed.data() + net::kFrameHeaderBytes,
                                               framed.size() - net::kFrameHeaderBytes);
-  if (!decode_request(payload, limits, again, err) || again.op != q.op ||
-      again.keys != q.keys || again.values != q.values) {
+  if (!decode_request(payload, limits, again, err) || again.op != q.op || again.keys != q.keys ||
+      again.values != q.values) {
     std::abort();  // the encoder and decoder disagree
   }
 }

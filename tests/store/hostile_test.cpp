@@ -119,7 +119,8 @@ struct Fds {
 std::size_t fd_headroom() {
   rlimit rl{};
   ::getrlimit(RLIMIT_NOFILE, &rl);
-  const std::size_t limit = rl.rlim_cur == RLIM_INFINITY ? 65536 : static_cast<std::size_t>(rl.rlim_cur);
+  const std::size_t limit =
+      rl.rlim_cur == RLIM_INFINITY ? 65536 : static_cast<std::size_t>(rl.rlim_cur);
   return limit > 256 ? limit - 256 : 0;
 }
 

@@ -188,8 +188,8 @@ TEST_CASE("protocol: malformed requests are rejected with a reason", "[store][pr
     REQUIRE(err.kind == ErrorKind::too_large);
   }
   SECTION("a huge item count does not allocate") {
-    std::vector<std::uint8_t> bad = {static_cast<std::uint8_t>(Op::check), 0, 0, 0, 0,
-                                     0xff, 0xff, 0xff, 0xff};
+    std::vector<std::uint8_t> bad = {
+        static_cast<std::uint8_t>(Op::check), 0, 0, 0, 0, 0xff, 0xff, 0xff, 0xff};
     REQUIRE_FALSE(decode_request(bad, limits, out, err));
   }
 }
@@ -219,7 +219,8 @@ TEST_CASE("protocol: random payloads never crash the decoder", "[store][protocol
 TEST_CASE("FrameReader reassembles frames split at every byte", "[net]") {
   std::vector<std::uint8_t> stream;
   for (int i = 0; i < 5; ++i) {
-    std::vector<std::uint8_t> payload(static_cast<std::size_t>(i * 7), static_cast<std::uint8_t>(i));
+    std::vector<std::uint8_t> payload(static_cast<std::size_t>(i * 7),
+                                      static_cast<std::uint8_t>(i));
     auto f = net::frame_bytes(payload);
     stream.insert(stream.end(), f.begin(), f.end());
   }
@@ -227,7 +228,8 @@ TEST_CASE("FrameReader reassembles frames split at every byte", "[net]") {
     net::FrameReader reader(1024);
     int frames = 0;
     for (std::size_t at = 0; at < stream.size(); at += chunk) {
-      reader.feed(std::span<const std::uint8_t>(stream.data() + at, std::min(chunk, stream.size() - at)));
+      reader.feed(
+          std::span<const std::uint8_t>(stream.data() + at, std::min(chunk, stream.size() - at)));
       std::span<const std::uint8_t> p;
       while (reader.next(p) == net::FrameReader::Status::frame) {
         REQUIRE(p.size() == static_cast<std::size_t>(frames * 7));
@@ -248,7 +250,8 @@ TEST_CASE("FrameReader reassembles frames split at every byte", "[net]") {
   REQUIRE(small.announced() == 9);
 }
 
-TEST_CASE("KvTable: watches fire when every key exists, survive deletes, and can be removed", "[store]") {
+TEST_CASE("KvTable: watches fire when every key exists, survive deletes, and can be removed",
+          "[store]") {
   KvTable t;
   REQUIRE(t.add_watch({}) == 0);
   const auto w = t.add_watch({"a", "b", "a"});

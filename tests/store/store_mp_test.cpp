@@ -67,10 +67,13 @@ void hammer(Store& s, int rank) {
 
 TEST_CASE("8 processes hammering add/compare_set keep exact counts (TcpStore)", "[store][mp]") {
   test::StoreServerProcess server;
-  auto results = test::run_processes(8, [&](int rank) {
-    auto s = connect_tcp(server.port());
-    hammer(*s, rank);
-  }, 60s);
+  auto results = test::run_processes(
+      8,
+      [&](int rank) {
+        auto s = connect_tcp(server.port());
+        hammer(*s, rank);
+      },
+      60s);
   REQUIRE_ALL_OK(results);
   auto s = connect_tcp(server.port());
   REQUIRE(s->add("counter", 0) == 8 * 300);
@@ -83,10 +86,13 @@ TEST_CASE("8 processes hammering add/compare_set keep exact counts (TcpStore)", 
 
 TEST_CASE("8 processes hammering add/compare_set keep exact counts (FileStore)", "[store][mp]") {
   test::TempDir dir;
-  auto results = test::run_processes(8, [&](int rank) {
-    auto s = make_file_store(dir.path(), 30s);
-    hammer(*s, rank);
-  }, 60s);
+  auto results = test::run_processes(
+      8,
+      [&](int rank) {
+        auto s = make_file_store(dir.path(), 30s);
+        hammer(*s, rank);
+      },
+      60s);
   REQUIRE_ALL_OK(results);
   auto s = make_file_store(dir.path(), 5s);
   REQUIRE(s->add("counter", 0) == 8 * 300);
@@ -102,27 +108,30 @@ TEST_CASE("a waiter in one process is woken by a set from another", "[store][mp]
   for (const char* kind : {"tcp", "file"}) {
     INFO(kind);
     const std::string k = kind;
-    auto results = test::run_processes(2, [&](int rank) {
-      auto s = k == "tcp" ? connect_tcp(server.port()) : make_file_store(dir.path(), 30s);
-      // Proof by order, not by time: the waiter sees "wake" absent and only then takes ticket
-      // 1 of "order"; the setter takes its ticket before it sets. Ticket 2 for the setter
-      // means the key was still absent after the waiter had started waiting, so the value
-      // the waiter gets was written by the other process while it waited (had the get timed
-      // out instead, it would have thrown).
-      if (rank == 0) {
-        CHILD_CHECK(!s->check({"wake"}));
-        CHILD_CHECK(s->add("order", 1) == 1);
-        CHILD_CHECK(s->get_string("wake", 30s) == "up");
-        CHILD_CHECK(s->get_string("setter_ticket", 30s) == "2");
-      } else {
-        s->wait({"order"}, 30s);
-        const std::int64_t ticket = s->add("order", 1);
-        const std::string text = std::to_string(ticket);
-        s->set("setter_ticket", std::string_view(text));
-        s->set("wake", std::string_view("up"));
-        CHILD_CHECK(ticket == 2);
-      }
-    }, 60s);
+    auto results = test::run_processes(
+        2,
+        [&](int rank) {
+          auto s = k == "tcp" ? connect_tcp(server.port()) : make_file_store(dir.path(), 30s);
+          // Proof by order, not by time: the waiter sees "wake" absent and only then takes ticket
+          // 1 of "order"; the setter takes its ticket before it sets. Ticket 2 for the setter
+          // means the key was still absent after the waiter had started waiting, so the value
+          // the waiter gets was written by the other process while it waited (had the get timed
+          // out instead, it would have thrown).
+          if (rank == 0) {
+            CHILD_CHECK(!s->check({"wake"}));
+            CHILD_CHECK(s->add("order", 1) == 1);
+            CHILD_CHECK(s->get_string("wake", 30s) == "up");
+            CHILD_CHECK(s->get_string("setter_ticket", 30s) == "2");
+          } else {
+            s->wait({"order"}, 30s);
+            const std::int64_t ticket = s->add("order", 1);
+            const std::string text = std::to_string(ticket);
+            s->set("setter_ticket", std::string_view(text));
+            s->set("wake", std::string_view("up"));
+            CHILD_CHECK(ticket == 2);
+          }
+        },
+        60s);
     REQUIRE_ALL_OK(results);
   }
 }
@@ -131,47 +140,51 @@ TEST_CASE("a client SIGKILLed mid-request or mid-wait does not disturb the serve
   test::StoreServerProcess server;
   int ready[2];
   REQUIRE(::pipe2(ready, O_CLOEXEC) == 0);
-  auto results = test::run_processes(2, [&](int rank) {
-    ::close(ready[0]);
-    if (rank == 0) {
-      // Half a frame, then wait to be killed.
-      net::Socket s = net::connect("127.0.0.1", server.port(), Deadline::after(30s));
-      std::uint8_t hello[store::kHelloBytes];
-      store::encode_hello({store::kProtocolVersion, 0}, hello);
-      CHILD_CHECK(net::send_all(s, hello, sizeof(hello), Deadline::after(10s)).ok());
-      const std::uint8_t partial[7] = {40, 0, 0, 0, 2, 0, 0};
-      CHILD_CHECK(net::send_all(s, partial, sizeof(partial), Deadline::after(10s)).ok());
-      (void)!::write(ready[1], "a", 1);
-      ::pause();
-    } else {
-      // A parked get, then wait to be killed.
-      auto s = connect_tcp(server.port());
-      s->set("parked_client_up", std::string_view("1"));
-      (void)!::write(ready[1], "b", 1);
-      s->get("never", 60s);
-    }
-  }, 60s, [&](const std::vector<pid_t>& pids) {
-    ::close(ready[1]);
-    char buf[2];
-    std::size_t got = 0;
-    while (got < 2) {
-      pollfd pfd{ready[0], POLLIN, 0};
-      if (::poll(&pfd, 1, 30000) != 1) {
-        break;
-      }
-      const ssize_t n = ::read(ready[0], buf, 2 - got);
-      if (n <= 0) {
-        break;
-      }
-      got += static_cast<std::size_t>(n);
-    }
-    // rank 1 signalled before its get: make sure the get is parked by asking the server to
-    // wait on a key set after the get was sent (same connection order is not observable, so
-    // the kill may hit either just before or during the get: both must be harmless).
-    for (pid_t pid : pids) {
-      ::kill(pid, SIGKILL);
-    }
-  });
+  auto results = test::run_processes(
+      2,
+      [&](int rank) {
+        ::close(ready[0]);
+        if (rank == 0) {
+          // Half a frame, then wait to be killed.
+          net::Socket s = net::connect("127.0.0.1", server.port(), Deadline::after(30s));
+          std::uint8_t hello[store::kHelloBytes];
+          store::encode_hello({store::kProtocolVersion, 0}, hello);
+          CHILD_CHECK(net::send_all(s, hello, sizeof(hello), Deadline::after(10s)).ok());
+          const std::uint8_t partial[7] = {40, 0, 0, 0, 2, 0, 0};
+          CHILD_CHECK(net::send_all(s, partial, sizeof(partial), Deadline::after(10s)).ok());
+          (void)!::write(ready[1], "a", 1);
+          ::pause();
+        } else {
+          // A parked get, then wait to be killed.
+          auto s = connect_tcp(server.port());
+          s->set("parked_client_up", std::string_view("1"));
+          (void)!::write(ready[1], "b", 1);
+          s->get("never", 60s);
+        }
+      },
+      60s,
+      [&](const std::vector<pid_t>& pids) {
+        ::close(ready[1]);
+        char buf[2];
+        std::size_t got = 0;
+        while (got < 2) {
+          pollfd pfd{ready[0], POLLIN, 0};
+          if (::poll(&pfd, 1, 30000) != 1) {
+            break;
+          }
+          const ssize_t n = ::read(ready[0], buf, 2 - got);
+          if (n <= 0) {
+            break;
+          }
+          got += static_cast<std::size_t>(n);
+        }
+        // rank 1 signalled before its get: make sure the get is parked by asking the server to
+        // wait on a key set after the get was sent (same connection order is not observable, so
+        // the kill may hit either just before or during the get: both must be harmless).
+        for (pid_t pid : pids) {
+          ::kill(pid, SIGKILL);
+        }
+      });
   ::close(ready[0]);
   for (const auto& r : results) {
     REQUIRE(r.signal == SIGKILL);
@@ -194,82 +207,87 @@ TEST_CASE("bootstrap storm: 2,048 clients connecting at the same instant all get
   int armed_pipe[2];
   REQUIRE(::pipe2(release, O_CLOEXEC) == 0);
   REQUIRE(::pipe2(armed_pipe, O_CLOEXEC) == 0);
-  auto results = test::run_processes(kProcs, [&](int rank) {
-    ::close(release[1]);
-    ::close(armed_pipe[0]);
-    std::mutex mu;
-    std::condition_variable cv;
-    bool go = false;
-    int armed = 0;
-    std::atomic<int> failures{0};
-    std::string first_error;
-    std::vector<std::thread> threads;
-    for (int t = 0; t < kThreadsPerProc; ++t) {
-      threads.emplace_back([&, t] {
+  auto results = test::run_processes(
+      kProcs,
+      [&](int rank) {
+        ::close(release[1]);
+        ::close(armed_pipe[0]);
+        std::mutex mu;
+        std::condition_variable cv;
+        bool go = false;
+        int armed = 0;
+        std::atomic<int> failures{0};
+        std::string first_error;
+        std::vector<std::thread> threads;
+        for (int t = 0; t < kThreadsPerProc; ++t) {
+          threads.emplace_back([&, t] {
+            {
+              std::unique_lock<std::mutex> lock(mu);
+              ++armed;
+              cv.notify_all();
+              cv.wait(lock, [&] { return go; });
+            }
+            try {
+              auto s = connect_tcp(server.port(), 60s);
+              const std::string me = std::to_string(rank * kThreadsPerProc + t);
+              s->set("addr/" + me, std::string_view("127.0.0.1:" + me));
+              if (s->add("joined", 1) == kClients) {
+                s->set("all_joined", std::string_view("1"));
+              }
+              s->wait({"all_joined"}, 60s);
+            } catch (const std::exception& e) {
+              std::lock_guard<std::mutex> lock(mu);
+              if (failures++ == 0) {
+                first_error = e.what();
+              }
+            }
+          });
+        }
         {
           std::unique_lock<std::mutex> lock(mu);
-          ++armed;
-          cv.notify_all();
-          cv.wait(lock, [&] { return go; });
+          cv.wait(lock, [&] { return armed == kThreadsPerProc; });
         }
-        try {
-          auto s = connect_tcp(server.port(), 60s);
-          const std::string me = std::to_string(rank * kThreadsPerProc + t);
-          s->set("addr/" + me, std::string_view("127.0.0.1:" + me));
-          if (s->add("joined", 1) == kClients) {
-            s->set("all_joined", std::string_view("1"));
-          }
-          s->wait({"all_joined"}, 60s);
-        } catch (const std::exception& e) {
+        // Every thread is armed: tell the parent, then wait for its release (one byte each).
+        CHILD_CHECK(::write(armed_pipe[1], "a", 1) == 1);
+        char b;
+        pollfd pfd{release[0], POLLIN, 0};
+        CHILD_CHECK(::poll(&pfd, 1, 60000) == 1 && ::read(release[0], &b, 1) == 1);
+        {
           std::lock_guard<std::mutex> lock(mu);
-          if (failures++ == 0) {
-            first_error = e.what();
-          }
+          go = true;
         }
+        cv.notify_all();
+        for (auto& th : threads) {
+          th.join();
+        }
+        if (failures > 0) {
+          throw std::runtime_error(std::to_string(failures.load()) +
+                                   " clients failed; first: " + first_error);
+        }
+      },
+      120s,
+      [&](const std::vector<pid_t>&) {
+        ::close(release[0]);
+        ::close(armed_pipe[1]);
+        // Wait until every process has armed all its threads, then release them all at once.
+        int armed = 0;
+        while (armed < kProcs) {
+          pollfd pfd{armed_pipe[0], POLLIN, 0};
+          char buf[kProcs];
+          if (::poll(&pfd, 1, 60000) != 1) {
+            break;
+          }
+          const ssize_t n = ::read(armed_pipe[0], buf, sizeof(buf));
+          if (n <= 0) {
+            break;
+          }
+          armed += static_cast<int>(n);
+        }
+        ::close(armed_pipe[0]);
+        const char bytes[kProcs] = {};
+        (void)!::write(release[1], bytes, kProcs);
+        ::close(release[1]);
       });
-    }
-    {
-      std::unique_lock<std::mutex> lock(mu);
-      cv.wait(lock, [&] { return armed == kThreadsPerProc; });
-    }
-    // Every thread is armed: tell the parent, then wait for its release (one byte each).
-    CHILD_CHECK(::write(armed_pipe[1], "a", 1) == 1);
-    char b;
-    pollfd pfd{release[0], POLLIN, 0};
-    CHILD_CHECK(::poll(&pfd, 1, 60000) == 1 && ::read(release[0], &b, 1) == 1);
-    {
-      std::lock_guard<std::mutex> lock(mu);
-      go = true;
-    }
-    cv.notify_all();
-    for (auto& th : threads) {
-      th.join();
-    }
-    if (failures > 0) {
-      throw std::runtime_error(std::to_string(failures.load()) + " clients failed; first: " + first_error);
-    }
-  }, 120s, [&](const std::vector<pid_t>&) {
-    ::close(release[0]);
-    ::close(armed_pipe[1]);
-    // Wait until every process has armed all its threads, then release them all at once.
-    int armed = 0;
-    while (armed < kProcs) {
-      pollfd pfd{armed_pipe[0], POLLIN, 0};
-      char buf[kProcs];
-      if (::poll(&pfd, 1, 60000) != 1) {
-        break;
-      }
-      const ssize_t n = ::read(armed_pipe[0], buf, sizeof(buf));
-      if (n <= 0) {
-        break;
-      }
-      armed += static_cast<int>(n);
-    }
-    ::close(armed_pipe[0]);
-    const char bytes[kProcs] = {};
-    (void)!::write(release[1], bytes, kProcs);
-    ::close(release[1]);
-  });
   REQUIRE_ALL_OK(results);
   auto s = connect_tcp(server.port(), 10s);
   REQUIRE(s->add("joined", 0) == kClients);

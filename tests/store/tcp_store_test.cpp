@@ -76,7 +76,8 @@ TEST_CASE("net: event loop dispatches accept, read and timers; post wakes it", "
   });
   bool timer_fired = false;
   loop.add_timer(Deadline::after(20ms), [&] { timer_fired = true; });
-  const auto cancelled = loop.add_timer(Deadline::after(10ms), [&] { FAIL("cancelled timer fired"); });
+  const auto cancelled =
+      loop.add_timer(Deadline::after(10ms), [&] { FAIL("cancelled timer fired"); });
   REQUIRE(loop.cancel_timer(cancelled));
   net::Socket client = net::connect("127.0.0.1", listener.port(), Deadline::after(5s));
   REQUIRE(net::send_all(client, "ping", 4, Deadline::after(5s)).ok());
@@ -113,7 +114,8 @@ TEST_CASE("TcpStore: connect failure names host:port, time waited and the OS err
   REQUIRE(test::since(start) < 400ms + test::kSlack);
 }
 
-TEST_CASE("TcpStore: a client started before its server connects once the server is up", "[store]") {
+TEST_CASE("TcpStore: a client started before its server connects once the server is up",
+          "[store]") {
   const std::uint16_t port = unused_port();
   std::atomic<bool> ok{false};
   std::string error;

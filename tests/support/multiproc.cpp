@@ -120,9 +120,9 @@ std::string self_exe() {
   return std::string(path, static_cast<std::size_t>(n));
 }
 
-std::vector<ChildResult> run_processes(int n, const std::function<void(int rank)>& fn,
-                                       Duration timeout,
-                                       const std::function<void(const std::vector<pid_t>&)>& on_started) {
+std::vector<ChildResult> run_processes(
+    int n, const std::function<void(int rank)>& fn, Duration timeout,
+    const std::function<void(const std::vector<pid_t>&)>& on_started) {
   std::fflush(stdout);
   std::fflush(stderr);
   std::vector<ChildResult> children(static_cast<std::size_t>(n));
@@ -182,7 +182,8 @@ std::vector<ChildResult> wait_children(std::vector<ChildResult> children, std::v
     if (left <= Duration::zero()) {
       break;
     }
-    const int ready = ::poll(pfds.data(), pfds.size(), static_cast<int>(std::min<long long>(left.count(), 1000)));
+    const int ready =
+        ::poll(pfds.data(), pfds.size(), static_cast<int>(std::min<long long>(left.count(), 1000)));
     if (ready < 0 && errno != EINTR) {
       break;
     }

@@ -26,21 +26,21 @@ namespace chorus::test {
 // Exit codes a child uses to say how fn ended.
 enum ChildExit : int {
   kChildOk = 0,
-  kChildFailed = 1,          // a REQUIRE-like check failed (message in `message`)
-  kChildChorusError = 10,    // fn threw chorus::Error; +code (10 + ErrorCode)
-  kChildStdException = 30,   // fn threw another std::exception
+  kChildFailed = 1,         // a REQUIRE-like check failed (message in `message`)
+  kChildChorusError = 10,   // fn threw chorus::Error; +code (10 + ErrorCode)
+  kChildStdException = 30,  // fn threw another std::exception
   kChildUnknown = 31,
 };
 
 struct ChildResult {
   int rank = -1;
   pid_t pid = -1;
-  bool exited = false;       // exited normally (vs. killed by a signal)
-  int exit_code = -1;        // when exited
-  int signal = 0;            // when killed
+  bool exited = false;  // exited normally (vs. killed by a signal)
+  int exit_code = -1;   // when exited
+  int signal = 0;       // when killed
   bool killed_at_deadline = false;
-  std::string message;       // what the child reported (exception what(), failed check)
-  Duration elapsed{0};       // from fork to exit, as seen by the parent
+  std::string message;  // what the child reported (exception what(), failed check)
+  Duration elapsed{0};  // from fork to exit, as seen by the parent
   bool ok() const { return exited && exit_code == kChildOk; }
 };
 
@@ -52,9 +52,9 @@ struct ChildCheckFailed {
 // Forks n children; child i runs fn(i). Waits for all of them until `timeout`, then SIGKILLs
 // the rest (marked killed_at_deadline). Returns one result per rank, in rank order.
 // `on_started(pids)` runs in the parent right after forking (e.g. to SIGSTOP/SIGKILL one).
-std::vector<ChildResult> run_processes(int n, const std::function<void(int rank)>& fn,
-                                       Duration timeout,
-                                       const std::function<void(const std::vector<pid_t>&)>& on_started = {});
+std::vector<ChildResult> run_processes(
+    int n, const std::function<void(int rank)>& fn, Duration timeout,
+    const std::function<void(const std::vector<pid_t>&)>& on_started = {});
 
 // Waits for the given children (already forked by the caller with fork_child) until timeout.
 std::vector<ChildResult> wait_children(std::vector<ChildResult> children, std::vector<int> pipes,
@@ -97,19 +97,19 @@ std::string self_exe();
 }  // namespace chorus::test
 
 // Inside a child's fn: fail this rank with a message (the parent sees it in ChildResult).
-#define CHILD_CHECK(cond)                                                                  \
-  do {                                                                                     \
-    if (!(cond)) {                                                                         \
-      throw ::chorus::test::ChildCheckFailed{std::string(__FILE__) + ":" +                 \
-                                             std::to_string(__LINE__) + ": " #cond};       \
-    }                                                                                      \
+#define CHILD_CHECK(cond)                                                            \
+  do {                                                                               \
+    if (!(cond)) {                                                                   \
+      throw ::chorus::test::ChildCheckFailed{std::string(__FILE__) + ":" +           \
+                                             std::to_string(__LINE__) + ": " #cond}; \
+    }                                                                                \
   } while (0)
 
 // In the parent: every rank must have exited 0.
-#define REQUIRE_ALL_OK(results)                                  \
-  do {                                                           \
-    INFO(::chorus::test::describe(results));                     \
-    for (const auto& r_ : (results)) {                           \
-      REQUIRE(r_.ok());                                          \
-    }                                                            \
+#define REQUIRE_ALL_OK(results)              \
+  do {                                       \
+    INFO(::chorus::test::describe(results)); \
+    for (const auto& r_ : (results)) {       \
+      REQUIRE(r_.ok());                      \
+    }                                        \
   } while (0)

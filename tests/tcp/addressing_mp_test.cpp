@@ -19,25 +19,29 @@ TEST_CASE("a group over PrefixStore(TcpStore on 127.0.0.1) publishes loopback ad
   unsetenv("CHORUS_SOCKET_IFNAME");
   test::StoreServerProcess server;
   const auto port = server.port();
-  auto results = test::run_processes(2, [port](int rank) {
-    auto tcp = std::make_shared<TcpStore>(TcpStoreOptions{.host = "127.0.0.1", .port = port, .timeout = 20s});
-    auto store = make_prefix_store("run/addressing", tcp);
-    auto pg = make_tcp_group(store, rank, 2, {.group = {.timeout = 20s}});
-    std::vector<float> x(4, 1.0f);
-    pg->allreduce(Tensor::of(x.data(), x.size()))->wait();
-    CHILD_CHECK(x[0] == 2.0f);
-    int published = 0;
-    for (const auto& key : tcp->list_keys()) {
-      if (key.rfind("run/addressing/", 0) == 0 && key.find("/addr/") != std::string::npos) {
-        const std::string address = tcp->get_string(key);
-        if (address.rfind("127.", 0) != 0) {
-          throw test::ChildCheckFailed{"key " + key + " holds non-loopback address " + address};
+  auto results = test::run_processes(
+      2,
+      [port](int rank) {
+        auto tcp = std::make_shared<TcpStore>(
+            TcpStoreOptions{.host = "127.0.0.1", .port = port, .timeout = 20s});
+        auto store = make_prefix_store("run/addressing", tcp);
+        auto pg = make_tcp_group(store, rank, 2, {.group = {.timeout = 20s}});
+        std::vector<float> x(4, 1.0f);
+        pg->allreduce(Tensor::of(x.data(), x.size()))->wait();
+        CHILD_CHECK(x[0] == 2.0f);
+        int published = 0;
+        for (const auto& key : tcp->list_keys()) {
+          if (key.rfind("run/addressing/", 0) == 0 && key.find("/addr/") != std::string::npos) {
+            const std::string address = tcp->get_string(key);
+            if (address.rfind("127.", 0) != 0) {
+              throw test::ChildCheckFailed{"key " + key + " holds non-loopback address " + address};
+            }
+            ++published;
+          }
         }
-        ++published;
-      }
-    }
-    CHILD_CHECK(published == 2);
-    pg->barrier()->wait();
-  }, 60s);
+        CHILD_CHECK(published == 2);
+        pg->barrier()->wait();
+      },
+      60s);
   REQUIRE_ALL_OK(results);
 }

@@ -8,9 +8,9 @@
 #include <catch2/catch.hpp>
 
 #include "tcp/algorithms/algorithms.hpp"
+#include "tcp/collective_cases.hpp"
 #include "tcp/executor.hpp"
 #include "tcp/loopback_transport.hpp"
-#include "tcp/collective_cases.hpp"
 
 namespace chorus::test {
 namespace {
@@ -51,11 +51,13 @@ std::string run_case(const Case& c, const Variant& v, std::uint32_t seed,
     bufs.push_back(make_buffers(c, r));
   }
   for (int r = 0; r < c.n; ++r) {
-    auto s = std::make_unique<tcp::Schedule>(r, c.n, c.dtype, c.op, arenas[static_cast<std::size_t>(r)]);
+    auto s =
+        std::make_unique<tcp::Schedule>(r, c.n, c.dtype, c.op, arenas[static_cast<std::size_t>(r)]);
     tcp::build_schedule(*s, args_for(c, bufs[static_cast<std::size_t>(r)], v));
     s->finalize(sigs ? (*sigs)[static_cast<std::size_t>(r)] : header_of(c, 7));
     scheds.push_back(std::move(s));
-    execs.push_back(std::make_unique<tcp::Executor>(fabric.endpoint(r), *scheds.back(), 1ull << 32));
+    execs.push_back(
+        std::make_unique<tcp::Executor>(fabric.endpoint(r), *scheds.back(), 1ull << 32));
   }
   for (auto& e : execs) {
     e->start();
@@ -78,7 +80,8 @@ std::string run_case(const Case& c, const Variant& v, std::uint32_t seed,
     }
     any_failed = any_failed || e.failed();
     if (!e.done() && !e.failed() && !mismatches) {
-      return fmt::format("{}: rank {} did not finish (deadlock); pending:{}", c.describe(), r, fabric.pending());
+      return fmt::format("{}: rank {} did not finish (deadlock); pending:{}", c.describe(), r,
+                         fabric.pending());
     }
   }
   if (mismatches || any_failed) {
@@ -116,7 +119,8 @@ void run_matrix(OpKind kind, bool reduces) {
               }
               const std::string err = run_case(c, v, seed++);
               if (!err.empty()) {
-                FAIL(err << " (small_bytes " << v.small_bytes << ", slice_bytes " << v.slice_bytes << ")");
+                FAIL(err << " (small_bytes " << v.small_bytes << ", slice_bytes " << v.slice_bytes
+                         << ")");
               }
               ++cases;
             }
@@ -166,7 +170,8 @@ TEST_CASE("loopback barrier: nobody leaves before everybody arrived", "[tcp][alg
         tcp::build_barrier(*s, {});
         s->finalize(OpSignature{});
         scheds.push_back(std::move(s));
-        execs.push_back(std::make_unique<tcp::Executor>(fabric.endpoint(r), *scheds.back(), 1ull << 32));
+        execs.push_back(
+            std::make_unique<tcp::Executor>(fabric.endpoint(r), *scheds.back(), 1ull << 32));
         if (r != absent) {
           execs.back()->start();
         }
@@ -186,7 +191,8 @@ TEST_CASE("loopback barrier: nobody leaves before everybody arrived", "[tcp][alg
   }
 }
 
-TEST_CASE("loopback: mismatched collectives are detected at the first message", "[tcp][algorithms]") {
+TEST_CASE("loopback: mismatched collectives are detected at the first message",
+          "[tcp][algorithms]") {
   for (int n = 2; n <= 5; ++n) {
     for (int variant = 0; variant < 5; ++variant) {
       Case c{OpKind::allreduce, n, 33, DataType::float32, ReduceOp::sum, 0, false};

@@ -55,9 +55,10 @@ int main(int argc, char** argv) {
       [&](int rank) {
         auto pg = make_tcp_group(child_store(server.port()), rank, n, o);
         if (rank == 0) {
-          std::printf("# allreduce float32 sum in place, %d ranks, small_allreduce_bytes %zu, slice_bytes %zu, "
-                      "sockets_per_peer %d; median of %d\n",
-                      n, o.small_allreduce_bytes, o.slice_bytes, o.sockets_per_peer, iters);
+          std::printf(
+              "# allreduce float32 sum in place, %d ranks, small_allreduce_bytes %zu, slice_bytes %zu, "
+              "sockets_per_peer %d; median of %d\n",
+              n, o.small_allreduce_bytes, o.slice_bytes, o.sockets_per_peer, iters);
           std::printf("%12s %12s %12s %10s %10s\n", "bytes", "time_us", "min_us", "algbw", "busbw");
         }
         for (std::size_t bytes : sizes) {
@@ -72,7 +73,8 @@ int main(int argc, char** argv) {
             for (int r = 0; r < reps; ++r) {
               pg->allreduce(t)->wait();
             }
-            const double us = std::chrono::duration<double, std::micro>(Clock::now() - t0).count() / reps;
+            const double us =
+                std::chrono::duration<double, std::micro>(Clock::now() - t0).count() / reps;
             if (i >= warmup) {
               times.push_back(us);
             }
@@ -82,7 +84,8 @@ int main(int argc, char** argv) {
           const double algbw = static_cast<double>(bytes) / (med * 1e-6) / 1e9;
           const double busbw = algbw * 2.0 * (n - 1) / n;
           if (rank == 0) {
-            std::printf("%12zu %12.1f %12.1f %10.3f %10.3f\n", bytes, med, times.front(), algbw, busbw);
+            std::printf("%12zu %12.1f %12.1f %10.3f %10.3f\n", bytes, med, times.front(), algbw,
+                        busbw);
             std::fflush(stdout);
           }
         }

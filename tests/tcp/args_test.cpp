@@ -47,9 +47,10 @@ TEST_CASE("wrong arguments throw InvalidArgument at call time", "[tcp]") {
   // A world that could never fit (a WORLD_SIZE typo) is refused before anything is sized by it
   // or published: the store stays empty.
   auto untouched = make_hash_store();
-  CHECK_THROWS_WITH(make_tcp_group(untouched, 0, 2'000'000'000, opts()), Catch::Contains("WORLD_SIZE"));
-  CHECK_THROWS_WITH(make_tcp_group(untouched, 0, 1 << 20, opts()), Catch::Contains("open-file limit") ||
-                                                                      Catch::Contains("full mesh"));
+  CHECK_THROWS_WITH(make_tcp_group(untouched, 0, 2'000'000'000, opts()),
+                    Catch::Contains("WORLD_SIZE"));
+  CHECK_THROWS_WITH(make_tcp_group(untouched, 0, 1 << 20, opts()),
+                    Catch::Contains("open-file limit") || Catch::Contains("full mesh"));
   CHECK(untouched->num_keys() == 0);
   bad = opts();
   bad.hello_timeout = Duration::zero();
@@ -60,7 +61,8 @@ TEST_CASE("wrong arguments throw InvalidArgument at call time", "[tcp]") {
   std::vector<float> b(5);
   CHECK_THROWS_AS(pg->allreduce(Tensor::of(a.data(), 4), Tensor::of(b.data(), 5)), InvalidArgument);
   CHECK_THROWS_AS(pg->broadcast(Tensor::of(a.data(), 4), {.root = 1}), InvalidArgument);
-  CHECK_THROWS_AS(pg->allreduce(Tensor(a.data(), 4, DataType::float32, Device::cuda(0))), InvalidArgument);
+  CHECK_THROWS_AS(pg->allreduce(Tensor(a.data(), 4, DataType::float32, Device::cuda(0))),
+                  InvalidArgument);
   CHECK_THROWS_AS(pg->allreduce(Tensor(nullptr, 4, DataType::float32)), InvalidArgument);
   CHECK_THROWS_AS(pg->split({}), InvalidArgument);
   CHECK_THROWS_AS(pg->split({0, 0}), InvalidArgument);

@@ -25,10 +25,9 @@
 
 namespace chorus::test {
 
-inline constexpr DataType kAllTypes[] = {DataType::int8,    DataType::uint8,    DataType::int32,
-                                         DataType::uint32,  DataType::int64,    DataType::uint64,
-                                         DataType::float16, DataType::bfloat16, DataType::float32,
-                                         DataType::float64};
+inline constexpr DataType kAllTypes[] = {
+    DataType::int8,   DataType::uint8,   DataType::int32,    DataType::uint32,  DataType::int64,
+    DataType::uint64, DataType::float16, DataType::bfloat16, DataType::float32, DataType::float64};
 inline constexpr ReduceOp kAllOps[] = {ReduceOp::sum, ReduceOp::prod, ReduceOp::min, ReduceOp::max,
                                        ReduceOp::avg};
 
@@ -43,7 +42,8 @@ struct Case {
 
   std::string describe() const {
     return fmt::format("{} n={} count={} {} {} root={} {}", to_string(kind), n, count,
-                       to_string(dtype), to_string(op), root, in_place ? "in-place" : "out-of-place");
+                       to_string(dtype), to_string(op), root,
+                       in_place ? "in-place" : "out-of-place");
   }
 };
 
@@ -148,7 +148,8 @@ T reference_value(int n, std::size_t i, ReduceOp op) {
 }
 
 // The reference result for element index i, stored at dst[j].
-inline void store_reference(void* dst, std::size_t j, DataType dt, int n, std::size_t i, ReduceOp op) {
+inline void store_reference(void* dst, std::size_t j, DataType dt, int n, std::size_t i,
+                            ReduceOp op) {
   with_compute_type(dt, [&](auto zero) {
     using T = decltype(zero);
     put_elem<T>(dst, j, dt, reference_value<T>(n, i, op));
@@ -209,7 +210,8 @@ inline RankBuffers make_buffers(const Case& c, int rank) {
       break;
     case OpKind::broadcast:
       for (std::size_t i = 0; i < ic; ++i) {
-        store(a, i, c.dtype, rank == c.root ? static_cast<double>(base_value(rank, i, c.op)) : 99.0);
+        store(a, i, c.dtype,
+              rank == c.root ? static_cast<double>(base_value(rank, i, c.op)) : 99.0);
       }
       rb.in = rb.out = Tensor(a, ic, c.dtype);
       break;
@@ -266,7 +268,8 @@ inline std::string check_result(const Case& c, int rank, const RankBuffers& rb) 
   };
   // Element k of `want` is the reduction of every rank's input element first + k.
   auto reduced = [&](std::size_t first) {
-    expect(c.count, [&](std::size_t k) { store_reference(want.data(), k, c.dtype, c.n, first + k, c.op); });
+    expect(c.count,
+           [&](std::size_t k) { store_reference(want.data(), k, c.dtype, c.n, first + k, c.op); });
   };
   switch (c.kind) {
     case OpKind::reduce:
@@ -289,7 +292,8 @@ inline std::string check_result(const Case& c, int rank, const RankBuffers& rb) 
       if (c.kind == OpKind::gather && rank != c.root) {
         return {};
       }
-      expect(c.count * un, [&](std::size_t k) { input_of(k, static_cast<int>(k / c.count), k % c.count); });
+      expect(c.count * un,
+             [&](std::size_t k) { input_of(k, static_cast<int>(k / c.count), k % c.count); });
       break;
     case OpKind::scatter:
       expect(c.count, [&](std::size_t k) { input_of(k, c.root, ur * c.count + k); });
@@ -312,8 +316,8 @@ inline std::string check_result(const Case& c, int rank, const RankBuffers& rb) 
       std::uint64_t w = 0;
       std::memcpy(&g, static_cast<const std::byte*>(got) + i * es, es);
       std::memcpy(&w, want.data() + i * es, es);
-      return fmt::format("{}: rank {} element {} of {} is 0x{:x}, expected 0x{:x}", c.describe(), rank, i,
-                         n_out, g, w);
+      return fmt::format("{}: rank {} element {} of {} is 0x{:x}, expected 0x{:x}", c.describe(),
+                         rank, i, n_out, g, w);
     }
   }
   return {};

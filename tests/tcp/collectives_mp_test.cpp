@@ -101,11 +101,14 @@ void run_matrix_on(int n) {
             issue(*pg, c, b)->wait();
             const std::string err = check_result(c, rank, b);
             if (!err.empty()) {
-              throw ChildCheckFailed{std::string(pg == normal.get() ? "[latency] " : "[pipelined] ") + err};
+              throw ChildCheckFailed{
+                  std::string(pg == normal.get() ? "[latency] " : "[pipelined] ") + err};
             }
           }
           pg->barrier()->wait();
-          if (rank == 0 && std::getenv("CHORUS_TEST_VERBOSE")) { std::fprintf(stderr, "n=%d ran %zu cases\n", n, matrix(n).size()); }
+          if (rank == 0 && std::getenv("CHORUS_TEST_VERBOSE")) {
+            std::fprintf(stderr, "n=%d ran %zu cases\n", n, matrix(n).size());
+          }
         }
       },
       150s);

@@ -97,9 +97,11 @@ TEST_CASE("a control frame overtakes the unsent chunks of a large tagged send", 
   CHECK(got == payload);  // the chunks around the control frame reassemble exactly
 }
 
-TEST_CASE("chunked tagged messages arrive intact: expected, unexpected, odd sizes, empty", "[tcp][control]") {
+TEST_CASE("chunked tagged messages arrive intact: expected, unexpected, odd sizes, empty",
+          "[tcp][control]") {
   Pair pair;
-  const std::size_t sizes[] = {0, 1, tcp::kP2pChunkBytes, tcp::kP2pChunkBytes + 1, 3 * tcp::kP2pChunkBytes + 5};
+  const std::size_t sizes[] = {0, 1, tcp::kP2pChunkBytes, tcp::kP2pChunkBytes + 1,
+                               3 * tcp::kP2pChunkBytes + 5};
   std::vector<std::vector<std::uint8_t>> sent;
   std::vector<std::vector<std::uint8_t>> got;
   for (std::size_t i = 0; i < std::size(sizes); ++i) {

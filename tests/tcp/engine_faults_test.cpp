@@ -11,8 +11,8 @@
 #include <thread>
 #include <vector>
 
-#include <catch2/catch.hpp>
 #include <fmt/format.h>
+#include <catch2/catch.hpp>
 
 #include <chorus/errors.hpp>
 
@@ -98,10 +98,13 @@ Error error_of(const std::shared_ptr<WorkState>& w) {
 bool names(const Error& e, int rank) {
   const auto& p = e.context().peers;
   return std::find(p.begin(), p.end(), rank) != p.end() &&
-         std::string(e.what()).find(fmt::format("rank {} (mem:{})", rank, rank)) != std::string::npos;
+         std::string(e.what()).find(fmt::format("rank {} (mem:{})", rank, rank)) !=
+             std::string::npos;
 }
 
-bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
+bool contains(const std::string& s, const std::string& part) {
+  return s.find(part) != std::string::npos;
+}
 
 }  // namespace
 
@@ -135,7 +138,8 @@ TEST_CASE("fabric: a dead peer fails every survivor at once, naming it", "[tcp][
   }
 }
 
-TEST_CASE("fabric: a stalled peer is named by the status probe after the timeout", "[tcp][fabric][failure]") {
+TEST_CASE("fabric: a stalled peer is named by the status probe after the timeout",
+          "[tcp][fabric][failure]") {
   MemoryFabric fabric(3);
   Group g(3, fabric);
   fabric.stall(2);  // rank 2 neither reads nor writes: no data, no probe replies
@@ -170,12 +174,14 @@ TEST_CASE("fabric: a silent link (dropped, nobody told) ends in a timeout naming
   CHECK(fabric.sent(0, 1, FrameType::status_request).size() == 1);
 }
 
-TEST_CASE("fabric: probe replies name the rank that has not issued the op", "[tcp][fabric][failure]") {
+TEST_CASE("fabric: probe replies name the rank that has not issued the op",
+          "[tcp][fabric][failure]") {
   MemoryFabric fabric(3);
   Group g(3, fabric);
   std::vector<float> a(10, 1.0f), b(10, 1.0f), c(10, 1.0f);
   // Rank 2 runs seq 1 with the others, then never issues seq 2.
-  auto w = {allreduce(g[0], a.data(), 10, 1), allreduce(g[1], b.data(), 10, 1), allreduce(g[2], c.data(), 10, 1)};
+  auto w = {allreduce(g[0], a.data(), 10, 1), allreduce(g[1], b.data(), 10, 1),
+            allreduce(g[2], c.data(), 10, 1)};
   for (auto& x : w) {
     REQUIRE(x->wait_for(kBound));
   }
@@ -199,7 +205,8 @@ TEST_CASE("fabric: probe replies name the rank that has not issued the op", "[tc
   CHECK(contains(e0.what(), "has not issued this op yet (its last collective is seq 1)"));
 }
 
-TEST_CASE("fabric: mismatched collectives fail every rank, naming both signatures", "[tcp][fabric][failure]") {
+TEST_CASE("fabric: mismatched collectives fail every rank, naming both signatures",
+          "[tcp][fabric][failure]") {
   MemoryFabric fabric(3);
   Group g(3, fabric);
   std::vector<float> a(20, 1.0f), b(20, 1.0f), c(20, 1.0f);
@@ -215,7 +222,8 @@ TEST_CASE("fabric: mismatched collectives fail every rank, naming both signature
   }
 }
 
-TEST_CASE("fabric: a corrupted control header is a protocol error naming the sender", "[tcp][fabric][failure]") {
+TEST_CASE("fabric: a corrupted control header is a protocol error naming the sender",
+          "[tcp][fabric][failure]") {
   MemoryFabric fabric(2);
   Group g(2, fabric, {0});
   std::vector<float> a(10, 1.0f);
@@ -229,7 +237,8 @@ TEST_CASE("fabric: a corrupted control header is a protocol error naming the sen
   CHECK(contains(e.what(), "protocol error"));
 }
 
-TEST_CASE("fabric: abort racing completion never hangs and leaves one outcome per op", "[tcp][fabric][failure]") {
+TEST_CASE("fabric: abort racing completion never hangs and leaves one outcome per op",
+          "[tcp][fabric][failure]") {
   for (int round = 0; round < 50; ++round) {
     MemoryFabric fabric(2);
     Group g(2, fabric);
@@ -274,7 +283,8 @@ TEST_CASE("fabric: the op with the earliest deadline times out first, and the ot
 // Rank 3 died; rank 2 noticed and aborted (its notice names root 3); rank 1 got that notice
 // and left (its goodbye carries the cause). Rank 0 hears the news in every possible order
 // (each link keeps its own order, as TCP does) and must name rank 3 every time.
-TEST_CASE("fabric: every arrival order of cascading news names the root-cause rank", "[tcp][fabric][failure]") {
+TEST_CASE("fabric: every arrival order of cascading news names the root-cause rank",
+          "[tcp][fabric][failure]") {
   tcp::AbortNotice root;
   root.code = static_cast<int>(ErrorCode::network);
   root.seq = 1;
@@ -283,7 +293,9 @@ TEST_CASE("fabric: every arrival order of cascading news names the root-cause ra
   root.message = "allreduce on rank 2/4 [fabric]: lost the connection to rank 3 (mem:3): reset";
   root.root_message = root.message;
   tcp::AbortNotice forwarded = root;  // rank 1's failure: it heard rank 2's notice
-  forwarded.message = "allreduce on rank 1/4 [fabric]: rank 2 (mem:2) failed and aborted the group: " + root.message;
+  forwarded.message =
+      "allreduce on rank 1/4 [fabric]: rank 2 (mem:2) failed and aborted the group: " +
+      root.message;
   tcp::Goodbye bye{1, forwarded};
 
   struct News {
@@ -314,7 +326,8 @@ TEST_CASE("fabric: every arrival order of cascading news names the root-cause ra
       if (n.kind == 0) {
         fabric.inject(n.from, 0, n.type, n.payload);
       } else {
-        fabric.inject_close(n.from, 0, "the connection was closed without the peer leaving the group");
+        fabric.inject_close(n.from, 0,
+                            "the connection was closed without the peer leaving the group");
       }
     }
     const Error e = error_of(w);
@@ -326,8 +339,9 @@ TEST_CASE("fabric: every arrival order of cascading news names the root-cause ra
   CHECK(cases == 30);
 }
 
-TEST_CASE("fabric: a rank killed mid-collective makes every survivor name it, however the news cascades",
-          "[tcp][fabric][failure]") {
+TEST_CASE(
+    "fabric: a rank killed mid-collective makes every survivor name it, however the news cascades",
+    "[tcp][fabric][failure]") {
   for (int round = 0; round < 20; ++round) {
     MemoryFabric fabric(4);
     auto g = std::make_unique<Group>(4, fabric);
@@ -357,7 +371,8 @@ TEST_CASE("fabric: CHORUS_FAULT close_link fails the faulty rank at once and sur
   f.rank = 1;
   f.peer = 2;
   f.after_bytes = 0;
-  g.start(1, std::make_unique<tcp::FaultTransport>(1, fabric.endpoint(1), std::vector<tcp::Fault>{f}));
+  g.start(1,
+          std::make_unique<tcp::FaultTransport>(1, fabric.endpoint(1), std::vector<tcp::Fault>{f}));
   std::vector<std::vector<float>> data(3, std::vector<float>(1000, 1.0f));
   std::vector<std::shared_ptr<WorkState>> w;
   for (int r = 0; r < 3; ++r) {
@@ -376,7 +391,8 @@ TEST_CASE("fabric: CHORUS_FAULT close_link fails the faulty rank at once and sur
 
 TEST_CASE("CHORUS_FAULT values parse, and malformed ones name the variable and the accepted forms",
           "[tcp][fault]") {
-  const auto faults = tcp::parse_faults("rank=2:close_link=1,after_bytes=1M;rank=0:stall=500ms,at_seq=3;rank=3:exit_at_seq=5");
+  const auto faults = tcp::parse_faults(
+      "rank=2:close_link=1,after_bytes=1M;rank=0:stall=500ms,at_seq=3;rank=3:exit_at_seq=5");
   REQUIRE(faults.size() == 3);
   CHECK(faults[0].kind == tcp::Fault::Kind::close_link);
   CHECK(faults[0].rank == 2);
@@ -387,9 +403,10 @@ TEST_CASE("CHORUS_FAULT values parse, and malformed ones name the variable and t
   CHECK(faults[1].at_seq == 3);
   CHECK(faults[2].kind == tcp::Fault::Kind::exit);
   CHECK(faults[2].at_seq == 5);
-  for (const char* bad : {"", "rank=1", "close_link=1", "rank=x:stall=1s", "rank=1:stall=fast", "rank=1:close_link=1",
-                          "rank=1:close_link=2,after_bytes=3X", "rank=1:exit_at_seq=0", "rank=1:explode=1",
-                          "rank=1:stall=1s,after_bytes=5"}) {
+  for (const char* bad :
+       {"", "rank=1", "close_link=1", "rank=x:stall=1s", "rank=1:stall=fast", "rank=1:close_link=1",
+        "rank=1:close_link=2,after_bytes=3X", "rank=1:exit_at_seq=0", "rank=1:explode=1",
+        "rank=1:stall=1s,after_bytes=5"}) {
     INFO(bad);
     try {
       tcp::parse_faults(bad);
@@ -435,7 +452,8 @@ TEST_CASE("abort notices and goodbyes carry the root cause across the wire", "[t
   // Truncated payloads are rejected, never read past their end.
   auto bytes = tcp::encode(n);
   for (std::size_t len : {std::size_t{0}, std::size_t{19}, std::size_t{27}, std::size_t{30}}) {
-    CHECK(!tcp::decode_abort(std::vector<std::uint8_t>(bytes.begin(), bytes.begin() + static_cast<std::ptrdiff_t>(len))));
+    CHECK(!tcp::decode_abort(std::vector<std::uint8_t>(
+        bytes.begin(), bytes.begin() + static_cast<std::ptrdiff_t>(len))));
   }
   CHECK(!tcp::decode_goodbye({1, 2, 3}));
 }

@@ -9,8 +9,8 @@
 #include <thread>
 #include <vector>
 
-#include <catch2/catch.hpp>
 #include <fmt/format.h>
+#include <catch2/catch.hpp>
 
 #include "tcp/mp_common.hpp"
 
@@ -38,8 +38,9 @@ std::string describe_error(const Error& e) {
 
 }  // namespace
 
-TEST_CASE("a collective past its timeout fails on every waiting rank, naming the rank that never issued it",
-          "[tcp][mp][failure]") {
+TEST_CASE(
+    "a collective past its timeout fails on every waiting rank, naming the rank that never issued it",
+    "[tcp][mp][failure]") {
   StoreServerProcess server;
   const auto results = run_processes(
       3,
@@ -51,8 +52,10 @@ TEST_CASE("a collective past its timeout fails on every waiting rank, naming the
           // Never issues the allreduce; waits until both others checked their errors.
           // It hears the others' abort notice: a receive nobody serves fails with their error.
           float x = 0;
-          const Error e = expect_error([&] { pg->recv(Tensor::of(&x, 1), 0, 99, {.timeout = 30s})->wait(); });
-          if (!(e.code() == ErrorCode::timeout && contains(e.what(), "aborted the group") && names(e, 2))) {
+          const Error e =
+              expect_error([&] { pg->recv(Tensor::of(&x, 1), 0, 99, {.timeout = 30s})->wait(); });
+          if (!(e.code() == ErrorCode::timeout && contains(e.what(), "aborted the group") &&
+                names(e, 2))) {
             throw ChildCheckFailed{describe_error(e)};
           }
           store->wait({"checked/0", "checked/1"}, 30s);
@@ -66,8 +69,9 @@ TEST_CASE("a collective past its timeout fails on every waiting rank, naming the
         if (e.code() != ErrorCode::timeout) {
           throw ChildCheckFailed{"expected TimeoutError, got " + describe_error(e)};
         }
-        if (!(took < kTimeoutBound && names(e, 2) && e.context().seq == 1 && e.context().op == "allreduce" &&
-              e.context().bytes == 4000 && contains(e.what(), "allreduce (seq 1, 1000 x float32, sum") &&
+        if (!(took < kTimeoutBound && names(e, 2) && e.context().seq == 1 &&
+              e.context().op == "allreduce" && e.context().bytes == 4000 &&
+              contains(e.what(), "allreduce (seq 1, 1000 x float32, sum") &&
               contains(e.what(), "has not issued this op"))) {
           throw ChildCheckFailed{"after " + std::to_string(took) + " s: " + describe_error(e)};
         }
@@ -87,7 +91,8 @@ TEST_CASE("a collective past its timeout fails on every waiting rank, naming the
   REQUIRE_ALL_OK(results);
 }
 
-TEST_CASE("a rank killed mid-collective makes every survivor fail at once, naming it", "[tcp][mp][failure]") {
+TEST_CASE("a rank killed mid-collective makes every survivor fail at once, naming it",
+          "[tcp][mp][failure]") {
   StoreServerProcess server;
   constexpr int n = 4;
   constexpr auto kLong = 60s;  // detection must not wait for this
@@ -159,7 +164,8 @@ TEST_CASE("a stopped rank makes the others time out on schedule, naming it", "[t
   CHECK(results[2].signal == SIGKILL);
 }
 
-TEST_CASE("abort() from another thread wakes every waiter and tells the peers", "[tcp][mp][failure]") {
+TEST_CASE("abort() from another thread wakes every waiter and tells the peers",
+          "[tcp][mp][failure]") {
   StoreServerProcess server;
   const auto results = run_processes(
       2,
@@ -172,7 +178,8 @@ TEST_CASE("abort() from another thread wakes every waiter and tells the peers", 
           float x = 0;
           const auto t0 = Clock::now();
           const Error e = expect_error([&] { pg->recv(Tensor::of(&x, 1), 0, 99)->wait(); });
-          if (!(e.code() == ErrorCode::aborted && contains(e.what(), "test abort") && seconds_since(t0) < 20.0)) {
+          if (!(e.code() == ErrorCode::aborted && contains(e.what(), "test abort") &&
+                seconds_since(t0) < 20.0)) {
             throw ChildCheckFailed{describe_error(e)};
           }
           return;
@@ -226,24 +233,31 @@ TEST_CASE("ranks issuing different collectives at one sequence number get an err
         };
         const std::vector<Variant> variants = {
             {"count",
-             [&](ProcessGroup& pg, bool odd) { return pg.allreduce(Tensor::of(data.data(), odd ? 10 : 20)); },
+             [&](ProcessGroup& pg, bool odd) {
+               return pg.allreduce(Tensor::of(data.data(), odd ? 10 : 20));
+             },
              "allreduce (seq 1, 10 x float32, sum)", "allreduce (seq 1, 20 x float32, sum)"},
             {"dtype",
              [&](ProcessGroup& pg, bool odd) {
-               return odd ? pg.allreduce(Tensor::of(wide.data(), 20)) : pg.allreduce(Tensor::of(data.data(), 20));
+               return odd ? pg.allreduce(Tensor::of(wide.data(), 20))
+                          : pg.allreduce(Tensor::of(data.data(), 20));
              },
              "allreduce (seq 1, 20 x float64, sum)", "allreduce (seq 1, 20 x float32, sum)"},
             {"op",
              [&](ProcessGroup& pg, bool odd) {
-               return pg.allreduce(Tensor::of(data.data(), 20), {.op = odd ? ReduceOp::max : ReduceOp::sum});
+               return pg.allreduce(Tensor::of(data.data(), 20),
+                                   {.op = odd ? ReduceOp::max : ReduceOp::sum});
              },
              "allreduce (seq 1, 20 x float32, max)", "allreduce (seq 1, 20 x float32, sum)"},
             {"root",
-             [&](ProcessGroup& pg, bool odd) { return pg.broadcast(Tensor::of(data.data(), 20), {.root = odd ? 1 : 0}); },
+             [&](ProcessGroup& pg, bool odd) {
+               return pg.broadcast(Tensor::of(data.data(), 20), {.root = odd ? 1 : 0});
+             },
              "broadcast (seq 1, 20 x float32, root 1)", "broadcast (seq 1, 20 x float32, root 0)"},
             {"collective",
              [&](ProcessGroup& pg, bool odd) {
-               return odd ? pg.broadcast(Tensor::of(data.data(), 20)) : pg.allreduce(Tensor::of(data.data(), 20));
+               return odd ? pg.broadcast(Tensor::of(data.data(), 20))
+                          : pg.allreduce(Tensor::of(data.data(), 20));
              },
              "broadcast (seq 1, 20 x float32, root 0)", "allreduce (seq 1, 20 x float32, sum)"},
         };
@@ -262,11 +276,14 @@ TEST_CASE("ranks issuing different collectives at one sequence number get an err
           // that caught it) and rank 1; and nobody waits for the timeout.
           const bool both = contains(what, v.odd_sig) && contains(what, v.normal_sig);
           const bool odd_named = contains(what, v.odd_sig) && contains(what, "rank 1");
-          if (!((both || (rank == 2 && odd_named)) && contains(what, "rank 1") && seconds_since(t0) < 10.0)) {
+          if (!((both || (rank == 2 && odd_named)) && contains(what, "rank 1") &&
+                seconds_since(t0) < 10.0)) {
             throw ChildCheckFailed{std::string(v.name) + ": " + describe_error(e)};
           }
           store->set(fmt::format("{}/{}", v.name, rank), "1");
-          store->wait({fmt::format("{}/0", v.name), fmt::format("{}/1", v.name), fmt::format("{}/2", v.name)}, 30s);
+          store->wait({fmt::format("{}/0", v.name), fmt::format("{}/1", v.name),
+                       fmt::format("{}/2", v.name)},
+                      30s);
         }
       },
       90s);
@@ -281,11 +298,12 @@ TEST_CASE("group setup names the ranks that never showed up", "[tcp][mp][failure
         auto store = child_store(server.port());
         const auto t0 = Clock::now();
         // A group of 3 where rank 2 never starts.
-        const Error e = expect_error([&] { make_tcp_group(store, rank, 3, loopback_options(kTimeout)); });
+        const Error e =
+            expect_error([&] { make_tcp_group(store, rank, 3, loopback_options(kTimeout)); });
         const double took = seconds_since(t0);
         const auto& peers = e.context().peers;
-        if (!(e.code() == ErrorCode::timeout && peers == std::vector<int>{2} && contains(e.what(), "ranks 2 never") &&
-              took < kTimeoutBound)) {
+        if (!(e.code() == ErrorCode::timeout && peers == std::vector<int>{2} &&
+              contains(e.what(), "ranks 2 never") && took < kTimeoutBound)) {
           throw ChildCheckFailed{"after " + std::to_string(took) + " s: " + describe_error(e)};
         }
       },
@@ -293,7 +311,8 @@ TEST_CASE("group setup names the ranks that never showed up", "[tcp][mp][failure
   REQUIRE_ALL_OK(results);
 }
 
-TEST_CASE("a rank that leaves the group while others still need it is named", "[tcp][mp][failure]") {
+TEST_CASE("a rank that leaves the group while others still need it is named",
+          "[tcp][mp][failure]") {
   StoreServerProcess server;
   const auto results = run_processes(
       2,
@@ -307,9 +326,10 @@ TEST_CASE("a rank that leaves the group while others still need it is named", "[
         }
         std::vector<float> data(1000, 1.0f);
         const auto t0 = Clock::now();
-        const Error e = expect_error([&] { pg->allreduce(Tensor::of(data.data(), data.size()))->wait(); });
-        if (!(e.code() == ErrorCode::network && names(e, 1) && contains(e.what(), "left the group") &&
-              seconds_since(t0) < 10.0)) {
+        const Error e =
+            expect_error([&] { pg->allreduce(Tensor::of(data.data(), data.size()))->wait(); });
+        if (!(e.code() == ErrorCode::network && names(e, 1) &&
+              contains(e.what(), "left the group") && seconds_since(t0) < 10.0)) {
           throw ChildCheckFailed{describe_error(e)};
         }
       },

@@ -31,7 +31,8 @@ std::string describe_error(const Error& e) {
 
 }  // namespace
 
-TEST_CASE("CHORUS_FAULT close_link: the faulty rank fails at once, the survivors name it", "[tcp][mp][fault]") {
+TEST_CASE("CHORUS_FAULT close_link: the faulty rank fails at once, the survivors name it",
+          "[tcp][mp][fault]") {
   StoreServerProcess server;
   const auto results = run_processes(
       3,
@@ -41,9 +42,11 @@ TEST_CASE("CHORUS_FAULT close_link: the faulty rank fails at once, the survivors
         auto pg = make_tcp_group(store, rank, 3, loopback_options(60s));
         std::vector<float> data(1 << 20, 1.0f);  // 4 MiB: rank 1 sends rank 2 far more than 64 KiB
         const auto t0 = Clock::now();
-        const Error e = expect_error([&] { pg->allreduce(Tensor::of(data.data(), data.size()))->wait(); });
+        const Error e =
+            expect_error([&] { pg->allreduce(Tensor::of(data.data(), data.size()))->wait(); });
         const double took = seconds_since(t0);
-        const bool ok = rank == 1 ? (e.code() == ErrorCode::aborted && contains(e.what(), "CHORUS_FAULT closed"))
+        const bool ok = rank == 1 ? (e.code() == ErrorCode::aborted &&
+                                     contains(e.what(), "CHORUS_FAULT closed"))
                                   : names(e, 1);
         if (!(ok && took < 20.0)) {
           throw ChildCheckFailed{"after " + std::to_string(took) + " s: " + describe_error(e)};
@@ -53,7 +56,8 @@ TEST_CASE("CHORUS_FAULT close_link: the faulty rank fails at once, the survivors
   REQUIRE_ALL_OK(results);
 }
 
-TEST_CASE("CHORUS_FAULT stall: the others time out on schedule, naming the stalled rank", "[tcp][mp][fault]") {
+TEST_CASE("CHORUS_FAULT stall: the others time out on schedule, naming the stalled rank",
+          "[tcp][mp][fault]") {
   StoreServerProcess server;
   const auto results = run_processes(
       3,
@@ -64,14 +68,15 @@ TEST_CASE("CHORUS_FAULT stall: the others time out on schedule, naming the stall
         std::vector<float> data(1000, 1.0f);
         pg->barrier()->wait();  // seq 1 runs normally
         const auto t0 = Clock::now();
-        const Error e = expect_error([&] { pg->allreduce(Tensor::of(data.data(), data.size()))->wait(); });
+        const Error e =
+            expect_error([&] { pg->allreduce(Tensor::of(data.data(), data.size()))->wait(); });
         const double took = seconds_since(t0);
         if (rank == 2) {
           return;  // after its stall it hears the others' notices; its own error is not the point
         }
         // Timeout 2 s + probe grace 0.2 s + slack for a loaded machine.
-        if (!(e.code() == ErrorCode::timeout && names(e, 2) && contains(e.what(), "did not answer a status probe") &&
-              took < 5.2)) {
+        if (!(e.code() == ErrorCode::timeout && names(e, 2) &&
+              contains(e.what(), "did not answer a status probe") && took < 5.2)) {
           throw ChildCheckFailed{"after " + std::to_string(took) + " s: " + describe_error(e)};
         }
       },
@@ -79,7 +84,8 @@ TEST_CASE("CHORUS_FAULT stall: the others time out on schedule, naming the stall
   REQUIRE_ALL_OK(results);
 }
 
-TEST_CASE("CHORUS_FAULT exit_at_seq: the rank exits mid-op, every survivor names it at once", "[tcp][mp][fault]") {
+TEST_CASE("CHORUS_FAULT exit_at_seq: the rank exits mid-op, every survivor names it at once",
+          "[tcp][mp][fault]") {
   StoreServerProcess server;
   const auto results = run_processes(
       3,
@@ -105,14 +111,16 @@ TEST_CASE("CHORUS_FAULT exit_at_seq: the rank exits mid-op, every survivor names
   CHECK((results[1].exited && results[1].exit_code == tcp::kFaultExitStatus));
 }
 
-TEST_CASE("a malformed CHORUS_FAULT fails group creation, naming the variable", "[tcp][mp][fault]") {
+TEST_CASE("a malformed CHORUS_FAULT fails group creation, naming the variable",
+          "[tcp][mp][fault]") {
   StoreServerProcess server;
   const auto results = run_processes(
       2,
       [&](int rank) {
         ::setenv("CHORUS_FAULT", "rank=1:explode=now", 1);
         auto store = child_store(server.port());
-        const Error e = expect_error([&] { make_tcp_group(store, rank, 2, loopback_options(10s)); });
+        const Error e =
+            expect_error([&] { make_tcp_group(store, rank, 2, loopback_options(10s)); });
         CHILD_CHECK(e.code() == ErrorCode::invalid_argument);
         CHILD_CHECK(contains(e.what(), "CHORUS_FAULT='rank=1:explode=now'"));
       },

@@ -21,9 +21,10 @@ struct SkipWithoutIpv6Loopback : Catch::TestEventListenerBase {
     try {
       net::Listener::bind("::1", 0);
     } catch (const std::exception& e) {
-      std::printf("SKIP %s: IPv6 loopback (::1) is not available here: %s. Enable IPv6 on lo "
-                  "(sysctl net.ipv6.conf.lo.disable_ipv6=0) to run this test.\n",
-                  info.name.c_str(), e.what());
+      std::printf(
+          "SKIP %s: IPv6 loopback (::1) is not available here: %s. Enable IPv6 on lo "
+          "(sysctl net.ipv6.conf.lo.disable_ipv6=0) to run this test.\n",
+          info.name.c_str(), e.what());
       std::fflush(stdout);
       std::_Exit(77);
     }

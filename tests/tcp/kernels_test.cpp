@@ -110,9 +110,9 @@ TEST_CASE("float_to_half rounds to nearest even, overflows to inf, keeps NaN", "
   CHECK(float_to_half(65519.99f) == 0x7bff);
   CHECK(float_to_half(65520.0f) == 0x7c00);
   CHECK(float_to_half(-1e10f) == 0xfc00);
-  CHECK(float_to_half(1.0f + 0x1p-11f) == 0x3c00);           // tie -> even (down)
-  CHECK(float_to_half(1.0f + 3 * 0x1p-11f) == 0x3c02);       // tie -> even (up)
-  CHECK(float_to_half(0x1p-25f) == 0x0000);                  // tie between 0 and min subnormal
+  CHECK(float_to_half(1.0f + 0x1p-11f) == 0x3c00);      // tie -> even (down)
+  CHECK(float_to_half(1.0f + 3 * 0x1p-11f) == 0x3c02);  // tie -> even (up)
+  CHECK(float_to_half(0x1p-25f) == 0x0000);             // tie between 0 and min subnormal
   CHECK(float_to_half(0x1.8p-25f) == 0x0001);
   CHECK(float_to_half(-0.0f) == 0x8000);
 }
@@ -183,7 +183,8 @@ void check_native(DataType dt) {
           }
           T* dst = alias == 0 ? d.data() : alias == 1 ? a.data() : b.data();
           reduce(dst, a.data(), b.data(), n, dt, op, div);
-          INFO(to_string(dt) << " " << to_string(op) << " n=" << n << " alias=" << alias << " div=" << div);
+          INFO(to_string(dt) << " " << to_string(op) << " n=" << n << " alias=" << alias
+                             << " div=" << div);
           REQUIRE(std::memcmp(dst, want.data(), n * sizeof(T)) == 0);
         }
       }
@@ -218,7 +219,8 @@ void check_half(DataType dt, Load load, Store store_fn) {
 
 }  // namespace
 
-TEST_CASE("reduce kernels match a scalar reference for every dtype, op and aliasing", "[tcp][kernels]") {
+TEST_CASE("reduce kernels match a scalar reference for every dtype, op and aliasing",
+          "[tcp][kernels]") {
   check_native<std::int8_t>(DataType::int8);
   check_native<std::uint8_t>(DataType::uint8);
   check_native<std::int32_t>(DataType::int32);
@@ -252,19 +254,19 @@ TEST_CASE("OpSignature encodes to the documented bytes", "[tcp][kernels]") {
   const Vector vectors[] = {
       {{OpKind::allreduce, DataType::float32, ReduceOp::sum, 0, 1024, 5},
        {0x43, 0x48, 0x53, 0x47, 1, 1, 8, 0, 0, 0, 0, 0, 0, 0, 0, 0,  //
-        0x00, 0x04, 0, 0, 0, 0, 0, 0, 5, 0, 0, 0, 0, 0, 0, 0}},
+        0x00, 0x04, 0,    0,    0, 0, 0, 0, 5, 0, 0, 0, 0, 0, 0, 0}},
       {{OpKind::reduce, DataType::bfloat16, ReduceOp::max, 3, 123456789012ull, 42},
-       {0x43, 0x48, 0x53, 0x47, 1, 5, 7, 3, 3, 0, 0, 0, 0, 0, 0, 0,  //
+       {0x43, 0x48, 0x53, 0x47, 1,    5, 7, 3, 3,  0, 0, 0, 0, 0, 0, 0,  //
         0x14, 0x1a, 0x99, 0xbe, 0x1c, 0, 0, 0, 42, 0, 0, 0, 0, 0, 0, 0}},
       {{OpKind::scatter, DataType::int64, ReduceOp::sum, 258, 7, 1},
        {0x43, 0x48, 0x53, 0x47, 1, 7, 4, 0, 0x02, 0x01, 0, 0, 0, 0, 0, 0,  //
-        7, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0}},
+        7,    0,    0,    0,    0, 0, 0, 0, 1,    0,    0, 0, 0, 0, 0, 0}},
       {{OpKind::reduce_scatter, DataType::float16, ReduceOp::avg, 0, 33, 0x0102030405060708ull},
        {0x43, 0x48, 0x53, 0x47, 1, 3, 6, 4, 0, 0, 0, 0, 0, 0, 0, 0,  //
-        33, 0, 0, 0, 0, 0, 0, 0, 8, 7, 6, 5, 4, 3, 2, 1}},
+        33,   0,    0,    0,    0, 0, 0, 0, 8, 7, 6, 5, 4, 3, 2, 1}},
       {{OpKind::barrier, DataType::uint8, ReduceOp::sum, 0, 0, 9},
        {0x43, 0x48, 0x53, 0x47, 1, 9, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0,  //
-        0, 0, 0, 0, 0, 0, 0, 0, 9, 0, 0, 0, 0, 0, 0, 0}},
+        0,    0,    0,    0,    0, 0, 0, 0, 9, 0, 0, 0, 0, 0, 0, 0}},
   };
   for (const Vector& v : vectors) {
     INFO(describe(v.sig));
@@ -298,7 +300,8 @@ TEST_CASE("OpSignature round-trips and describes mismatches", "[tcp][kernels]") 
   OpSignature c{OpKind::broadcast, DataType::float32, ReduceOp::sum, 1, 1024, 5};
   CHECK(describe_mismatch(a, 0, c, 1).find("different collectives") != std::string::npos);
   CHECK(describe(c) == "broadcast (seq 5, 1024 x float32, root 1)");
-  CHECK(describe(OpSignature{OpKind::barrier, DataType::uint8, ReduceOp::sum, 0, 0, 9}) == "barrier (seq 9)");
+  CHECK(describe(OpSignature{OpKind::barrier, DataType::uint8, ReduceOp::sum, 0, 0, 9}) ==
+        "barrier (seq 9)");
 }
 
 }  // namespace chorus

@@ -21,7 +21,10 @@ namespace chorus::test {
 class LoopbackFabric {
  public:
   explicit LoopbackFabric(int n, std::uint32_t seed = 1)
-      : n_(n), rng_(seed), sends_(static_cast<std::size_t>(n * n)), recvs_(static_cast<std::size_t>(n * n)) {
+      : n_(n),
+        rng_(seed),
+        sends_(static_cast<std::size_t>(n * n)),
+        recvs_(static_cast<std::size_t>(n * n)) {
     for (int r = 0; r < n; ++r) {
       endpoints_.push_back(Endpoint(this, r));
     }
@@ -38,7 +41,8 @@ class LoopbackFabric {
    public:
     Endpoint(LoopbackFabric* f, int rank) : fabric_(f), rank_(rank) {}
     void post_send(int peer, const void* data, std::size_t bytes, std::uint64_t token) override {
-      fabric_->sends_[fabric_->channel(rank_, peer)].push_back({const_cast<void*>(data), bytes, token});
+      fabric_->sends_[fabric_->channel(rank_, peer)].push_back(
+          {const_cast<void*>(data), bytes, token});
     }
     void post_recv(int peer, void* data, std::size_t bytes, std::uint64_t token) override {
       fabric_->recvs_[fabric_->channel(peer, rank_)].push_back({data, bytes, token});
@@ -63,7 +67,8 @@ class LoopbackFabric {
     if (ready_.empty()) {
       return false;
     }
-    const std::size_t c = ready_[std::uniform_int_distribution<std::size_t>(0, ready_.size() - 1)(rng_)];
+    const std::size_t c =
+        ready_[std::uniform_int_distribution<std::size_t>(0, ready_.size() - 1)(rng_)];
     const Req s = sends_[c].front();
     const Req r = recvs_[c].front();
     sends_[c].pop_front();
@@ -88,10 +93,12 @@ class LoopbackFabric {
       const int src = static_cast<int>(c) / n_;
       const int dst = static_cast<int>(c) % n_;
       if (!sends_[c].empty()) {
-        out += " send " + std::to_string(src) + "->" + std::to_string(dst) + " x" + std::to_string(sends_[c].size());
+        out += " send " + std::to_string(src) + "->" + std::to_string(dst) + " x" +
+               std::to_string(sends_[c].size());
       }
       if (!recvs_[c].empty()) {
-        out += " recv " + std::to_string(dst) + "<-" + std::to_string(src) + " x" + std::to_string(recvs_[c].size());
+        out += " recv " + std::to_string(dst) + "<-" + std::to_string(src) + " x" +
+               std::to_string(recvs_[c].size());
       }
     }
     return out;

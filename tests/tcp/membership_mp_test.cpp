@@ -9,8 +9,8 @@
 
 #include <vector>
 
-#include <catch2/catch.hpp>
 #include <fmt/format.h>
+#include <catch2/catch.hpp>
 
 #include "net/address.hpp"
 #include "tcp/membership.hpp"
@@ -46,7 +46,8 @@ int connect_loopback(const std::string& address) {
 }
 
 bool failed_with(const ChildResult& r, ErrorCode code, const std::string& part) {
-  return r.exited && r.exit_code == kChildChorusError + static_cast<int>(code) && contains(r.message, part);
+  return r.exited && r.exit_code == kChildChorusError + static_cast<int>(code) &&
+         contains(r.message, part);
 }
 
 }  // namespace
@@ -54,41 +55,45 @@ bool failed_with(const ChildResult& r, ErrorCode code, const std::string& part) 
 // Rank 2's port gets 10 strangers (7 silent, 3 sending garbage) before rank 1 even starts, so
 // rank 1's connections queue behind them. The hello deadline is 10 minutes, far past this
 // test's bound: the group can only form if setup never waits on a stranger's hello.
-TEST_CASE("group setup does not wait on strangers connected to a rank's port", "[tcp][mp][membership]") {
+TEST_CASE("group setup does not wait on strangers connected to a rank's port",
+          "[tcp][mp][membership]") {
   StoreServerProcess server;
   const auto port = server.port();
-  auto results = run_processes(4, [port](int who) {
-    auto base = child_store(port);
-    auto ns = make_prefix_store("job", base);
-    TcpGroupOptions options = loopback_options(60s);
-    options.hello_timeout = std::chrono::minutes(10);
-    if (who == 3) {  // the strangers
-      const std::string target = current_address(*make_prefix_store("tcp/g1", ns), 2, 30s);
-      std::vector<int> fds;
-      for (int i = 0; i < 10; ++i) {
-        fds.push_back(connect_loopback(target));
-      }
-      const char garbage[] = "GET / HTTP/1.0\r\n\r\n";
-      CHILD_CHECK(::write(fds[0], garbage, sizeof(garbage) - 1) > 0);
-      const std::vector<std::uint8_t> zeros(40, 0);  // a full hello's worth of nonsense
-      CHILD_CHECK(::write(fds[1], zeros.data(), zeros.size()) > 0);
-      CHILD_CHECK(::write(fds[2], "CHTC", 4) > 0);  // a hello cut short, then silence
-      base->set("go", std::string_view("1"));
-      base->get("done", 60s);  // stay connected until the group has formed and worked
-      for (int fd : fds) {
-        ::close(fd);
-      }
-      return;
-    }
-    if (who == 1) {
-      base->get("go", 60s);
-    }
-    auto pg = make_tcp_group(ns, who, 3, options);
-    CHILD_CHECK(allreduce_one(*pg, 1.0f) == 3.0f);
-    if (who == 1) {
-      base->set("done", std::string_view("1"));
-    }
-  }, 60s);
+  auto results = run_processes(
+      4,
+      [port](int who) {
+        auto base = child_store(port);
+        auto ns = make_prefix_store("job", base);
+        TcpGroupOptions options = loopback_options(60s);
+        options.hello_timeout = std::chrono::minutes(10);
+        if (who == 3) {  // the strangers
+          const std::string target = current_address(*make_prefix_store("tcp/g1", ns), 2, 30s);
+          std::vector<int> fds;
+          for (int i = 0; i < 10; ++i) {
+            fds.push_back(connect_loopback(target));
+          }
+          const char garbage[] = "GET / HTTP/1.0\r\n\r\n";
+          CHILD_CHECK(::write(fds[0], garbage, sizeof(garbage) - 1) > 0);
+          const std::vector<std::uint8_t> zeros(40, 0);  // a full hello's worth of nonsense
+          CHILD_CHECK(::write(fds[1], zeros.data(), zeros.size()) > 0);
+          CHILD_CHECK(::write(fds[2], "CHTC", 4) > 0);  // a hello cut short, then silence
+          base->set("go", std::string_view("1"));
+          base->get("done", 60s);  // stay connected until the group has formed and worked
+          for (int fd : fds) {
+            ::close(fd);
+          }
+          return;
+        }
+        if (who == 1) {
+          base->get("go", 60s);
+        }
+        auto pg = make_tcp_group(ns, who, 3, options);
+        CHILD_CHECK(allreduce_one(*pg, 1.0f) == 3.0f);
+        if (who == 1) {
+          base->set("done", std::string_view("1"));
+        }
+      },
+      60s);
   REQUIRE_ALL_OK(results);
 }
 
@@ -98,20 +103,23 @@ TEST_CASE("group setup does not wait on strangers connected to a rank's port", "
 TEST_CASE("a duplicate RANK is named at once", "[tcp][mp][membership]") {
   StoreServerProcess server;
   const auto port = server.port();
-  auto results = run_processes(3, [port](int who) {
-    const int rank = who == 0 ? 0 : 1;
-    auto base = child_store(port);
-    try {
-      auto pg = make_tcp_group(make_prefix_store("job", base), rank, 2, loopback_options(120s));
-      CHILD_CHECK(allreduce_one(*pg, rank == 0 ? 1.0f : 10.0f) == 11.0f);
-      // A group that formed stays alive until the other claimant of rank 1 has met it (once the
-      // group is gone, a latecomer cannot tell a clash from a rank 0 that has not started yet).
-      base->get("clash-seen", 50s);
-    } catch (const InvalidArgument&) {
-      base->set("clash-seen", std::string_view("1"));
-      throw;
-    }
-  }, 60s);
+  auto results = run_processes(
+      3,
+      [port](int who) {
+        const int rank = who == 0 ? 0 : 1;
+        auto base = child_store(port);
+        try {
+          auto pg = make_tcp_group(make_prefix_store("job", base), rank, 2, loopback_options(120s));
+          CHILD_CHECK(allreduce_one(*pg, rank == 0 ? 1.0f : 10.0f) == 11.0f);
+          // A group that formed stays alive until the other claimant of rank 1 has met it (once the
+          // group is gone, a latecomer cannot tell a clash from a rank 0 that has not started yet).
+          base->get("clash-seen", 50s);
+        } catch (const InvalidArgument&) {
+          base->set("clash-seen", std::string_view("1"));
+          throw;
+        }
+      },
+      60s);
   INFO(describe(results));
   int clashes = 0;
   for (const auto& r : results) {
@@ -128,16 +136,20 @@ TEST_CASE("a duplicate RANK is named at once", "[tcp][mp][membership]") {
 TEST_CASE("a different WORLD_SIZE on one rank is named at once", "[tcp][mp][membership]") {
   StoreServerProcess server;
   const auto port = server.port();
-  auto results = run_processes(3, [port](int rank) {
-    auto store = make_prefix_store("job", child_store(port));
-    make_tcp_group(store, rank, rank == 0 ? 2 : 3, loopback_options(10s));
-  }, 60s);
+  auto results = run_processes(
+      3,
+      [port](int rank) {
+        auto store = make_prefix_store("job", child_store(port));
+        make_tcp_group(store, rank, rank == 0 ? 2 : 3, loopback_options(10s));
+      },
+      60s);
   INFO(describe(results));
   const std::string clash = "WORLD_SIZE differs between ranks: rank 0";
   CHECK(failed_with(results[0], ErrorCode::invalid_argument, clash));
   int at_once = 0;
   for (int r = 1; r < 3; ++r) {
-    const bool now = failed_with(results[static_cast<std::size_t>(r)], ErrorCode::invalid_argument, clash);
+    const bool now =
+        failed_with(results[static_cast<std::size_t>(r)], ErrorCode::invalid_argument, clash);
     CHECK((now || failed_with(results[static_cast<std::size_t>(r)], ErrorCode::timeout, clash)));
     at_once += now ? 1 : 0;
   }
@@ -150,31 +162,41 @@ TEST_CASE("a relaunch over an earlier launch's records forms the group", "[tcp][
   StoreServerProcess server;
   const auto port = server.port();
   // Launch 1 fails: rank 1 never comes, rank 0 times out after publishing.
-  auto first = run_processes(1, [port](int) {
-    auto store = make_prefix_store("job", child_store(port));
-    make_tcp_group(store, 0, 2, loopback_options(1s));
-  }, 60s);
+  auto first = run_processes(
+      1,
+      [port](int) {
+        auto store = make_prefix_store("job", child_store(port));
+        make_tcp_group(store, 0, 2, loopback_options(1s));
+      },
+      60s);
   REQUIRE(failed_with(first[0], ErrorCode::timeout, "never showed up"));
   // Launch 2 forms and dies without destroying its group (keys left behind).
-  auto second = run_processes(2, [port](int rank) {
-    auto pg = make_tcp_group(make_prefix_store("job", child_store(port)), rank, 2, loopback_options(30s));
-    CHILD_CHECK(allreduce_one(*pg, 1.0f) == 2.0f);
-    pg->barrier()->wait();
-    ::_exit(0);
-  }, 60s);
+  auto second = run_processes(
+      2,
+      [port](int rank) {
+        auto pg = make_tcp_group(make_prefix_store("job", child_store(port)), rank, 2,
+                                 loopback_options(30s));
+        CHILD_CHECK(allreduce_one(*pg, 1.0f) == 2.0f);
+        pg->barrier()->wait();
+        ::_exit(0);
+      },
+      60s);
   REQUIRE_ALL_OK(second);
   // Launch 3, rank 1 first: it finds launch 2's formation, sees its rank 0 is gone, and
   // waits for the new one.
-  auto third = run_processes(2, [port](int rank) {
-    auto base = child_store(port);
-    if (rank == 0) {
-      base->get("rank1-started", 30s);
-    } else {
-      base->set("rank1-started", std::string_view("1"));
-    }
-    auto pg = make_tcp_group(make_prefix_store("job", base), rank, 2, loopback_options(30s));
-    CHILD_CHECK(allreduce_one(*pg, 1.0f) == 2.0f);
-  }, 60s);
+  auto third = run_processes(
+      2,
+      [port](int rank) {
+        auto base = child_store(port);
+        if (rank == 0) {
+          base->get("rank1-started", 30s);
+        } else {
+          base->set("rank1-started", std::string_view("1"));
+        }
+        auto pg = make_tcp_group(make_prefix_store("job", base), rank, 2, loopback_options(30s));
+        CHILD_CHECK(allreduce_one(*pg, 1.0f) == 2.0f);
+      },
+      60s);
   REQUIRE_ALL_OK(third);
 }
 
@@ -182,28 +204,32 @@ TEST_CASE("a relaunch over an earlier launch's records forms the group", "[tcp][
 TEST_CASE("destroyed groups remove their store keys", "[tcp][mp][membership]") {
   StoreServerProcess server;
   const auto port = server.port();
-  auto results = run_processes(2, [port](int rank) {
-    auto tcp = std::make_shared<TcpStore>(TcpStoreOptions{.host = "127.0.0.1", .port = port, .timeout = 30s});
-    auto ns = make_prefix_store("job", tcp);
-    std::int64_t keys_after_first = 0;
-    for (int i = 0; i < 200; ++i) {
-      {
-        auto pg = make_tcp_group(ns, rank, 2, loopback_options(30s));
-        CHILD_CHECK(allreduce_one(*pg, 1.0f) == 2.0f);
-      }
-      if (i == 0) {
-        keys_after_first = tcp->num_keys();
-      }
-    }
-    tcp->set(fmt::format("finished/{}", rank), std::string_view("1"));
-    tcp->wait({"finished/0", "finished/1"}, 30s);
-    for (const std::string& key : tcp->list_keys()) {
-      if (key.rfind("job/", 0) == 0) {
-        throw ChildCheckFailed{"key " + key + " outlived its group"};
-      }
-    }
-    CHILD_CHECK(tcp->num_keys() <= keys_after_first + 2);  // + the two "finished" keys
-  }, 120s);
+  auto results = run_processes(
+      2,
+      [port](int rank) {
+        auto tcp = std::make_shared<TcpStore>(
+            TcpStoreOptions{.host = "127.0.0.1", .port = port, .timeout = 30s});
+        auto ns = make_prefix_store("job", tcp);
+        std::int64_t keys_after_first = 0;
+        for (int i = 0; i < 200; ++i) {
+          {
+            auto pg = make_tcp_group(ns, rank, 2, loopback_options(30s));
+            CHILD_CHECK(allreduce_one(*pg, 1.0f) == 2.0f);
+          }
+          if (i == 0) {
+            keys_after_first = tcp->num_keys();
+          }
+        }
+        tcp->set(fmt::format("finished/{}", rank), std::string_view("1"));
+        tcp->wait({"finished/0", "finished/1"}, 30s);
+        for (const std::string& key : tcp->list_keys()) {
+          if (key.rfind("job/", 0) == 0) {
+            throw ChildCheckFailed{"key " + key + " outlived its group"};
+          }
+        }
+        CHILD_CHECK(tcp->num_keys() <= keys_after_first + 2);  // + the two "finished" keys
+      },
+      120s);
   REQUIRE_ALL_OK(results);
 }
 

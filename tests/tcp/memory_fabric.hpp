@@ -30,7 +30,8 @@ namespace chorus::test {
 
 class MemoryFabric {
  public:
-  explicit MemoryFabric(int n) : n_(n), links_(static_cast<std::size_t>(n * n)), ranks_(static_cast<std::size_t>(n)) {
+  explicit MemoryFabric(int n)
+      : n_(n), links_(static_cast<std::size_t>(n * n)), ranks_(static_cast<std::size_t>(n)) {
     for (auto& r : ranks_) {
       r.failed.assign(static_cast<std::size_t>(n), false);
       r.left.assign(static_cast<std::size_t>(n), false);
@@ -38,7 +39,9 @@ class MemoryFabric {
     }
   }
 
-  std::unique_ptr<tcp::EngineTransport> endpoint(int rank) { return std::make_unique<Endpoint>(this, rank); }
+  std::unique_ptr<tcp::EngineTransport> endpoint(int rank) {
+    return std::make_unique<Endpoint>(this, rank);
+  }
 
   // ---- faults --------------------------------------------------------------------------
   void drop_link(int a, int b) {
@@ -57,7 +60,8 @@ class MemoryFabric {
     std::lock_guard lock(mu_);
     for (int p = 0; p < n_; ++p) {
       if (p != r) {
-        break_link(r, p, "the connection was closed without the peer leaving the group: the process died");
+        break_link(
+            r, p, "the connection was closed without the peer leaving the group: the process died");
         break_link(p, r, "connection reset (this rank crashed)");
       }
     }
@@ -188,8 +192,8 @@ class MemoryFabric {
 
   bool flowing(int from, int to) {
     const Link& l = link(from, to);
-    return !l.holding && !l.dropped && !l.broken && !rank(from).stalled && !rank(to).stalled && !rank(from).closed &&
-           !rank(to).closed;
+    return !l.holding && !l.dropped && !l.broken && !rank(from).stalled && !rank(to).stalled &&
+           !rank(from).closed && !rank(to).closed;
   }
   void deliver(int from, int to, Item item) {
     Link& l = link(from, to);
@@ -245,7 +249,8 @@ class MemoryFabric {
   bool needs(int self, int peer) {
     Rank& me = rank(self);
     return !link(self, peer).sends.empty() || !link(peer, self).recvs.empty() ||
-           std::any_of(me.posted.begin(), me.posted.end(), [&](const Posted& p) { return p.peer == peer; });
+           std::any_of(me.posted.begin(), me.posted.end(),
+                       [&](const Posted& p) { return p.peer == peer; });
   }
   void p2p_done(int self, int peer, std::uint64_t token, std::string error) {
     tcp::TransportEvent ev;
@@ -256,7 +261,8 @@ class MemoryFabric {
     rank(self).events.push_back(std::move(ev));
   }
   bool gone(int self, int peer) {
-    return rank(self).failed[static_cast<std::size_t>(peer)] || rank(self).left[static_cast<std::size_t>(peer)];
+    return rank(self).failed[static_cast<std::size_t>(peer)] ||
+           rank(self).left[static_cast<std::size_t>(peer)];
   }
 
   // Turns the inbox of `self` into events (engine thread of `self`, under the lock).
@@ -272,7 +278,8 @@ class MemoryFabric {
       }
       switch (item.kind) {
         case Item::corrupt:
-          peer_failed(self, from, "protocol error on the control connection (frame type 3735928559, 0 bytes)");
+          peer_failed(self, from,
+                      "protocol error on the control connection (frame type 3735928559, 0 bytes)");
           break;
         case Item::broken:
           peer_failed(self, from, item.error);
@@ -281,7 +288,8 @@ class MemoryFabric {
           if (me.goodbye[up]) {
             me.left[up] = true;
             if (needs(self, from)) {
-              peer_failed(self, from, "the connection was closed while this rank still expected data");
+              peer_failed(self, from,
+                          "the connection was closed while this rank still expected data");
             }
           } else {
             peer_failed(self, from, item.error);
@@ -289,8 +297,9 @@ class MemoryFabric {
           break;
         case Item::frame:
           if (item.type == tcp::FrameType::p2p) {
-            auto it = std::find_if(me.posted.begin(), me.posted.end(),
-                                   [&](const Posted& p) { return p.peer == from && p.tag == item.tag; });
+            auto it = std::find_if(me.posted.begin(), me.posted.end(), [&](const Posted& p) {
+              return p.peer == from && p.tag == item.tag;
+            });
             if (it == me.posted.end()) {
               me.unexpected.push_back({from, item.tag, std::move(item.payload)});
             } else {
@@ -320,7 +329,8 @@ class MemoryFabric {
     }
   }
 
-  void send_frame(int self, int peer, tcp::FrameType type, std::uint32_t tag, std::vector<std::uint8_t> payload) {
+  void send_frame(int self, int peer, tcp::FrameType type, std::uint32_t tag,
+                  std::vector<std::uint8_t> payload) {
     log_.push_back({self, peer, type, payload});
     Link& l = link(self, peer);
     if (l.corrupt_next) {
@@ -334,7 +344,8 @@ class MemoryFabric {
 
   class Endpoint final : public tcp::EngineTransport {
    public:
-    Endpoint(MemoryFabric* f, int rank) : f_(f), rank_(rank), address_("mem:" + std::to_string(rank)) {
+    Endpoint(MemoryFabric* f, int rank)
+        : f_(f), rank_(rank), address_("mem:" + std::to_string(rank)) {
       for (int p = 0; p < f->n_; ++p) {
         addresses_.push_back("mem:" + std::to_string(p));
       }
@@ -347,17 +358,20 @@ class MemoryFabric {
     void post_recv(int peer, void* data, std::size_t bytes, std::uint64_t token) override {
       post(peer, rank_, data, bytes, token, false);
     }
-    void send_p2p(int peer, std::uint32_t tag, const void* data, std::size_t bytes, std::uint64_t token) override {
+    void send_p2p(int peer, std::uint32_t tag, const void* data, std::size_t bytes,
+                  std::uint64_t token) override {
       std::lock_guard lock(f_->mu_);
       if (f_->gone(rank_, peer)) {
         f_->p2p_done(rank_, peer, token, "the connection to the peer is gone");
         return;
       }
       const auto* b = static_cast<const std::uint8_t*>(data);
-      f_->send_frame(rank_, peer, tcp::FrameType::p2p, tag, std::vector<std::uint8_t>(b, b + bytes));
+      f_->send_frame(rank_, peer, tcp::FrameType::p2p, tag,
+                     std::vector<std::uint8_t>(b, b + bytes));
       f_->p2p_done(rank_, peer, token, {});
     }
-    void recv_p2p(int peer, std::uint32_t tag, void* data, std::size_t bytes, std::uint64_t token) override {
+    void recv_p2p(int peer, std::uint32_t tag, void* data, std::size_t bytes,
+                  std::uint64_t token) override {
       std::lock_guard lock(f_->mu_);
       Rank& me = f_->rank(rank_);
       for (auto it = me.unexpected.begin(); it != me.unexpected.end(); ++it) {
@@ -438,8 +452,13 @@ class MemoryFabric {
       }
       for (int p = 0; p < f_->n_; ++p) {
         if (p != rank_ && !f_->link(rank_, p).broken) {
-          f_->deliver(rank_, p, Item{Item::closed, rank_, tcp::FrameType::abort, 0, {},
-                                     "the connection was closed without the peer leaving the group"});
+          f_->deliver(rank_, p,
+                      Item{Item::closed,
+                           rank_,
+                           tcp::FrameType::abort,
+                           0,
+                           {},
+                           "the connection was closed without the peer leaving the group"});
         }
       }
       me.closed = true;
@@ -456,7 +475,9 @@ class MemoryFabric {
       std::lock_guard lock(f_->mu_);
       return !f_->gone(rank_, peer);
     }
-    const std::string& address(int peer) const override { return addresses_[static_cast<std::size_t>(peer)]; }
+    const std::string& address(int peer) const override {
+      return addresses_[static_cast<std::size_t>(peer)];
+    }
     const std::string& local_address() const override { return address_; }
 
    private:
@@ -473,7 +494,8 @@ class MemoryFabric {
       }
       (send ? l.sends : l.recvs).push_back({static_cast<std::byte*>(data), bytes, token});
       if (me.left[static_cast<std::size_t>(peer)]) {
-        f_->peer_failed(rank_, peer, "the connection was closed while this rank still expected data");
+        f_->peer_failed(rank_, peer,
+                        "the connection was closed while this rank still expected data");
         return;
       }
       f_->match(from, to);

@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: BSD-3-Clause
 // Group-level behaviour over real processes: many small ops back to back, two groups used
 // concurrently, subgroups, tagged send/recv (matching, unexpected messages, size mismatch,
-// interleaving with collectives), several sockets per peer, large payloads. (IPv6: ipv6_mp_test.cpp.)
+// interleaving with collectives), several sockets per peer, large payloads. (IPv6:
+// ipv6_mp_test.cpp.)
 #include <sys/socket.h>
 
 #include <cmath>
@@ -118,7 +119,8 @@ TEST_CASE("split makes subgroups on members and nullptr elsewhere", "[tcp][mp]")
   REQUIRE_ALL_OK(results);
 }
 
-TEST_CASE("tagged send/recv: matching by tag, early arrivals, size mismatch, next to collectives", "[tcp][mp]") {
+TEST_CASE("tagged send/recv: matching by tag, early arrivals, size mismatch, next to collectives",
+          "[tcp][mp]") {
   StoreServerProcess server;
   const auto results = run_processes(
       2,
@@ -150,7 +152,8 @@ TEST_CASE("tagged send/recv: matching by tag, early arrivals, size mismatch, nex
           // Wrong size: this recv fails, the group stays usable.
           double two[2];
           const Error e = expect_error([&] { pg->recv(Tensor::of(two, 2), 0, 10)->wait(); });
-          CHILD_CHECK(e.code() == ErrorCode::invalid_argument && contains(e.what(), "expects 16 bytes"));
+          CHILD_CHECK(e.code() == ErrorCode::invalid_argument &&
+                      contains(e.what(), "expects 16 bytes"));
           int x = 1;
           pg->allreduce(Tensor::of(&x, 1))->wait();
           CHILD_CHECK(x == 2);
@@ -161,7 +164,8 @@ TEST_CASE("tagged send/recv: matching by tag, early arrivals, size mismatch, nex
   REQUIRE_ALL_OK(results);
 }
 
-TEST_CASE("large payloads: ring allreduce, several sockets per peer, pipelined broadcast", "[tcp][mp]") {
+TEST_CASE("large payloads: ring allreduce, several sockets per peer, pipelined broadcast",
+          "[tcp][mp]") {
   StoreServerProcess server;
   const auto results = run_processes(
       3,

@@ -49,6 +49,8 @@ Error expect_error(F&& fn) {
   throw ChildCheckFailed{"expected a chorus::Error, but the call succeeded"};
 }
 
-inline bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
+inline bool contains(const std::string& s, const std::string& part) {
+  return s.find(part) != std::string::npos;
+}
 
 }  // namespace chorus::test

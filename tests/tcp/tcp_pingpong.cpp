@@ -69,12 +69,14 @@ int main(int argc, char** argv) {
       std::perror("pingpong");
       return 1;
     }
-    rtt.push_back(std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count());
+    rtt.push_back(
+        std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count());
   }
   ::close(fd);
   ::waitpid(pid, nullptr, 0);
   std::sort(rtt.begin(), rtt.end());
-  std::printf("tcp ping-pong %zu B over 127.0.0.1: median round trip %.1f us (one way %.1f us), min %.1f us\n",
-              bytes, rtt[rtt.size() / 2], rtt[rtt.size() / 2] / 2, rtt.front());
+  std::printf(
+      "tcp ping-pong %zu B over 127.0.0.1: median round trip %.1f us (one way %.1f us), min %.1f us\n",
+      bytes, rtt[rtt.size() / 2], rtt[rtt.size() / 2] / 2, rtt.front());
   return 0;
 }

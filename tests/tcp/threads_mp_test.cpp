@@ -55,7 +55,8 @@ std::string run_round(ProcessGroup& pg, int thread, int round) {
         want += value(r);
       }
       for (auto v : x) {
-        if (v != want) error = "allreduce: got " + std::to_string(v) + " want " + std::to_string(want);
+        if (v != want)
+          error = "allreduce: got " + std::to_string(v) + " want " + std::to_string(want);
       }
       break;
     }
@@ -72,7 +73,8 @@ std::string run_round(ProcessGroup& pg, int thread, int round) {
       std::vector<std::int64_t> x(count, value(rank));
       pg.allgather(Tensor::of(x.data(), x.size()), Tensor::of(buf.data(), buf.size()))->wait();
       for (std::size_t i = 0; i < buf.size(); ++i) {
-        if (buf[i] != value(static_cast<int>(i / count))) error = "allgather: wrong block at " + std::to_string(i);
+        if (buf[i] != value(static_cast<int>(i / count)))
+          error = "allgather: wrong block at " + std::to_string(i);
       }
       break;
     }
@@ -88,8 +90,10 @@ std::string run_round(ProcessGroup& pg, int thread, int round) {
                         {.op = ReduceOp::max})
           ->wait();
       for (std::size_t i = 0; i < count; ++i) {
-        const auto want = value(n - 1) + static_cast<std::int64_t>(static_cast<std::size_t>(rank) * count + i);
-        if (x[i] != want) error = "reduce_scatter: got " + std::to_string(x[i]) + " want " + std::to_string(want);
+        const auto want =
+            value(n - 1) + static_cast<std::int64_t>(static_cast<std::size_t>(rank) * count + i);
+        if (x[i] != want)
+          error = "reduce_scatter: got " + std::to_string(x[i]) + " want " + std::to_string(want);
       }
       break;
     }
@@ -104,7 +108,8 @@ std::string run_round(ProcessGroup& pg, int thread, int round) {
 
 }  // namespace
 
-TEST_CASE("4 threads issue collectives and p2p on one group: no false mismatch", "[tcp][mp][threads]") {
+TEST_CASE("4 threads issue collectives and p2p on one group: no false mismatch",
+          "[tcp][mp][threads]") {
   const int world = GENERATE(2, 4);
   const int rounds = 500;  // x 4 threads = 2,000 collectives and 2,000 send/recv pairs per rank
   StoreServerProcess server;

@@ -75,10 +75,10 @@ inline const std::byte* at(const void* base, std::size_t elems, DataType dt) {
 }
 // What every ring algorithm starts from: this rank's place in the ring and the slice size.
 struct RingSetup {
-  int n;            // world size
-  int r;            // this rank
-  int next;         // r + 1 mod n: where this rank sends
-  int prev;         // r - 1 mod n: where it receives from
+  int n;     // world size
+  int r;     // this rank
+  int next;  // r + 1 mod n: where this rank sends
+  int prev;  // r - 1 mod n: where it receives from
   DataType dt;
   std::size_t es;   // bytes per element
   std::size_t per;  // elements per pipeline slice

@@ -56,7 +56,7 @@ void build_ring_allreduce(Schedule& s, const CollectiveArgs& a) {
   std::vector<TaskId> slot_user(kPipelineSlots, kNoTask);
   std::size_t next_slot = 0;
 
-  std::vector<std::vector<TaskId>> reduced(static_cast<std::size_t>(n));   // chunk -> per slice
+  std::vector<std::vector<TaskId>> reduced(static_cast<std::size_t>(n));  // chunk -> per slice
   std::vector<std::vector<TaskId>> rs_sent(static_cast<std::size_t>(n));
   std::vector<std::vector<TaskId>> gathered(static_cast<std::size_t>(n));
 
