@@ -34,8 +34,8 @@ int main(int argc, char** argv) {
       char* end = nullptr;
       const long n = std::strtol(argv[++i], &end, 10);
       if (*end != '\0' || n < 1 || n > 1000000) {
-        std::cerr << "chorus-trace: --last needs a number of ops in [1, 1000000], got '"
-                  << argv[i] << "'\n";
+        std::cerr << "chorus-trace: --last needs a number of ops in [1, 1000000], got '" << argv[i]
+                  << "'\n";
         return 2;
       }
       last_ops = static_cast<std::size_t>(n);

@@ -55,9 +55,9 @@ struct TraceGroup {
 struct TraceSnapshot {
   TraceGroup group;
   std::size_t capacity = 0;
-  std::uint64_t recorded = 0;     // ops recorded since the group was made (>= entries.size())
+  std::uint64_t recorded = 0;       // ops recorded since the group was made (>= entries.size())
   std::vector<TraceEntry> entries;  // oldest first
-  std::string failure;            // the group's first failure ("" if healthy)
+  std::string failure;              // the group's first failure ("" if healthy)
   std::int64_t failure_us = 0;
 };
 

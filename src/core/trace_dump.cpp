@@ -253,7 +253,8 @@ std::string to_json(const std::vector<TraceSnapshot>& groups, const std::string&
        {{"pid", ::getpid()},
         {"host", host_name()},
         {"rank", env::get("RANK").value_or("")},
-        {"run_id", env::get("CHORUS_RUN_ID").value_or(env::get("TORCHELASTIC_RUN_ID").value_or(""))}}},
+        {"run_id",
+         env::get("CHORUS_RUN_ID").value_or(env::get("TORCHELASTIC_RUN_ID").value_or(""))}}},
   };
   nlohmann::json out_groups = nlohmann::json::array();
   for (const TraceSnapshot& s : groups) {
@@ -262,9 +263,9 @@ std::string to_json(const std::vector<TraceSnapshot>& groups, const std::string&
       ops.push_back(entry_json(e));
     }
     nlohmann::json g = {
-        {"name", s.group.name},     {"backend", s.group.backend}, {"rank", s.group.rank},
-        {"size", s.group.size},     {"capacity", s.capacity},     {"recorded", s.recorded},
-        {"failure", s.failure},     {"failure_us", s.failure_us}, {"ops", std::move(ops)},
+        {"name", s.group.name}, {"backend", s.group.backend}, {"rank", s.group.rank},
+        {"size", s.group.size}, {"capacity", s.capacity},     {"recorded", s.recorded},
+        {"failure", s.failure}, {"failure_us", s.failure_us}, {"ops", std::move(ops)},
     };
     out_groups.push_back(std::move(g));
   }

@@ -133,8 +133,9 @@ TEST_CASE("chorus-trace's report: first failure, missing ranks, ranks behind, mi
   CHECK(has(report, "first failure: rank 0 (h pid 0): allreduce (seq 3) timed out"));
   CHECK(has(report, "never reported: rank 3 "));
   CHECK(has(report, "behind: rank 1 last issued collective seq 2, the others reached seq 3"));
-  CHECK(has(report, "mismatch at seq 3: rank 2: allgather 4 x float32; rank 0: allreduce 4 x "
-                    "float32"));
+  CHECK(has(report,
+            "mismatch at seq 3: rank 2: allgather 4 x float32; rank 0: allreduce 4 x "
+            "float32"));
   CHECK(has(report, "last 2 ops per rank"));
 }
 

@@ -7,10 +7,13 @@
 #include <signal.h>
 #include <stdlib.h>
 #include <sys/inotify.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <poll.h>
 
+#include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -77,6 +80,21 @@ std::string analyse(const std::string& dir, std::size_t& groups) {
   REQUIRE(problems.empty());
   groups = views.size();
   return trace_tool::report(views, 6);
+}
+
+// Runs the chorus-trace binary (CHORUS_TRACE_EXE, set by meson); returns {exit code, stdout}.
+std::pair<int, std::string> run_tool(const std::string& args) {
+  const char* exe = std::getenv("CHORUS_TRACE_EXE");
+  REQUIRE(exe != nullptr);
+  FILE* pipe = ::popen(fmt::format("{} {} 2>/dev/null", exe, args).c_str(), "r");
+  REQUIRE(pipe != nullptr);
+  std::string out;
+  char buf[4096];
+  for (std::size_t n; (n = std::fread(buf, 1, sizeof buf, pipe)) > 0;) {
+    out.append(buf, n);
+  }
+  const int status = ::pclose(pipe);
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
 }
 
 // Waits until `dir/name` exists (renamed into place by the dumper), up to `bound`.
@@ -147,6 +165,17 @@ TEST_CASE("chorus-trace names a stopped rank that never reported, from the survi
   CHECK(report.find("rank 2 (127.0.0.1:") != std::string::npos);  // the timeout names it
   CHECK(has_line(report, {" 4 allreduce", "256 x float32", "recursive_doubling", "started"}));
   CHECK(report.find("timed out") != std::string::npos);
+  // The installed tool prints the same report.
+  CHECK(run_tool("--last 6 " + dir.path) == std::make_pair(0, report));
+}
+
+TEST_CASE("chorus-trace's command line", "[tcp][trace]") {
+  TraceDir empty;
+  CHECK(run_tool(empty.path).first == 1);
+  CHECK(run_tool("").first == 2);
+  CHECK(run_tool("--last 0 " + empty.path).first == 2);
+  CHECK(run_tool("/nonexistent/folder").first == 2);
+  CHECK(run_tool("--help").first == 0);
 }
 
 TEST_CASE("chorus-trace on a killed rank: the survivors' first failure names it",
