@@ -28,8 +28,12 @@ using Clock = std::chrono::steady_clock;
 
 class Attempt {
  public:
-  Attempt(const LaunchPlan& plan, int attempt, int signal_fd)
-      : plan_(plan), attempt_(attempt), signal_fd_(signal_fd), relay_(plan.args.prefix) {}
+  Attempt(const LaunchPlan& plan, int attempt, int signal_fd, int job_end_fd)
+      : plan_(plan),
+        attempt_(attempt),
+        signal_fd_(signal_fd),
+        job_end_fd_(job_end_fd),
+        relay_(plan.args.prefix) {}
 
   AttemptResult run() {
     if (!start_all()) {
@@ -111,18 +115,13 @@ class Attempt {
     result_.rank = c.rank;
     result_.local_rank = c.local_rank;
     result_.pid = c.pid;
-    std::string how;
     if (WIFEXITED(status)) {
       result_.exit_code = WEXITSTATUS(status);
-      how = "exited with code " + std::to_string(result_.exit_code);
     } else {
       result_.signal = WTERMSIG(status);
-      how = "was killed by signal " + std::to_string(result_.signal) + " (" +
-            signal_name(result_.signal) + ")";
     }
     const int others = running_count();
-    std::string msg = "rank " + std::to_string(c.rank) + " (local rank " +
-                      std::to_string(c.local_rank) + ", pid " + std::to_string(c.pid) + ") " + how;
+    std::string msg = describe_failure(result_);
     if (others > 0) {
       char grace[32];
       std::snprintf(grace, sizeof(grace), "%g", plan_.args.kill_timeout_s);
@@ -171,6 +170,18 @@ class Attempt {
     }
   }
 
+  // Another node ended this attempt (its rank failed, or it was signalled): stop ours.
+  void on_job_end() {
+    job_ended_ = true;
+    if (result_.kind != AttemptResult::Kind::ok || running_count() == 0) {
+      return;  // this node already has its own verdict
+    }
+    result_.kind = AttemptResult::Kind::job_ended;
+    say("another node ended attempt " + std::to_string(attempt_) + "; stopping the " +
+        std::to_string(running_count()) + " local rank(s)");
+    stop_all(SIGTERM);
+  }
+
   void loop() {
     std::vector<pollfd> fds;
     std::vector<std::pair<RankProcess*, OutputStream*>> owners;
@@ -179,6 +190,12 @@ class Attempt {
       owners.clear();
       fds.push_back({signal_fd_, POLLIN, 0});
       owners.emplace_back(nullptr, nullptr);
+      const bool watch_job_end = job_end_fd_ >= 0 && !job_ended_;
+      if (watch_job_end) {
+        fds.push_back({job_end_fd_, POLLIN, 0});
+        owners.emplace_back(nullptr, nullptr);
+      }
+      const std::size_t first_stream = fds.size();
       for (auto& c : children_) {
         for (OutputStream* s : {&c.out, &c.err}) {
           if (s->fd >= 0) {
@@ -206,10 +223,13 @@ class Attempt {
         signal_groups(SIGKILL);
         killed_ = true;
       }
-      for (std::size_t i = 1; i < fds.size(); ++i) {
+      for (std::size_t i = first_stream; i < fds.size(); ++i) {
         if (fds[i].revents != 0) {
           relay_.drain(owners[i].first->rank, *owners[i].second);
         }
+      }
+      if (watch_job_end && (fds[1].revents & POLLIN)) {
+        on_job_end();
       }
       if (fds[0].revents & POLLIN) {
         signalfd_siginfo info[16];
@@ -260,6 +280,8 @@ class Attempt {
   const LaunchPlan& plan_;
   int attempt_;
   int signal_fd_;
+  int job_end_fd_;
+  bool job_ended_ = false;
   Relay relay_;
   std::vector<RankProcess> children_;
   AttemptResult result_;
@@ -285,12 +307,25 @@ int exit_status_of(const AttemptResult& result) {
       return 128 + result.interrupt_signal;
     case AttemptResult::Kind::rank_failed:
       return result.signal != 0 ? 128 + result.signal : result.exit_code;
+    case AttemptResult::Kind::job_ended:
+      return 1;
   }
   return 1;
 }
 
-AttemptResult run_attempt(const LaunchPlan& plan, int attempt, int signal_fd) {
-  Attempt a(plan, attempt, signal_fd);
+std::string describe_failure(const AttemptResult& result) {
+  std::string text = "rank " + std::to_string(result.rank) + " (local rank " +
+                     std::to_string(result.local_rank) + ", pid " + std::to_string(result.pid) +
+                     ") ";
+  if (result.signal != 0) {
+    return text + "was killed by signal " + std::to_string(result.signal) + " (" +
+           signal_name(result.signal) + ")";
+  }
+  return text + "exited with code " + std::to_string(result.exit_code);
+}
+
+AttemptResult run_attempt(const LaunchPlan& plan, int attempt, int signal_fd, int job_end_fd) {
+  Attempt a(plan, attempt, signal_fd, job_end_fd);
   return a.run();
 }
 
