@@ -101,7 +101,42 @@ void report_group(std::ostringstream& out, const std::string& name,
     out << "  no rank recorded a failure (dumped on request)\n";
   }
 
-  // 2. Ranks that never reported.
+  // 2. The rank every other failed rank names: where to look first (a partition shows as that
+  // rank naming the others while they all name it).
+  std::map<int, int> named_by;
+  int failed = 0;
+  for (const auto& [rank, v] : by_rank) {
+    if (v->failure_us == 0) {
+      continue;
+    }
+    ++failed;
+    for (int p : std::set<int>(v->failure_peers.begin(), v->failure_peers.end())) {
+      if (p != rank) {
+        ++named_by[p];
+      }
+    }
+  }
+  std::string naming;
+  for (const auto& [rank, v] : by_rank) {
+    if (v->failure_us != 0 && !v->failure_peers.empty()) {
+      naming += fmt::format("{}rank {} names {}", naming.empty() ? "" : "; ", rank,
+                            rank_list(v->failure_peers));
+    }
+  }
+  if (!naming.empty()) {
+    out << "  failures: " << naming << "\n";
+  }
+  for (const auto& [suspect, count] : named_by) {
+    const int others = failed - (by_rank.count(suspect) && by_rank.at(suspect)->failure_us ? 1 : 0);
+    if (failed >= 2 && count == others) {
+      out << fmt::format(
+          "  named by every other failed rank: rank {} (start there: its log, its "
+          "host, its link)\n",
+          suspect);
+    }
+  }
+
+  // 3. Ranks that never reported.
   std::vector<int> missing;
   for (int r = 0; r < size; ++r) {
     if (!by_rank.count(r)) {
@@ -115,7 +150,7 @@ void report_group(std::ostringstream& out, const std::string& name,
         rank_list(missing));
   }
 
-  // 3. Ranks behind: the lowest last-issued collective sequence number.
+  // 4. Ranks behind: the lowest last-issued collective sequence number.
   std::uint64_t highest = 0;
   for (const auto& [rank, v] : by_rank) {
     if (const OpRecord* o = last_collective(*v)) {
@@ -142,7 +177,7 @@ void report_group(std::ostringstream& out, const std::string& name,
         rank_list(behind), lowest, highest);
   }
 
-  // 4. Mismatches: one sequence number, different collectives.
+  // 5. Mismatches: one sequence number, different collectives.
   std::map<std::uint64_t, std::map<std::string, std::vector<int>>> by_seq;
   for (const auto& [rank, v] : by_rank) {
     for (const OpRecord& o : v->ops) {
@@ -167,7 +202,7 @@ void report_group(std::ostringstream& out, const std::string& name,
     }
   }
 
-  // 5. Each rank's last ops, times in ms from the earliest op shown.
+  // 6. Each rank's last ops, times in ms from the earliest op shown.
   std::int64_t origin = 0;
   for (const auto& [rank, v] : by_rank) {
     const std::size_t from = v->ops.size() > last_ops ? v->ops.size() - last_ops : 0;
@@ -224,6 +259,13 @@ std::vector<GroupView> parse_dump(const std::string& text, const std::string& fi
     v.recorded = g.value("recorded", std::uint64_t{0});
     v.failure = str_or(g, "failure");
     v.failure_us = g.value("failure_us", std::int64_t{0});
+    if (const auto it = g.find("failure_peers"); it != g.end() && it->is_array()) {
+      for (const json& p : *it) {
+        if (p.is_number_integer()) {
+          v.failure_peers.push_back(p.get<int>());
+        }
+      }
+    }
     for (const json& o : g.at("ops")) {
       v.ops.push_back(parse_op(o));
     }

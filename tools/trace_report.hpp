@@ -1,8 +1,9 @@
 // SPDX-License-Identifier: BSD-3-Clause
 // chorus-trace's analysis: reads every rank's flight recorder dump (docs/flight_recorder.md)
-// and says what happened: the first failure and where, the ranks that fell behind, ops that
-// differ between ranks at one sequence number, ranks that never reported, then each rank's
-// last ops. Separate from main() so tests can run it on real dumps.
+// and says what happened: the first failure and where, the rank every other rank's failure
+// names, the ranks that fell behind, ops that differ between ranks at one sequence number,
+// ranks that never reported, then each rank's last ops. Separate from main() so tests can run it on
+// real dumps.
 #pragma once
 
 #include <cstdint>
@@ -34,7 +35,8 @@ struct GroupView {
   std::uint64_t recorded = 0;
   std::string failure;
   std::int64_t failure_us = 0;
-  std::vector<OpRecord> ops;  // oldest first
+  std::vector<int> failure_peers;  // ranks the failure names
+  std::vector<OpRecord> ops;       // oldest first
 };
 
 // Reads every *.json in `dir`. Files that are not flight recorder dumps are listed in

@@ -1,7 +1,10 @@
 // SPDX-License-Identifier: BSD-3-Clause
 #include "core/flight_recorder.hpp"
 
+#include <algorithm>
 #include <chrono>
+
+#include <chorus/errors.hpp>
 
 namespace chorus {
 
@@ -113,8 +116,15 @@ void FlightRecorder::ended(std::uint64_t record, const std::exception_ptr& error
 
 void FlightRecorder::group_failed(const std::exception_ptr& error) noexcept {
   std::string message;
+  std::vector<int> peers;
   try {
     message = first_line(error);
+    try {
+      std::rethrow_exception(error);
+    } catch (const Error& e) {
+      peers = e.context().peers;
+    } catch (...) {
+    }
   } catch (...) {
     message = "error (message unavailable: out of memory)";
   }
@@ -122,6 +132,7 @@ void FlightRecorder::group_failed(const std::exception_ptr& error) noexcept {
   const std::lock_guard lock(mu_);
   if (failure_us_ == 0) {
     failure_.swap(message);
+    failure_peers_.swap(peers);
     failure_us_ = now;
   }
 }
@@ -134,6 +145,7 @@ TraceSnapshot FlightRecorder::snapshot() const {
   s.recorded = recorded_;
   s.failure = failure_;
   s.failure_us = failure_us_;
+  s.failure_peers = failure_peers_;
   const std::uint64_t kept = std::min<std::uint64_t>(recorded_, ring_.size());
   s.entries.reserve(kept);
   for (std::uint64_t r = recorded_ - kept + 1; r <= recorded_; ++r) {

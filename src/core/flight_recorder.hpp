@@ -59,6 +59,7 @@ struct TraceSnapshot {
   std::vector<TraceEntry> entries;  // oldest first
   std::string failure;              // the group's first failure ("" if healthy)
   std::int64_t failure_us = 0;
+  std::vector<int> failure_peers;  // the ranks that failure names (chorus::Error's context)
 };
 
 class FlightRecorder {
@@ -82,10 +83,11 @@ class FlightRecorder {
 
   const TraceGroup group_;
   mutable std::mutex mu_;
-  std::vector<TraceEntry> ring_;  // guarded by mu_
-  std::uint64_t recorded_ = 0;    // guarded by mu_
-  std::string failure_;           // guarded by mu_
-  std::int64_t failure_us_ = 0;   // guarded by mu_
+  std::vector<TraceEntry> ring_;    // guarded by mu_
+  std::uint64_t recorded_ = 0;      // guarded by mu_
+  std::string failure_;             // guarded by mu_
+  std::int64_t failure_us_ = 0;     // guarded by mu_
+  std::vector<int> failure_peers_;  // guarded by mu_
 };
 
 // The first line of an exception's message ("unknown error" if it is not a std::exception).

@@ -263,9 +263,10 @@ std::string to_json(const std::vector<TraceSnapshot>& groups, const std::string&
       ops.push_back(entry_json(e));
     }
     nlohmann::json g = {
-        {"name", s.group.name}, {"backend", s.group.backend}, {"rank", s.group.rank},
-        {"size", s.group.size}, {"capacity", s.capacity},     {"recorded", s.recorded},
-        {"failure", s.failure}, {"failure_us", s.failure_us}, {"ops", std::move(ops)},
+        {"name", s.group.name},  {"backend", s.group.backend}, {"rank", s.group.rank},
+        {"size", s.group.size},  {"capacity", s.capacity},     {"recorded", s.recorded},
+        {"failure", s.failure},  {"failure_us", s.failure_us}, {"failure_peers", s.failure_peers},
+        {"ops", std::move(ops)},
     };
     out_groups.push_back(std::move(g));
   }

@@ -63,11 +63,17 @@ TEST_CASE("a recorder of capacity 0 records nothing", "[core][trace]") {
   CHECK(rec.snapshot().entries.empty());
 }
 
-TEST_CASE("a group's first failure is kept", "[core][trace]") {
+TEST_CASE("a group's first failure is kept, with the ranks it names", "[core][trace]") {
   FlightRecorder rec({.name = "world"}, 8);
-  rec.group_failed(std::make_exception_ptr(std::runtime_error("first")));
+  rec.group_failed(std::make_exception_ptr(
+      TimeoutError("first\nmore", ErrorContext{.rank = 0, .size = 3, .peers = {2, 1}})));
   rec.group_failed(std::make_exception_ptr(std::runtime_error("second")));
-  CHECK(rec.snapshot().failure == "first");
+  const TraceSnapshot s = rec.snapshot();
+  CHECK(s.failure == "first");
+  CHECK(s.failure_peers == std::vector<int>{2, 1});
+  const auto views = trace_tool::parse_dump(trace::to_json({s}, "timeout"), "rank0.json");
+  REQUIRE(views.size() == 1);
+  CHECK(views[0].failure_peers == std::vector<int>{2, 1});
 }
 
 TEST_CASE("a dump parses back into what was recorded", "[core][trace]") {

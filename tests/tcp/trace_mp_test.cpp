@@ -163,6 +163,8 @@ TEST_CASE("chorus-trace names a stopped rank that never reported, from the survi
   CHECK(report.find("never reported: rank 2 ") != std::string::npos);
   CHECK(report.find("first failure: rank ") != std::string::npos);
   CHECK(report.find("rank 2 (127.0.0.1:") != std::string::npos);  // the timeout names it
+  CHECK(report.find("failures: rank 0 names 2; rank 1 names 2") != std::string::npos);
+  CHECK(report.find("named by every other failed rank: rank 2 ") != std::string::npos);
   CHECK(has_line(report, {" 4 allreduce", "256 x float32", "recursive_doubling", "started"}));
   CHECK(report.find("timed out") != std::string::npos);
   // The installed tool prints the same report.
