@@ -26,6 +26,30 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
+// How long ranks get to write their flight recorder dumps (chorus handles SIGUSR1 on a thread
+// of its own: a few ms) before the SIGTERM of a failed attempt.
+constexpr auto kDumpGrace = std::chrono::seconds(1);
+
+// True if process pid catches SIGUSR1 (/proc/<pid>/status, SigCgt): a chorus rank does, and a
+// program that does not would be killed by it, so only those that catch it are asked to dump.
+bool catches_sigusr1(pid_t pid) {
+  std::FILE* f = std::fopen(("/proc/" + std::to_string(pid) + "/status").c_str(), "r");
+  if (f == nullptr) {
+    return false;
+  }
+  char line[256];
+  unsigned long long mask = 0;
+  bool found = false;
+  while (std::fgets(line, sizeof line, f) != nullptr) {
+    if (std::sscanf(line, "SigCgt: %llx", &mask) == 1) {
+      found = true;
+      break;
+    }
+  }
+  std::fclose(f);
+  return found && (mask & (1ULL << (SIGUSR1 - 1))) != 0;
+}
+
 class Attempt {
  public:
   Attempt(const LaunchPlan& plan, int attempt, int signal_fd, int job_end_fd)
@@ -92,13 +116,35 @@ class Attempt {
     }
   }
 
+  // A failed attempt: ranks that catch SIGUSR1 (chorus ranks) first dump their flight
+  // recorders, then everyone gets SIGTERM, then SIGKILL after the grace period.
+  void stop_after_dumps() {
+    int asked = 0;
+    for (const auto& c : children_) {
+      if (c.running && c.pid > 0 && catches_sigusr1(c.pid)) {
+        ::kill(c.pid, SIGUSR1);
+        ++asked;
+      }
+    }
+    if (asked == 0) {
+      stop_all(SIGTERM);
+      return;
+    }
+    say("asked " + std::to_string(asked) + " rank(s) to dump their flight recorder (SIGUSR1)");
+    stop_all(0);  // the grace period starts now; SIGTERM follows the dumps
+    term_at_ = Clock::now() + kDumpGrace;
+    term_pending_ = true;
+  }
+
   void stop_all(int sig) {
     if (!stopping_) {
       stopping_ = true;
       kill_at_ = Clock::now() + std::chrono::duration_cast<Clock::duration>(
                                     std::chrono::duration<double>(plan_.args.kill_timeout_s));
     }
-    signal_groups(sig);
+    if (sig != 0) {
+      signal_groups(sig);
+    }
   }
 
   void on_child_exit(RankProcess& c, int status) {
@@ -129,7 +175,7 @@ class Attempt {
              " (SIGTERM, then SIGKILL after " + grace + " s)";
     }
     say(msg);
-    stop_all(SIGTERM);
+    stop_after_dumps();
   }
 
   void reap() {
@@ -161,7 +207,8 @@ class Attempt {
       result_.interrupt_signal = sig;
       say("got " + signal_name(sig) + "; forwarding it to " + std::to_string(running_count()) +
           " rank(s)");
-      stopping_ = false;  // restart the grace period from now
+      stopping_ = false;      // restart the grace period from now
+      term_pending_ = false;  // the user's signal replaces the SIGTERM of a failed attempt
       stop_all(sig);
     } else {
       say("got " + signal_name(sig) + " again; killing every rank now");
@@ -179,7 +226,7 @@ class Attempt {
     result_.kind = AttemptResult::Kind::job_ended;
     say("another node ended attempt " + std::to_string(attempt_) + "; stopping the " +
         std::to_string(running_count()) + " local rank(s)");
-    stop_all(SIGTERM);
+    stop_after_dumps();
   }
 
   void loop() {
@@ -206,8 +253,9 @@ class Attempt {
       }
       int timeout_ms = -1;
       if (stopping_ && !killed_) {
+        const auto next = term_pending_ ? std::min(term_at_, kill_at_) : kill_at_;
         const auto left =
-            std::chrono::duration_cast<std::chrono::milliseconds>(kill_at_ - Clock::now());
+            std::chrono::duration_cast<std::chrono::milliseconds>(next - Clock::now());
         timeout_ms = static_cast<int>(std::max<long long>(0, left.count()));
       }
       const int n = ::poll(fds.data(), fds.size(), timeout_ms);
@@ -215,6 +263,10 @@ class Attempt {
         say(std::string("poll failed: ") + std::strerror(errno) + "; killing every rank");
         signal_groups(SIGKILL);
         killed_ = true;
+      }
+      if (term_pending_ && Clock::now() >= term_at_) {
+        term_pending_ = false;
+        signal_groups(SIGTERM);
       }
       if (stopping_ && !killed_ && Clock::now() >= kill_at_) {
         if (running_count() > 0) {
@@ -286,6 +338,8 @@ class Attempt {
   std::vector<RankProcess> children_;
   AttemptResult result_;
   bool stopping_ = false;
+  bool term_pending_ = false;  // SIGTERM due at term_at_ (after the dump grace)
+  Clock::time_point term_at_{};
   bool killed_ = false;
   Clock::time_point kill_at_{};
 };

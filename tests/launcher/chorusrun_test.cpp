@@ -215,6 +215,30 @@ TEST_CASE("a failing rank stops the others and sets chorusrun's exit status",
   }
 }
 
+TEST_CASE("after a failure, ranks that catch SIGUSR1 get it (flight recorder dump) before SIGTERM",
+          "[launcher][chorusrun]") {
+  // Rank 1 catches SIGUSR1 and SIGTERM (as a chorus rank catches SIGUSR1); rank 2 catches
+  // nothing, so it must never see SIGUSR1 (it would die of it). Rank 0 fails once both are set.
+  const std::string client =
+      binary("CHORUS_STORE_BIN") + " --connect $CHORUS_STORE_ADDR --timeout 20 ";
+  const Process p = run_script(
+      {"--standalone", "-n", "3", "--prefix"},
+      "if [ $RANK = 0 ]; then " + client +
+          "wait up1 up2 >/dev/null; exit 3; fi; "
+          "if [ $RANK = 1 ]; then trap 'echo got-usr1' USR1; trap 'echo got-term; exit 0' TERM; "
+          "  sleep 60 & " +
+          client + "set up1 1 >/dev/null; while :; do wait $!; done; fi; " + client +
+          "set up2 1 >/dev/null; exec sleep 60");
+  INFO(p.output);
+  CHECK(shell_status(p) == 3);
+  CHECK_THAT(p.output, Catch::Contains("asked 1 rank(s) to dump their flight recorder (SIGUSR1)"));
+  const auto usr1 = p.output.find("[rank 1] got-usr1");
+  const auto term = p.output.find("[rank 1] got-term");
+  CHECK(usr1 != std::string::npos);
+  CHECK(term != std::string::npos);
+  CHECK(usr1 < term);
+}
+
 TEST_CASE("--max-restarts restarts the local ranks, then gives up", "[launcher][chorusrun]") {
   SECTION("succeeds on the third attempt") {
     const Process p =
