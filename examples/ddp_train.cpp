@@ -4,10 +4,18 @@
 // DistributedSampler, average gradients bucket by bucket while backward runs, save a checkpoint
 // on rank 0 / barrier / load it everywhere, then a second phase on uneven shards under Join.
 //
-//   chorusrun -n 4 ./ddp_train [--verify] [--checkpoint PATH]
+//   chorusrun -n 4 ./ddp_train [--verify] [--checkpoint PATH] [--resume DIR] [--crash-once R:E]
 //
 // --verify: also train the same model in one process on the full batch and exit 1 unless
 // every rank ends with the same weights (max |diff| < 1e-4).
+// --resume DIR: after every epoch rank 0 saves the weights and the epoch count to
+// DIR/ddp_train.ckpt; a job (re)started by `chorusrun --max-restarts N` resumes from there, so
+// a crash costs at most one epoch and the result is the same as an uninterrupted run.
+// --crash-once R:E: rank R exits with code 17 at the start of epoch E, in the first attempt only
+// (CHORUS_RESTART_COUNT / TORCHELASTIC_RESTART_COUNT = 0): a rehearsal of a restart.
+#include <unistd.h>
+
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -25,13 +33,22 @@ namespace ddp = chorus::ddp;
 int main(int argc, char** argv) try {
   bool verify = false;
   std::string checkpoint;
+  std::string resume_dir;
+  int crash_rank = -1, crash_epoch = -1;
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--verify") == 0) {
       verify = true;
     } else if (std::strcmp(argv[i], "--checkpoint") == 0 && i + 1 < argc) {
       checkpoint = argv[++i];
+    } else if (std::strcmp(argv[i], "--resume") == 0 && i + 1 < argc) {
+      resume_dir = argv[++i];
+    } else if (std::strcmp(argv[i], "--crash-once") == 0 && i + 1 < argc &&
+               std::sscanf(argv[i + 1], "%d:%d", &crash_rank, &crash_epoch) == 2) {
+      ++i;
     } else {
-      std::fprintf(stderr, "usage: %s [--verify] [--checkpoint PATH]\n", argv[0]);
+      std::fprintf(stderr,
+                   "usage: %s [--verify] [--checkpoint PATH] [--resume DIR] [--crash-once R:E]\n",
+                   argv[0]);
       return 2;
     }
   }
@@ -70,7 +87,26 @@ int main(int argc, char** argv) try {
         "ddp_train: %d ranks, %zu samples, global batch %zu (%zu per rank), %zu gradient buckets\n",
         size, data.size(), cfg.global_batch, batch, reducer.num_buckets());
   }
-  for (int epoch = 0; epoch < cfg.epochs; ++epoch) {
+  // Resume: the weights and the number of epochs done, saved by rank 0 after each epoch.
+  const std::string resume_file = resume_dir.empty() ? "" : resume_dir + "/ddp_train.ckpt";
+  std::vector<float> saved(params.size() + 1);
+  int first_epoch = 0;
+  if (!resume_file.empty() && std::filesystem::exists(resume_file)) {
+    ddp::load_checkpoint(resume_file, chorus::Tensor::of(saved.data(), saved.size()));
+    std::copy(saved.begin(), saved.end() - 1, params.begin());
+    first_epoch = static_cast<int>(saved.back());
+    if (rank == 0) {
+      std::printf("resuming from %s: %d epoch(s) done (restart %d)\n", resume_file.c_str(),
+                  first_epoch, world.launch.restart_count);
+    }
+  }
+  const bool first_attempt = world.launch.restart_count == 0;
+  for (int epoch = first_epoch; epoch < cfg.epochs; ++epoch) {
+    if (first_attempt && rank == crash_rank && epoch == crash_epoch) {
+      std::printf("rank %d: crashing on purpose at the start of epoch %d\n", rank, epoch);
+      std::fflush(stdout);
+      ::_exit(17);
+    }
     sampler.set_epoch(static_cast<std::uint64_t>(epoch));
     const auto indices = sampler.indices();
     double loss_sum = 0.0;
@@ -84,6 +120,14 @@ int main(int argc, char** argv) try {
     pg->allreduce(chorus::Tensor::of(&epoch_loss, 1), {.op = chorus::ReduceOp::avg})->wait();
     if (rank == 0) {
       std::printf("epoch %d  loss %.6f\n", epoch, static_cast<double>(epoch_loss));
+    }
+    if (!resume_file.empty()) {
+      if (rank == 0) {
+        std::copy(params.begin(), params.end(), saved.begin());
+        saved.back() = static_cast<float>(epoch + 1);
+        ddp::save_checkpoint(resume_file, chorus::Tensor::of(saved.data(), saved.size()));
+      }
+      pg->barrier()->wait();  // nobody starts the next epoch before the checkpoint is on disk
     }
   }
 

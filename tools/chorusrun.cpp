@@ -22,6 +22,7 @@
 #include <chorus/chorus.hpp>
 
 #include "chorusrun_args.hpp"
+#include "chorusrun_rounds.hpp"
 #include "chorusrun_supervisor.hpp"
 
 extern char** environ;
@@ -225,6 +226,9 @@ int main(int argc, char** argv) {
     return 1;
   }
 
+  if (args.nnodes > 1) {
+    return run_job_rounds(plan, signal_fd);  // restarts re-form the job on every node
+  }
   for (int attempt = 0;; ++attempt) {
     const AttemptResult result = run_attempt(plan, attempt, signal_fd);
     if (result.kind == AttemptResult::Kind::ok) {

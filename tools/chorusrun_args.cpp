@@ -217,7 +217,8 @@ such as a benchmark table, stays bare.
       --master-port PORT   store port (default 29500)
       --rdzv-endpoint HOST[:PORT]   the same, torchrun style
       --standalone         one node, store on a free port of 127.0.0.1
-      --max-restarts K     restart the local ranks up to K times after a failure (default 0)
+      --max-restarts K     restart the ranks up to K times after a failure (default 0); with
+                           --nnodes > 1 a failure on any node restarts every node's ranks
       --log-dir DIR        also write each rank's output to DIR/attempt_K/RANK/{stdout,stderr}.log
   -t, --tee 0-3            streams copied to the log files (1 stdout, 2 stderr, 3 both);
                            without --log-dir a temporary directory is made

@@ -26,10 +26,38 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
+// How long ranks get to write their flight recorder dumps (chorus handles SIGUSR1 on a thread
+// of its own: a few ms) before the SIGTERM of a failed attempt.
+constexpr auto kDumpGrace = std::chrono::seconds(1);
+
+// True if process pid catches SIGUSR1 (/proc/<pid>/status, SigCgt): a chorus rank does, and a
+// program that does not would be killed by it, so only those that catch it are asked to dump.
+bool catches_sigusr1(pid_t pid) {
+  std::FILE* f = std::fopen(("/proc/" + std::to_string(pid) + "/status").c_str(), "r");
+  if (f == nullptr) {
+    return false;
+  }
+  char line[256];
+  unsigned long long mask = 0;
+  bool found = false;
+  while (std::fgets(line, sizeof line, f) != nullptr) {
+    if (std::sscanf(line, "SigCgt: %llx", &mask) == 1) {
+      found = true;
+      break;
+    }
+  }
+  std::fclose(f);
+  return found && (mask & (1ULL << (SIGUSR1 - 1))) != 0;
+}
+
 class Attempt {
  public:
-  Attempt(const LaunchPlan& plan, int attempt, int signal_fd)
-      : plan_(plan), attempt_(attempt), signal_fd_(signal_fd), relay_(plan.args.prefix) {}
+  Attempt(const LaunchPlan& plan, int attempt, int signal_fd, int job_end_fd)
+      : plan_(plan),
+        attempt_(attempt),
+        signal_fd_(signal_fd),
+        job_end_fd_(job_end_fd),
+        relay_(plan.args.prefix) {}
 
   AttemptResult run() {
     if (!start_all()) {
@@ -88,13 +116,35 @@ class Attempt {
     }
   }
 
+  // A failed attempt: ranks that catch SIGUSR1 (chorus ranks) first dump their flight
+  // recorders, then everyone gets SIGTERM, then SIGKILL after the grace period.
+  void stop_after_dumps() {
+    int asked = 0;
+    for (const auto& c : children_) {
+      if (c.running && c.pid > 0 && catches_sigusr1(c.pid)) {
+        ::kill(c.pid, SIGUSR1);
+        ++asked;
+      }
+    }
+    if (asked == 0) {
+      stop_all(SIGTERM);
+      return;
+    }
+    say("asked " + std::to_string(asked) + " rank(s) to dump their flight recorder (SIGUSR1)");
+    stop_all(0);  // the grace period starts now; SIGTERM follows the dumps
+    term_at_ = Clock::now() + kDumpGrace;
+    term_pending_ = true;
+  }
+
   void stop_all(int sig) {
     if (!stopping_) {
       stopping_ = true;
       kill_at_ = Clock::now() + std::chrono::duration_cast<Clock::duration>(
                                     std::chrono::duration<double>(plan_.args.kill_timeout_s));
     }
-    signal_groups(sig);
+    if (sig != 0) {
+      signal_groups(sig);
+    }
   }
 
   void on_child_exit(RankProcess& c, int status) {
@@ -111,18 +161,13 @@ class Attempt {
     result_.rank = c.rank;
     result_.local_rank = c.local_rank;
     result_.pid = c.pid;
-    std::string how;
     if (WIFEXITED(status)) {
       result_.exit_code = WEXITSTATUS(status);
-      how = "exited with code " + std::to_string(result_.exit_code);
     } else {
       result_.signal = WTERMSIG(status);
-      how = "was killed by signal " + std::to_string(result_.signal) + " (" +
-            signal_name(result_.signal) + ")";
     }
     const int others = running_count();
-    std::string msg = "rank " + std::to_string(c.rank) + " (local rank " +
-                      std::to_string(c.local_rank) + ", pid " + std::to_string(c.pid) + ") " + how;
+    std::string msg = describe_failure(result_);
     if (others > 0) {
       char grace[32];
       std::snprintf(grace, sizeof(grace), "%g", plan_.args.kill_timeout_s);
@@ -130,7 +175,7 @@ class Attempt {
              " (SIGTERM, then SIGKILL after " + grace + " s)";
     }
     say(msg);
-    stop_all(SIGTERM);
+    stop_after_dumps();
   }
 
   void reap() {
@@ -162,13 +207,26 @@ class Attempt {
       result_.interrupt_signal = sig;
       say("got " + signal_name(sig) + "; forwarding it to " + std::to_string(running_count()) +
           " rank(s)");
-      stopping_ = false;  // restart the grace period from now
+      stopping_ = false;      // restart the grace period from now
+      term_pending_ = false;  // the user's signal replaces the SIGTERM of a failed attempt
       stop_all(sig);
     } else {
       say("got " + signal_name(sig) + " again; killing every rank now");
       signal_groups(SIGKILL);
       killed_ = true;
     }
+  }
+
+  // Another node ended this attempt (its rank failed, or it was signalled): stop ours.
+  void on_job_end() {
+    job_ended_ = true;
+    if (result_.kind != AttemptResult::Kind::ok || running_count() == 0) {
+      return;  // this node already has its own verdict
+    }
+    result_.kind = AttemptResult::Kind::job_ended;
+    say("another node ended attempt " + std::to_string(attempt_) + "; stopping the " +
+        std::to_string(running_count()) + " local rank(s)");
+    stop_after_dumps();
   }
 
   void loop() {
@@ -179,6 +237,12 @@ class Attempt {
       owners.clear();
       fds.push_back({signal_fd_, POLLIN, 0});
       owners.emplace_back(nullptr, nullptr);
+      const bool watch_job_end = job_end_fd_ >= 0 && !job_ended_;
+      if (watch_job_end) {
+        fds.push_back({job_end_fd_, POLLIN, 0});
+        owners.emplace_back(nullptr, nullptr);
+      }
+      const std::size_t first_stream = fds.size();
       for (auto& c : children_) {
         for (OutputStream* s : {&c.out, &c.err}) {
           if (s->fd >= 0) {
@@ -189,8 +253,9 @@ class Attempt {
       }
       int timeout_ms = -1;
       if (stopping_ && !killed_) {
+        const auto next = term_pending_ ? std::min(term_at_, kill_at_) : kill_at_;
         const auto left =
-            std::chrono::duration_cast<std::chrono::milliseconds>(kill_at_ - Clock::now());
+            std::chrono::duration_cast<std::chrono::milliseconds>(next - Clock::now());
         timeout_ms = static_cast<int>(std::max<long long>(0, left.count()));
       }
       const int n = ::poll(fds.data(), fds.size(), timeout_ms);
@@ -199,6 +264,10 @@ class Attempt {
         signal_groups(SIGKILL);
         killed_ = true;
       }
+      if (term_pending_ && Clock::now() >= term_at_) {
+        term_pending_ = false;
+        signal_groups(SIGTERM);
+      }
       if (stopping_ && !killed_ && Clock::now() >= kill_at_) {
         if (running_count() > 0) {
           say("ranks still running after the grace period: sending SIGKILL");
@@ -206,10 +275,13 @@ class Attempt {
         signal_groups(SIGKILL);
         killed_ = true;
       }
-      for (std::size_t i = 1; i < fds.size(); ++i) {
+      for (std::size_t i = first_stream; i < fds.size(); ++i) {
         if (fds[i].revents != 0) {
           relay_.drain(owners[i].first->rank, *owners[i].second);
         }
+      }
+      if (watch_job_end && (fds[1].revents & POLLIN)) {
+        on_job_end();
       }
       if (fds[0].revents & POLLIN) {
         signalfd_siginfo info[16];
@@ -260,10 +332,14 @@ class Attempt {
   const LaunchPlan& plan_;
   int attempt_;
   int signal_fd_;
+  int job_end_fd_;
+  bool job_ended_ = false;
   Relay relay_;
   std::vector<RankProcess> children_;
   AttemptResult result_;
   bool stopping_ = false;
+  bool term_pending_ = false;  // SIGTERM due at term_at_ (after the dump grace)
+  Clock::time_point term_at_{};
   bool killed_ = false;
   Clock::time_point kill_at_{};
 };
@@ -285,12 +361,25 @@ int exit_status_of(const AttemptResult& result) {
       return 128 + result.interrupt_signal;
     case AttemptResult::Kind::rank_failed:
       return result.signal != 0 ? 128 + result.signal : result.exit_code;
+    case AttemptResult::Kind::job_ended:
+      return 1;
   }
   return 1;
 }
 
-AttemptResult run_attempt(const LaunchPlan& plan, int attempt, int signal_fd) {
-  Attempt a(plan, attempt, signal_fd);
+std::string describe_failure(const AttemptResult& result) {
+  std::string text = "rank " + std::to_string(result.rank) + " (local rank " +
+                     std::to_string(result.local_rank) + ", pid " + std::to_string(result.pid) +
+                     ") ";
+  if (result.signal != 0) {
+    return text + "was killed by signal " + std::to_string(result.signal) + " (" +
+           signal_name(result.signal) + ")";
+  }
+  return text + "exited with code " + std::to_string(result.exit_code);
+}
+
+AttemptResult run_attempt(const LaunchPlan& plan, int attempt, int signal_fd, int job_end_fd) {
+  Attempt a(plan, attempt, signal_fd, job_end_fd);
   return a.run();
 }
 

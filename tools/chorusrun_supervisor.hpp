@@ -23,7 +23,9 @@ struct LaunchPlan {
 };
 
 struct AttemptResult {
-  enum class Kind { ok, rank_failed, interrupted } kind = Kind::ok;
+  // job_ended: another node ended the attempt (multi-node restart rounds); the local ranks
+  // were stopped.
+  enum class Kind { ok, rank_failed, interrupted, job_ended } kind = Kind::ok;
   // The first rank that failed (rank_failed).
   int rank = -1;
   int local_rank = -1;
@@ -35,8 +37,13 @@ struct AttemptResult {
 };
 
 // Runs one attempt: every local rank from start to exit. `signal_fd` is a signalfd for SIGCHLD,
-// SIGINT, SIGTERM and SIGHUP (blocked in every thread). Returns once every rank was reaped.
-AttemptResult run_attempt(const LaunchPlan& plan, int attempt, int signal_fd);
+// SIGINT, SIGTERM and SIGHUP (blocked in every thread). `job_end_fd` (multi-node; -1 without)
+// becomes readable when another node ended the attempt: the local ranks are then stopped.
+// Returns once every rank was reaped.
+AttemptResult run_attempt(const LaunchPlan& plan, int attempt, int signal_fd, int job_end_fd = -1);
+
+// "rank 3 (local rank 1, pid 812) exited with code 2" / "... was killed by signal 9 (SIGKILL)".
+std::string describe_failure(const AttemptResult& result);
 
 // "SIGSEGV" for 11.
 std::string signal_name(int sig);

@@ -26,7 +26,11 @@ struct OpCall {
   const char* name = "";  // "allreduce" ...
   Duration timeout{0};    // as resolved from the call's or the group's options
   Deadline deadline = Deadline::never();
+  std::uint64_t trace_record = 0;  // the op's flight recorder entry (0: recording is off)
 };
+
+class FlightRecorder;  // src/core/flight_recorder.hpp
+struct TraceEntry;
 
 // Every rank of a group issues the same collectives in the same order; chorus checks that and
 // fails naming both signatures and ranks if they differ. Passing the same Tensor as input and
@@ -111,6 +115,9 @@ class CHORUS_API ProcessGroup : public std::enable_shared_from_this<ProcessGroup
   // Records the first failure; later public calls rethrow it. Returns false if one was
   // already recorded (the first error stays). Backends call this when they poison the group.
   bool record_failure(std::exception_ptr error) noexcept;
+  // Notes in the group's flight recorder that the op started, and with which algorithm
+  // (a static string). Backends call it from any thread; a no-op when recording is off.
+  void trace_started(const OpCall& call, const char* algorithm) noexcept;
   // Throws InvalidArgument unless t lives on device() (checked by every public method).
   virtual void check_device(const Tensor& t, const char* what, const char* op_name) const;
 
@@ -133,7 +140,11 @@ class CHORUS_API ProcessGroup : public std::enable_shared_from_this<ProcessGroup
                                         const OpCall& call) = 0;
 
  private:
-  OpCall begin(const char* name, const std::optional<Duration>& timeout, bool collective);
+  OpCall begin(const char* name, const std::optional<Duration>& timeout, bool collective,
+               TraceEntry& trace);
+  // Records the op's end in the flight recorder when `work` completes; returns `work`.
+  std::shared_ptr<Work> traced(const OpCall& call, std::shared_ptr<Work> work);
+  FlightRecorder& recorder();
   void rethrow_if_failed() const;
 
   int rank_;
@@ -149,6 +160,11 @@ class CHORUS_API ProcessGroup : public std::enable_shared_from_this<ProcessGroup
   std::atomic<bool> failed_{false};
   std::exception_ptr failure_;  // written once, before failed_ is set (release)
   std::atomic<bool> failure_claimed_{false};
+  // The last ops, for dumps on failure and SIGUSR1 (CHORUS_TRACE_BUFFER entries). Made on
+  // first use: the backend's name is not known while the base is constructed.
+  std::size_t trace_capacity_ = 0;
+  std::once_flag recorder_once_;
+  std::shared_ptr<FlightRecorder> recorder_;
 };
 
 // The tcp backend: CPU tensors, ring algorithms over TCP. Collective over ranks [0, size):

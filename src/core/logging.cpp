@@ -44,7 +44,7 @@ const char* level_name(LogLevel level) noexcept {
     case LogLevel::info:
       return "INFO";
     case LogLevel::trace:
-      return "TRACE";
+      return "RECORDER";
     case LogLevel::none:
       break;
   }
@@ -69,6 +69,8 @@ const char* to_string(Subsys s) noexcept {
       return "NCCL";
     case Subsys::launcher:
       return "LAUNCH";
+    case Subsys::trace:
+      return "RECORDER";
   }
   return "?";
 }

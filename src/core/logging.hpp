@@ -17,7 +17,7 @@
 namespace chorus::log {
 
 // Subsystem tag printed on each line.
-enum class Subsys : int { init, store, net, coll, nccl, launcher };
+enum class Subsys : int { init, store, net, coll, nccl, launcher, trace };
 const char* to_string(Subsys s) noexcept;
 
 extern std::atomic<int> g_level;  // LogLevel as int; initialized from CHORUS_DEBUG

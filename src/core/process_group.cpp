@@ -9,7 +9,10 @@
 #include <chorus/errors.hpp>
 
 #include "core/env.hpp"
+#include "core/flight_recorder.hpp"
 #include "core/format.hpp"
+#include "core/trace_dump.hpp"
+#include "core/work_state.hpp"
 
 namespace chorus {
 namespace {
@@ -18,13 +21,47 @@ std::string describe(const Tensor& t) {
   return fmt::format("{} x {}", t.count(), to_string(t.dtype()));
 }
 
+// What the flight recorder notes about an op's arguments; begin() adds seq and name.
+TraceEntry op_trace(const Tensor& t, int root = -1, int peer = -1, std::uint32_t tag = 0) {
+  TraceEntry e;
+  e.dtype = t.dtype();
+  e.count = t.count();
+  e.bytes = t.nbytes();
+  e.root = root;
+  e.peer = peer;
+  e.tag = tag;
+  return e;
+}
+
+const char* dump_reason(const std::exception_ptr& error) {
+  try {
+    std::rethrow_exception(error);
+  } catch (const Error& e) {
+    switch (e.code()) {
+      case ErrorCode::timeout:
+        return "timeout";
+      case ErrorCode::network:
+        return "peer failure";
+      case ErrorCode::aborted:
+        return "abort";
+      case ErrorCode::invalid_argument:
+        return "mismatch";
+      default:
+        return "failure";
+    }
+  } catch (...) {
+    return "failure";
+  }
+}
+
 }  // namespace
 
 ProcessGroup::ProcessGroup(int rank, int size, const GroupOptions& options)
     : rank_(rank),
       size_(size),
       name_(options.name),
-      timeout_(options.timeout ? *options.timeout : env::resolve_default_timeout()) {
+      timeout_(options.timeout ? *options.timeout : env::resolve_default_timeout()),
+      trace_capacity_(trace::buffer_entries()) {
   if (size < 1 || rank < 0 || rank >= size) {
     throw InvalidArgument(fmt::format(
         "process group '{}': rank {} is not in [0, {}) or size {} < 1; check RANK and WORLD_SIZE",
@@ -48,6 +85,14 @@ bool ProcessGroup::record_failure(std::exception_ptr error) noexcept {
   }
   failure_ = std::move(error);
   failed_.store(true, std::memory_order_release);
+  if (trace_capacity_ != 0) {
+    try {
+      recorder().group_failed(failure_);
+    } catch (...) {
+      return true;  // out of memory making the recorder: nothing to dump
+    }
+    trace::dump_all(dump_reason(failure_));
+  }
   return true;
 }
 
@@ -77,7 +122,7 @@ void ProcessGroup::check_device(const Tensor& t, const char* what, const char* o
 
 // Called with issue_mu_ held; the caller keeps it until do_<op>() has queued the op.
 OpCall ProcessGroup::begin(const char* name, const std::optional<Duration>& timeout,
-                           bool collective) {
+                           bool collective, TraceEntry& trace) {
   rethrow_if_failed();
   OpCall call;
   call.name = name;
@@ -88,7 +133,43 @@ OpCall ProcessGroup::begin(const char* name, const std::optional<Duration>& time
   }
   call.deadline = Deadline::after(call.timeout);
   call.seq = collective ? next_seq_.fetch_add(1) : next_p2p_seq_.fetch_add(1);
+  trace.seq = call.seq;
+  trace.p2p = !collective;
+  trace.op = name;
+  call.trace_record = recorder().issued(trace);
   return call;
+}
+
+FlightRecorder& ProcessGroup::recorder() {
+  std::call_once(recorder_once_, [this] {
+    recorder_ = std::make_shared<FlightRecorder>(
+        TraceGroup{.name = name_, .backend = backend_name(), .rank = rank_, .size = size_},
+        trace_capacity_);
+    trace::register_recorder(recorder_);
+  });
+  return *recorder_;
+}
+
+std::shared_ptr<Work> ProcessGroup::traced(const OpCall& call, std::shared_ptr<Work> work) {
+  if (call.trace_record == 0 || !work) {
+    return work;
+  }
+  // Backends built on WorkState note the end before waiters wake (a dump taken after wait()
+  // shows the op ended); others through a callback.
+  if (auto* state = dynamic_cast<WorkState*>(work.get())) {
+    state->trace_end_in(recorder_, call.trace_record);
+  } else {
+    work->then([recorder = recorder_, record = call.trace_record](Work& w) {
+      recorder->ended(record, w.exception());
+    });
+  }
+  return work;
+}
+
+void ProcessGroup::trace_started(const OpCall& call, const char* algorithm) noexcept {
+  if (call.trace_record != 0) {
+    recorder_->started(call.trace_record, algorithm);
+  }
 }
 
 #define CHORUS_ARG_CHECK(cond, ...)                                                           \
@@ -119,8 +200,9 @@ std::shared_ptr<Work> ProcessGroup::allreduce(Tensor in, Tensor out,
   check_device(in, "input", call.name);
   check_device(out, "output", call.name);
   const std::lock_guard issue(issue_mu_);
-  OpCall op = begin(call.name, options.timeout, true);
-  return do_allreduce(in, out, options.op, op);
+  TraceEntry trace = op_trace(in);
+  OpCall op = begin(call.name, options.timeout, true, trace);
+  return traced(op, do_allreduce(in, out, options.op, op));
 }
 
 std::shared_ptr<Work> ProcessGroup::allgather(Tensor in, Tensor out,
@@ -137,8 +219,9 @@ std::shared_ptr<Work> ProcessGroup::allgather(Tensor in, Tensor out,
   check_device(in, "input", call.name);
   check_device(out, "output", call.name);
   const std::lock_guard issue(issue_mu_);
-  OpCall op = begin(call.name, options.timeout, true);
-  return do_allgather(in, out, op);
+  TraceEntry trace = op_trace(in);
+  OpCall op = begin(call.name, options.timeout, true, trace);
+  return traced(op, do_allgather(in, out, op));
 }
 
 std::shared_ptr<Work> ProcessGroup::reduce_scatter(Tensor in, Tensor out,
@@ -155,8 +238,9 @@ std::shared_ptr<Work> ProcessGroup::reduce_scatter(Tensor in, Tensor out,
   check_device(in, "input", call.name);
   check_device(out, "output", call.name);
   const std::lock_guard issue(issue_mu_);
-  OpCall op = begin(call.name, options.timeout, true);
-  return do_reduce_scatter(in, out, options.op, op);
+  TraceEntry trace = op_trace(out);
+  OpCall op = begin(call.name, options.timeout, true, trace);
+  return traced(op, do_reduce_scatter(in, out, options.op, op));
 }
 
 std::shared_ptr<Work> ProcessGroup::broadcast(Tensor inout, const RootOptions& options) {
@@ -165,8 +249,9 @@ std::shared_ptr<Work> ProcessGroup::broadcast(Tensor inout, const RootOptions& o
                    options.root, size_);
   check_device(inout, "tensor", call.name);
   const std::lock_guard issue(issue_mu_);
-  OpCall op = begin(call.name, options.timeout, true);
-  return do_broadcast(inout, options.root, op);
+  TraceEntry trace = op_trace(inout, options.root);
+  OpCall op = begin(call.name, options.timeout, true, trace);
+  return traced(op, do_broadcast(inout, options.root, op));
 }
 
 std::shared_ptr<Work> ProcessGroup::reduce(Tensor in, Tensor out, const ReduceOptions& options) {
@@ -185,8 +270,9 @@ std::shared_ptr<Work> ProcessGroup::reduce(Tensor in, Tensor out, const ReduceOp
     check_device(out, "output", call.name);
   }
   const std::lock_guard issue(issue_mu_);
-  OpCall op = begin(call.name, options.timeout, true);
-  return do_reduce(in, out, options.op, options.root, op);
+  TraceEntry trace = op_trace(in, options.root);
+  OpCall op = begin(call.name, options.timeout, true, trace);
+  return traced(op, do_reduce(in, out, options.op, options.root, op));
 }
 
 std::shared_ptr<Work> ProcessGroup::gather(Tensor in, Tensor out, const RootOptions& options) {
@@ -208,8 +294,9 @@ std::shared_ptr<Work> ProcessGroup::gather(Tensor in, Tensor out, const RootOpti
     check_device(out, "output", call.name);
   }
   const std::lock_guard issue(issue_mu_);
-  OpCall op = begin(call.name, options.timeout, true);
-  return do_gather(in, out, options.root, op);
+  TraceEntry trace = op_trace(in, options.root);
+  OpCall op = begin(call.name, options.timeout, true, trace);
+  return traced(op, do_gather(in, out, options.root, op));
 }
 
 std::shared_ptr<Work> ProcessGroup::scatter(Tensor in, Tensor out, const RootOptions& options) {
@@ -231,8 +318,9 @@ std::shared_ptr<Work> ProcessGroup::scatter(Tensor in, Tensor out, const RootOpt
   }
   check_device(out, "output", call.name);
   const std::lock_guard issue(issue_mu_);
-  OpCall op = begin(call.name, options.timeout, true);
-  return do_scatter(in, out, options.root, op);
+  TraceEntry trace = op_trace(out, options.root);
+  OpCall op = begin(call.name, options.timeout, true, trace);
+  return traced(op, do_scatter(in, out, options.root, op));
 }
 
 std::shared_ptr<Work> ProcessGroup::all_to_all(Tensor in, Tensor out,
@@ -248,14 +336,16 @@ std::shared_ptr<Work> ProcessGroup::all_to_all(Tensor in, Tensor out,
   check_device(in, "input", call.name);
   check_device(out, "output", call.name);
   const std::lock_guard issue(issue_mu_);
-  OpCall op = begin(call.name, options.timeout, true);
-  return do_all_to_all(in, out, op);
+  TraceEntry trace = op_trace(in);
+  OpCall op = begin(call.name, options.timeout, true, trace);
+  return traced(op, do_all_to_all(in, out, op));
 }
 
 std::shared_ptr<Work> ProcessGroup::barrier(const CollectiveOptions& options) {
   const std::lock_guard issue(issue_mu_);
-  OpCall op = begin("barrier", options.timeout, true);
-  return do_barrier(op);
+  TraceEntry trace = op_trace(Tensor());
+  OpCall op = begin("barrier", options.timeout, true, trace);
+  return traced(op, do_barrier(op));
 }
 
 std::shared_ptr<Work> ProcessGroup::send(Tensor tensor, int dst, std::uint32_t tag,
@@ -265,8 +355,9 @@ std::shared_ptr<Work> ProcessGroup::send(Tensor tensor, int dst, std::uint32_t t
                    "destination {} is not another rank in [0, {})", dst, size_);
   check_device(tensor, "tensor", call.name);
   const std::lock_guard issue(issue_mu_);
-  OpCall op = begin(call.name, options.timeout, false);
-  return do_send(tensor, dst, tag, op);
+  TraceEntry trace = op_trace(tensor, -1, dst, tag);
+  OpCall op = begin(call.name, options.timeout, false, trace);
+  return traced(op, do_send(tensor, dst, tag, op));
 }
 
 std::shared_ptr<Work> ProcessGroup::recv(Tensor tensor, int src, std::uint32_t tag,
@@ -276,8 +367,9 @@ std::shared_ptr<Work> ProcessGroup::recv(Tensor tensor, int src, std::uint32_t t
                    "source {} is not another rank in [0, {})", src, size_);
   check_device(tensor, "tensor", call.name);
   const std::lock_guard issue(issue_mu_);
-  OpCall op = begin(call.name, options.timeout, false);
-  return do_recv(tensor, src, tag, op);
+  TraceEntry trace = op_trace(tensor, -1, src, tag);
+  OpCall op = begin(call.name, options.timeout, false, trace);
+  return traced(op, do_recv(tensor, src, tag, op));
 }
 
 }  // namespace chorus

@@ -17,8 +17,22 @@ thread_local int t_callback_depth = 0;
 
 Work::~Work() = default;
 
+void WorkState::trace_end_in(std::shared_ptr<FlightRecorder> recorder,
+                             std::uint64_t record) noexcept {
+  {
+    std::lock_guard lock(mu_);
+    if (!done_) {
+      trace_recorder_ = std::move(recorder);
+      trace_record_ = record;
+      return;
+    }
+  }
+  recorder->ended(record, error_);
+}
+
 bool WorkState::complete(std::exception_ptr error) noexcept {
   std::vector<std::function<void(Work&)>> callbacks;
+  std::shared_ptr<FlightRecorder> recorder;
   {
     std::lock_guard lock(mu_);
     if (done_) {
@@ -27,6 +41,10 @@ bool WorkState::complete(std::exception_ptr error) noexcept {
     done_ = true;
     error_ = std::move(error);
     callbacks.swap(callbacks_);
+    recorder.swap(trace_recorder_);
+  }
+  if (recorder) {
+    recorder->ended(trace_record_, error_);  // error_ is immutable once done_
   }
   cv_.notify_all();
   ++t_callback_depth;

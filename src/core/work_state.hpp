@@ -9,10 +9,13 @@
 #include <cstdint>
 #include <exception>
 #include <functional>
+#include <memory>
 #include <mutex>
 #include <vector>
 
 #include <chorus/work.hpp>
+
+#include "core/flight_recorder.hpp"
 
 namespace chorus {
 
@@ -33,6 +36,10 @@ class WorkState : public Work {
   const char* op_name() const noexcept override { return op_name_; }
   std::uint64_t seq() const noexcept override { return seq_; }
 
+  // Notes this op's end in `recorder` (as `record`) when it completes, before waiters wake,
+  // so that a dump taken after wait() returned shows it ended. Now if it already has.
+  void trace_end_in(std::shared_ptr<FlightRecorder> recorder, std::uint64_t record) noexcept;
+
   // A Work that is already complete (world size 1, count 0 ...).
   static std::shared_ptr<WorkState> completed(const char* op_name, std::uint64_t seq,
                                               std::exception_ptr error = nullptr);
@@ -45,6 +52,8 @@ class WorkState : public Work {
   bool done_ = false;                                  // guarded by mu_
   std::exception_ptr error_;                           // guarded by mu_; immutable once done_
   std::vector<std::function<void(Work&)>> callbacks_;  // guarded by mu_
+  std::shared_ptr<FlightRecorder> trace_recorder_;     // guarded by mu_
+  std::uint64_t trace_record_ = 0;                     // guarded by mu_
 };
 
 }  // namespace chorus

@@ -203,6 +203,9 @@ void Engine::start_next() {
     schedule_->finalize(current_->sig);
     executor_ = std::make_unique<Executor>(*transport_, *schedule_, (++epoch_) << 32);
     transport_->op_started(current_->call.seq);
+    if (config_.on_start) {
+      config_.on_start(current_->call, choose_algorithm(config_.size, current_->args));
+    }
     executor_->start();
     if (executor_->done()) {
       finish_current(nullptr);

@@ -51,6 +51,9 @@ struct EngineConfig {
   std::string group;
   // Called on the engine thread with the first failure (the group records it for fast-fail).
   std::function<void(std::exception_ptr)> on_failure;
+  // Called on the engine thread when a collective starts running, with its algorithm (the
+  // group's flight recorder notes both).
+  std::function<void(const OpCall&, const char* algorithm)> on_start;
 };
 
 class Engine {

@@ -68,6 +68,9 @@ class TcpProcessGroup final : public ProcessGroup {
     ec.size = size;
     ec.group = name();
     ec.on_failure = [this](std::exception_ptr e) { record_failure(std::move(e)); };
+    ec.on_start = [this](const OpCall& call, const char* algorithm) {
+      trace_started(call, algorithm);
+    };
     engine_ = std::make_unique<Engine>(std::move(ec), make_transport(rank, size, std::move(mesh)));
   }
 

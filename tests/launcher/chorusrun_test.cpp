@@ -19,6 +19,7 @@
 
 #include <chrono>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <regex>
@@ -212,6 +213,30 @@ TEST_CASE("a failing rank stops the others and sets chorusrun's exit status",
       CHECK(gone(pid));
     }
   }
+}
+
+TEST_CASE("after a failure, ranks that catch SIGUSR1 get it (flight recorder dump) before SIGTERM",
+          "[launcher][chorusrun]") {
+  // Rank 1 catches SIGUSR1 and SIGTERM (as a chorus rank catches SIGUSR1); rank 2 catches
+  // nothing, so it must never see SIGUSR1 (it would die of it). Rank 0 fails once both are set.
+  const std::string client =
+      binary("CHORUS_STORE_BIN") + " --connect $CHORUS_STORE_ADDR --timeout 20 ";
+  const Process p = run_script(
+      {"--standalone", "-n", "3", "--prefix"},
+      "if [ $RANK = 0 ]; then " + client +
+          "wait up1 up2 >/dev/null; exit 3; fi; "
+          "if [ $RANK = 1 ]; then trap 'echo got-usr1' USR1; trap 'echo got-term; exit 0' TERM; "
+          "  sleep 60 & " +
+          client + "set up1 1 >/dev/null; while :; do wait $!; done; fi; " + client +
+          "set up2 1 >/dev/null; exec sleep 60");
+  INFO(p.output);
+  CHECK(shell_status(p) == 3);
+  CHECK_THAT(p.output, Catch::Contains("asked 1 rank(s) to dump their flight recorder (SIGUSR1)"));
+  const auto usr1 = p.output.find("[rank 1] got-usr1");
+  const auto term = p.output.find("[rank 1] got-term");
+  CHECK(usr1 != std::string::npos);
+  CHECK(term != std::string::npos);
+  CHECK(usr1 < term);
 }
 
 TEST_CASE("--max-restarts restarts the local ranks, then gives up", "[launcher][chorusrun]") {
@@ -423,4 +448,68 @@ TEST_CASE("every node's chorusrun gives its ranks node 0's run id", "[launcher][
   const std::regex re("id=(chorusrun-[0-9a-f]{16})");
   REQUIRE(std::regex_search(first.output, m, re));
   CHECK_THAT(second.output, Catch::Contains("id=" + std::string(m[1])));
+}
+
+// Hidden by default (it needs the examples, configured after the tests): meson runs it as
+// the test chorusrun_restarts with the tag as argument.
+TEST_CASE("with --nnodes 2 a rank failure restarts every node's ranks; the job resumes",
+          "[.restarts]") {
+  const int probe = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in sa{};
+  sa.sin_family = AF_INET;
+  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof(sa);
+  REQUIRE(::bind(probe, reinterpret_cast<sockaddr*>(&sa), sizeof(sa)) == 0);
+  REQUIRE(::getsockname(probe, reinterpret_cast<sockaddr*>(&sa), &len) == 0);
+  const std::string port = std::to_string(ntohs(sa.sin_port));
+  ::close(probe);
+  const std::string dir = temp_dir();
+  const std::string ddp_train = std::string(std::getenv("EXAMPLES_DIR")) + "/ddp_train";
+  // 2 nodes x 2 ranks; rank 3 (node 1) crashes once at the start of epoch 2.
+  auto node = [&](const char* node_rank) {
+    return start({chorusrun(),
+                  "--nnodes",
+                  "2",
+                  "--node-rank",
+                  node_rank,
+                  "-n",
+                  "2",
+                  "--master-addr",
+                  "127.0.0.1",
+                  "--master-port",
+                  port,
+                  "--max-restarts",
+                  "1",
+                  "--prefix",
+                  ddp_train,
+                  "--verify",
+                  "--resume",
+                  dir,
+                  "--crash-once",
+                  "3:2"},
+                 {}, launcher_vars());
+  };
+  Process first = node("0");
+  Process second = node("1");
+  REQUIRE(finish(first, Seconds(100)));
+  REQUIRE(finish(second, Seconds(100)));
+  INFO(first.output << "\n----- node 1 -----\n" << second.output);
+  CHECK(shell_status(first) == 0);
+  CHECK(shell_status(second) == 0);
+  CHECK_THAT(second.output,
+             Catch::Contains("[rank 3] rank 3: crashing on purpose at the start of epoch 2"));
+  for (const Process* p : {&first, &second}) {
+    CHECK_THAT(p->output, Catch::Contains("restarting every node's ranks (restart 1 of 1): node 1: "
+                                          "rank 3 (local rank 1, pid "));
+    CHECK_THAT(p->output, Catch::Contains(") exited with code 17"));
+  }
+  // (Node 0's ranks either failed on the lost peer or were stopped by node 1's verdict: the
+  // first verdict wins, and it names node 1's rank 3 on both nodes.)
+  CHECK_THAT(first.output, Catch::Contains("resuming from " + dir +
+                                           "/ddp_train.ckpt: 2 epoch(s) done (restart 1)"));
+  // Every rank ends with the weights of an uninterrupted single-process run.
+  CHECK(count(first.output + second.output, "max |weights - single-process full-batch weights|") ==
+        4);
+  CHECK(count(first.output + second.output, "MISMATCH") == 0);
+  std::filesystem::remove_all(dir);
 }

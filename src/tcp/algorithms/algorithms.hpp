@@ -29,7 +29,11 @@ struct CollectiveArgs {
   std::size_t slice_bytes = 256 * 1024;
 };
 
-// Chooses the algorithm for (op, bytes, world size) and builds it into `s` (not finalized).
+// The algorithm for (op, bytes, world size): "ring", "recursive_doubling", "tree", "chain",
+// "direct", "pairwise", "dissemination", or "local" for one rank (a static string, for the
+// flight recorder and logs).
+const char* choose_algorithm(int size, const CollectiveArgs& a);
+// Builds the algorithm choose_algorithm() names into `s` (not finalized).
 void build_schedule(Schedule& s, const CollectiveArgs& a);
 
 void build_ring_allreduce(Schedule& s, const CollectiveArgs& a);

@@ -1,0 +1,157 @@
+// SPDX-License-Identifier: BSD-3-Clause
+#include "core/flight_recorder.hpp"
+
+#include <algorithm>
+#include <chrono>
+
+#include <chorus/errors.hpp>
+
+namespace chorus {
+
+const char* to_string(TraceState state) noexcept {
+  switch (state) {
+    case TraceState::issued:
+      return "issued";
+    case TraceState::started:
+      return "started";
+    case TraceState::completed:
+      return "completed";
+    case TraceState::failed:
+      return "failed";
+  }
+  return "unknown";
+}
+
+std::int64_t trace_now_us() noexcept {
+  using namespace std::chrono;
+  return duration_cast<microseconds>(system_clock::now().time_since_epoch()).count();
+}
+
+std::string first_line(const std::exception_ptr& error) {
+  if (!error) {
+    return {};
+  }
+  try {
+    std::rethrow_exception(error);
+  } catch (const std::exception& e) {
+    std::string text = e.what();
+    if (const auto eol = text.find('\n'); eol != std::string::npos) {
+      text.resize(eol);
+    }
+    return text;
+  } catch (...) {
+    return "unknown error";
+  }
+}
+
+FlightRecorder::FlightRecorder(TraceGroup group, std::size_t capacity)
+    : group_(std::move(group)), ring_(capacity) {}
+
+TraceEntry* FlightRecorder::slot(std::uint64_t record) noexcept {
+  if (record == 0 || ring_.empty()) {
+    return nullptr;
+  }
+  TraceEntry& e = ring_[(record - 1) % ring_.size()];
+  return e.record == record ? &e : nullptr;
+}
+
+std::uint64_t FlightRecorder::issued(const TraceEntry& entry) noexcept {
+  if (ring_.empty()) {
+    return 0;
+  }
+  const std::int64_t now = trace_now_us();
+  const std::lock_guard lock(mu_);
+  const std::uint64_t record = ++recorded_;
+  TraceEntry& e = ring_[(record - 1) % ring_.size()];
+  e.record = record;
+  e.seq = entry.seq;
+  e.p2p = entry.p2p;
+  e.op = entry.op;
+  e.dtype = entry.dtype;
+  e.count = entry.count;
+  e.root = entry.root;
+  e.peer = entry.peer;
+  e.tag = entry.tag;
+  e.algorithm = "";
+  e.bytes = entry.bytes;
+  e.issued_us = now;
+  e.started_us = 0;
+  e.ended_us = 0;
+  e.state = TraceState::issued;
+  e.error.clear();  // keeps its capacity: no allocation on the healthy path
+  return record;
+}
+
+void FlightRecorder::started(std::uint64_t record, const char* algorithm) noexcept {
+  if (record == 0) {
+    return;
+  }
+  const std::int64_t now = trace_now_us();
+  const std::lock_guard lock(mu_);
+  if (TraceEntry* e = slot(record); e != nullptr && e->state == TraceState::issued) {
+    e->started_us = now;
+    e->algorithm = algorithm != nullptr ? algorithm : "";
+    e->state = TraceState::started;
+  }
+}
+
+void FlightRecorder::ended(std::uint64_t record, const std::exception_ptr& error) noexcept {
+  if (record == 0) {
+    return;
+  }
+  std::string message;
+  try {
+    message = first_line(error);
+  } catch (...) {
+    message = "error (message unavailable: out of memory)";
+  }
+  const std::int64_t now = trace_now_us();
+  const std::lock_guard lock(mu_);
+  if (TraceEntry* e = slot(record); e != nullptr) {
+    e->ended_us = now;
+    e->state = error ? TraceState::failed : TraceState::completed;
+    e->error.swap(message);
+  }
+}
+
+void FlightRecorder::group_failed(const std::exception_ptr& error) noexcept {
+  std::string message;
+  std::vector<int> peers;
+  try {
+    message = first_line(error);
+    try {
+      std::rethrow_exception(error);
+    } catch (const Error& e) {
+      peers = e.context().peers;
+    } catch (...) {
+    }
+  } catch (...) {
+    message = "error (message unavailable: out of memory)";
+  }
+  const std::int64_t now = trace_now_us();
+  const std::lock_guard lock(mu_);
+  if (failure_us_ == 0) {
+    failure_.swap(message);
+    failure_peers_.swap(peers);
+    failure_us_ = now;
+  }
+}
+
+TraceSnapshot FlightRecorder::snapshot() const {
+  TraceSnapshot s;
+  s.group = group_;
+  s.capacity = ring_.size();
+  const std::lock_guard lock(mu_);
+  s.recorded = recorded_;
+  s.failure = failure_;
+  s.failure_us = failure_us_;
+  s.failure_peers = failure_peers_;
+  const std::uint64_t kept = std::min<std::uint64_t>(recorded_, ring_.size());
+  s.entries.reserve(kept);
+  for (std::uint64_t r = recorded_ - kept + 1; r <= recorded_; ++r) {
+    s.entries.push_back(ring_[(r - 1) % ring_.size()]);
+  }
+  return s;
+}
+
+}  // namespace chorus

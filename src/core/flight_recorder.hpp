@@ -1,0 +1,96 @@
+// SPDX-License-Identifier: BSD-3-Clause
+// FlightRecorder: the last ops of one process group, kept in a fixed ring so it can stay on in
+// production. When a job hangs or fails, each rank's record of what it issued, started and
+// finished (dumped by trace_dump.hpp, read by chorus-trace) tells which rank fell behind, which
+// op mismatched and where the first failure was, which one error message per rank cannot.
+//
+// Cost per op: one uncontended mutex, a few stores into a preallocated slot, and no allocation
+// (op/algorithm names are static strings; an error message is copied only when an op fails).
+#pragma once
+
+#include "core/private.hpp"
+
+#include <cstdint>
+#include <exception>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include <chorus/types.hpp>
+
+namespace chorus {
+
+enum class TraceState : std::uint8_t { issued, started, completed, failed };
+const char* to_string(TraceState state) noexcept;
+
+// Microseconds since the Unix epoch (the system clock, so that ranks' dumps line up).
+std::int64_t trace_now_us() noexcept;
+
+struct TraceEntry {
+  std::uint64_t record = 0;  // 1-based position in this recorder's history (0: empty slot)
+  std::uint64_t seq = 0;     // the op's sequence number (collective or p2p numbering)
+  bool p2p = false;
+  const char* op = "";
+  DataType dtype = DataType::uint8;
+  std::uint64_t count = 0;
+  int root = -1;  // rooted collectives
+  int peer = -1;  // send/recv
+  std::uint32_t tag = 0;
+  const char* algorithm = "";  // set by the backend when the op starts, "" if it never did
+  std::uint64_t bytes = 0;     // payload bytes of this rank
+  std::int64_t issued_us = 0;
+  std::int64_t started_us = 0;  // 0: not started
+  std::int64_t ended_us = 0;    // 0: not ended
+  TraceState state = TraceState::issued;
+  std::string error;  // first line of the error, when failed
+};
+
+struct TraceGroup {
+  std::string name;
+  std::string backend;
+  int rank = 0;
+  int size = 1;
+};
+
+struct TraceSnapshot {
+  TraceGroup group;
+  std::size_t capacity = 0;
+  std::uint64_t recorded = 0;       // ops recorded since the group was made (>= entries.size())
+  std::vector<TraceEntry> entries;  // oldest first
+  std::string failure;              // the group's first failure ("" if healthy)
+  std::int64_t failure_us = 0;
+  std::vector<int> failure_peers;  // the ranks that failure names (chorus::Error's context)
+};
+
+class FlightRecorder {
+ public:
+  // capacity 0 disables recording (every call is then a no-op returning record 0).
+  FlightRecorder(TraceGroup group, std::size_t capacity);
+
+  // Records an op at issue time; returns its record number for the calls below.
+  std::uint64_t issued(const TraceEntry& entry) noexcept;
+  void started(std::uint64_t record, const char* algorithm) noexcept;
+  void ended(std::uint64_t record, const std::exception_ptr& error) noexcept;
+  // The group's first failure (kept once).
+  void group_failed(const std::exception_ptr& error) noexcept;
+
+  TraceSnapshot snapshot() const;
+  bool enabled() const noexcept { return !ring_.empty(); }
+  const TraceGroup& group() const noexcept { return group_; }
+
+ private:
+  TraceEntry* slot(std::uint64_t record) noexcept;  // null if overwritten or 0
+
+  const TraceGroup group_;
+  mutable std::mutex mu_;
+  std::vector<TraceEntry> ring_;    // guarded by mu_
+  std::uint64_t recorded_ = 0;      // guarded by mu_
+  std::string failure_;             // guarded by mu_
+  std::int64_t failure_us_ = 0;     // guarded by mu_
+  std::vector<int> failure_peers_;  // guarded by mu_
+};
+
+// The first line of an exception's message ("unknown error" if it is not a std::exception).
+std::string first_line(const std::exception_ptr& error);
+
+}  // namespace chorus

@@ -1,0 +1,148 @@
+// SPDX-License-Identifier: BSD-3-Clause
+// FlightRecorder's ring and the dump format, and chorus-trace's analysis on hand-made dumps
+// (the real failing runs are in tests/tcp/trace_mp_test.cpp).
+#include <stdexcept>
+#include <string>
+
+#include <catch2/catch.hpp>
+
+#include <chorus/errors.hpp>
+
+#include "core/flight_recorder.hpp"
+#include "core/trace_dump.hpp"
+#include "trace_report.hpp"
+
+namespace chorus {
+namespace {
+
+TraceEntry op(std::uint64_t seq, const char* name = "allreduce", std::uint64_t count = 4) {
+  TraceEntry e;
+  e.seq = seq;
+  e.op = name;
+  e.dtype = DataType::float32;
+  e.count = count;
+  e.bytes = count * 4;
+  return e;
+}
+
+bool has(const std::string& text, const std::string& part) {
+  return text.find(part) != std::string::npos;
+}
+
+}  // namespace
+
+TEST_CASE("the flight recorder keeps the last ops in issue order and ignores overwritten ones",
+          "[core][trace]") {
+  FlightRecorder rec({.name = "world", .backend = "tcp", .rank = 1, .size = 4}, 3);
+  std::vector<std::uint64_t> records;
+  for (std::uint64_t seq = 1; seq <= 5; ++seq) {
+    records.push_back(rec.issued(op(seq)));
+  }
+  rec.started(records[0], "ring");  // seq 1 was overwritten: no effect
+  rec.started(records[4], "ring");
+  rec.ended(records[3], nullptr);
+  rec.ended(records[4], std::make_exception_ptr(std::runtime_error("boom\nsecond line")));
+  const TraceSnapshot s = rec.snapshot();
+  REQUIRE(s.recorded == 5);
+  REQUIRE(s.entries.size() == 3);
+  CHECK(s.entries[0].seq == 3);
+  CHECK(s.entries[0].state == TraceState::issued);
+  CHECK(s.entries[1].state == TraceState::completed);
+  CHECK(s.entries[2].state == TraceState::failed);
+  CHECK(std::string(s.entries[2].algorithm) == "ring");
+  CHECK(s.entries[2].error == "boom");
+  CHECK(s.entries[2].started_us >= s.entries[2].issued_us);
+  CHECK(s.entries[2].ended_us >= s.entries[2].started_us);
+}
+
+TEST_CASE("a recorder of capacity 0 records nothing", "[core][trace]") {
+  FlightRecorder rec({.name = "world"}, 0);
+  CHECK_FALSE(rec.enabled());
+  CHECK(rec.issued(op(1)) == 0);
+  rec.ended(0, nullptr);
+  CHECK(rec.snapshot().entries.empty());
+}
+
+TEST_CASE("a group's first failure is kept, with the ranks it names", "[core][trace]") {
+  FlightRecorder rec({.name = "world"}, 8);
+  rec.group_failed(std::make_exception_ptr(
+      TimeoutError("first\nmore", ErrorContext{.rank = 0, .size = 3, .peers = {2, 1}})));
+  rec.group_failed(std::make_exception_ptr(std::runtime_error("second")));
+  const TraceSnapshot s = rec.snapshot();
+  CHECK(s.failure == "first");
+  CHECK(s.failure_peers == std::vector<int>{2, 1});
+  const auto views = trace_tool::parse_dump(trace::to_json({s}, "timeout"), "rank0.json");
+  REQUIRE(views.size() == 1);
+  CHECK(views[0].failure_peers == std::vector<int>{2, 1});
+}
+
+TEST_CASE("a dump parses back into what was recorded", "[core][trace]") {
+  FlightRecorder rec({.name = "world", .backend = "tcp", .rank = 2, .size = 3}, 8);
+  TraceEntry send = op(7, "send");
+  send.p2p = true;
+  send.peer = 1;
+  send.tag = 9;
+  const auto r1 = rec.issued(op(1, "broadcast"));
+  rec.issued(send);
+  rec.ended(r1, nullptr);
+  const std::string text = trace::to_json({rec.snapshot()}, "SIGUSR1");
+  const auto views = trace_tool::parse_dump(text, "rank2.json");
+  REQUIRE(views.size() == 1);
+  const auto& v = views[0];
+  CHECK(v.name == "world");
+  CHECK(v.rank == 2);
+  CHECK(v.size == 3);
+  CHECK(v.reason == "SIGUSR1");
+  REQUIRE(v.ops.size() == 2);
+  CHECK(v.ops[0].op == "broadcast");
+  CHECK(v.ops[0].state == "completed");
+  CHECK(v.ops[0].dtype == "float32");
+  CHECK(v.ops[1].p2p);
+  CHECK(v.ops[1].peer == 1);
+  CHECK(v.ops[1].root == -1);
+  CHECK_THROWS(trace_tool::parse_dump("{\"hello\": 1}", "x.json"));
+  CHECK_THROWS(trace_tool::parse_dump("not json", "x.json"));
+}
+
+TEST_CASE("chorus-trace's report: first failure, missing ranks, ranks behind, mismatches",
+          "[core][trace]") {
+  auto view = [](int rank, std::vector<std::pair<std::uint64_t, std::string>> ops) {
+    trace_tool::GroupView v;
+    v.name = "world";
+    v.rank = rank;
+    v.size = 4;
+    v.host = "h";
+    std::int64_t t = 1000;
+    for (auto& [seq, name] : ops) {
+      trace_tool::OpRecord o;
+      o.seq = seq;
+      o.op = name;
+      o.dtype = "float32";
+      o.count = 4;
+      o.state = "completed";
+      o.issued_us = t;
+      t += 1000;
+      v.ops.push_back(o);
+    }
+    return v;
+  };
+  auto r0 = view(0, {{1, "allreduce"}, {2, "allreduce"}, {3, "allreduce"}});
+  auto r1 = view(1, {{1, "allreduce"}, {2, "allreduce"}});
+  auto r2 = view(2, {{1, "allreduce"}, {2, "allreduce"}, {3, "allgather"}});
+  r0.failure = "allreduce (seq 3) timed out";
+  r0.failure_us = 5000;
+  r2.failure = "later";
+  r2.failure_us = 9000;
+  const std::string report = trace_tool::report({r0, r1, r2}, 2);
+  INFO(report);
+  CHECK(has(report, "group 'world' (4 ranks): dumps from 3 of them"));
+  CHECK(has(report, "first failure: rank 0 (h pid 0): allreduce (seq 3) timed out"));
+  CHECK(has(report, "never reported: rank 3 "));
+  CHECK(has(report, "behind: rank 1 last issued collective seq 2, the others reached seq 3"));
+  CHECK(has(report,
+            "mismatch at seq 3: rank 2: allgather 4 x float32; rank 0: allreduce 4 x "
+            "float32"));
+  CHECK(has(report, "last 2 ops per rank"));
+}
+
+}  // namespace chorus
