@@ -132,6 +132,9 @@ struct Server::Conn {
 };
 
 Server::Server(const TcpStoreServerOptions& options) : options_(options) {
+  if (!options.token.empty()) {
+    check_token(options.token, "TcpStoreServerOptions::token");
+  }
   limits_.max_key_bytes = options.max_key_bytes;
   limits_.max_value_bytes = options.max_value_bytes;
   // A reply carrying one maximal value must always be possible.
