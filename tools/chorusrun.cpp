@@ -138,9 +138,10 @@ std::string chorusrun_run_id(const chorusrun::RunArgs& args, const chorusrun::La
     return random_run_id();
   }
   const std::string key = "chorusrun/run_id";
-  chorus::TcpStore store(chorus::TcpStoreOptions{.host = plan.store_host,
-                                                 .port = static_cast<std::uint16_t>(plan.store_port),
-                                                 .token = plan.store_token});
+  chorus::TcpStore store(
+      chorus::TcpStoreOptions{.host = plan.store_host,
+                              .port = static_cast<std::uint16_t>(plan.store_port),
+                              .token = plan.store_token});
   if (args.node_rank == 0) {
     store.set(key, random_run_id());
   }

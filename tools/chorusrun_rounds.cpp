@@ -275,8 +275,8 @@ int run_job_rounds(const LaunchPlan& plan, int signal_fd) {
   const std::string me = "node " + std::to_string(args.node_rank);
   std::unique_ptr<JobRounds> rounds;
   try {
-    rounds =
-        std::make_unique<JobRounds>(plan.store_host, plan.store_port, plan.store_token, args.nnodes, args.node_rank);
+    rounds = std::make_unique<JobRounds>(plan.store_host, plan.store_port, plan.store_token,
+                                         args.nnodes, args.node_rank);
   } catch (const chorus::Error& e) {
     say(me + ": cannot reach node 0's store at " + plan.store_host + ":" +
         std::to_string(plan.store_port) + ": " + e.what());

@@ -43,8 +43,7 @@ struct Verdict {
 class JobRounds {
  public:
   // `token`: the job's store token ("" for an open store).
-  JobRounds(const std::string& host, int port, const std::string& token, int nnodes,
-            int node_rank);
+  JobRounds(const std::string& host, int port, const std::string& token, int nnodes, int node_rank);
   ~JobRounds();  // waits for the watcher (it ends once the attempt's verdict is out)
   JobRounds(const JobRounds&) = delete;
   JobRounds& operator=(const JobRounds&) = delete;

@@ -32,8 +32,8 @@ struct AttemptResult {
   int rank = -1;
   int local_rank = -1;
   pid_t pid = -1;
-  int exit_code = 0;  // when it exited
-  int signal = 0;     // when a signal killed it
+  int exit_code = 0;              // when it exited
+  int signal = 0;                 // when a signal killed it
   std::int64_t failed_at_us = 0;  // system clock when it was reaped (orders failures across nodes)
   // The first signal chorusrun received during the attempt (0: none); no restart follows one.
   int interrupt_signal = 0;

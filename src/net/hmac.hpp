@@ -27,7 +27,8 @@ bool equal_macs(const Mac& a, const Mac& b) noexcept;
 void random_bytes(std::span<std::uint8_t> out);
 
 std::span<const std::uint8_t> as_bytes(std::string_view text) noexcept;
-// Lower-case hex of bytes, and back (nullopt-like: false if `hex` is not 2 × out.size() hex digits).
+// Lower-case hex of bytes, and back (nullopt-like: false if `hex` is not 2 × out.size() hex
+// digits).
 std::string to_hex(std::span<const std::uint8_t> bytes);
 bool from_hex(std::string_view hex, std::span<std::uint8_t> out) noexcept;
 

@@ -18,8 +18,7 @@ constexpr std::string_view kServerLabel = "chorus-store/1 server proof";
 
 net::Mac proof(std::string_view label, std::string_view token, const Nonce& server_nonce,
                const Nonce& client_nonce) {
-  return net::hmac_sha256(net::as_bytes(token),
-                          {net::as_bytes(label), server_nonce, client_nonce});
+  return net::hmac_sha256(net::as_bytes(token), {net::as_bytes(label), server_nonce, client_nonce});
 }
 
 }  // namespace

@@ -38,10 +38,10 @@ int authenticate(net::Socket& s, Deadline deadline, const std::string& token) {
     return io_errno(r);
   }
   if (token.empty()) {
-    throw StoreError(fmt::format(
-        "the store server at {} requires a job token and this process has none: set "
-        "CHORUS_STORE_TOKEN to the job's token (chorusrun sets it for its ranks)",
-        server));
+    throw StoreError(
+        fmt::format("the store server at {} requires a job token and this process has none: set "
+                    "CHORUS_STORE_TOKEN to the job's token (chorusrun sets it for its ranks)",
+                    server));
   }
   const Nonce mine = random_nonce();
   const net::Mac proof = client_proof(token, challenge, mine);

@@ -57,13 +57,16 @@ struct Leader {
   std::uint64_t group_id = 0;
   std::string who;
   std::string address;
+  GroupSecret secret{};
 };
 
 std::optional<Leader> parse_leader(const std::string& text) {
   std::istringstream in(text);
   Leader l;
   std::string id;
-  if (!(in >> l.size >> id >> l.who >> l.address) || l.size < 1) {
+  std::string secret;
+  if (!(in >> l.size >> id >> l.who >> l.address >> secret) || l.size < 1 ||
+      !net::from_hex(secret, l.secret)) {
     return std::nullopt;
   }
   try {
@@ -252,10 +255,11 @@ Membership lead(Store& store, const MembershipOptions& o) {
   Membership m;
   m.epoch = random_epoch();
   m.group_id = random_group_id();
+  net::random_bytes(m.secret);
   // Records first, `current` last: whoever reads `current` finds the leader record.
   store.multi_set({epoch_key(m.epoch, "leader"), addr_key(m.epoch, 0), member_key(m.epoch, 0)},
-                  {to_bytes(fmt::format("{} {:016x} {} {}", o.size, m.group_id, pid_at_host(),
-                                        o.local_address)),
+                  {to_bytes(fmt::format("{} {:016x} {} {} {}", o.size, m.group_id, pid_at_host(),
+                                        o.local_address, net::to_hex(m.secret))),
                    to_bytes(o.local_address), to_bytes(member_record(o))});
   store.set(kCurrentEpochKey, m.epoch);
   m.addresses = wait_for_addresses(store, m.epoch, o);
@@ -344,6 +348,7 @@ Membership follow(Store& store, const MembershipOptions& o) {
     Membership m;
     m.epoch = epoch;
     m.group_id = leader->group_id;
+    m.secret = leader->secret;
     m.addresses = wait_for_addresses(store, m.epoch, o);
     return m;
   }

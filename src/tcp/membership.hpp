@@ -5,7 +5,9 @@
 // or be shared by mistake (two jobs, a duplicate RANK, a different WORLD_SIZE). Membership
 // is therefore organised in formations ("epochs"), each led by one live rank 0:
 //   current              the epoch of the formation rank 0 leads now (16 hex digits)
-//   e<epoch>/leader      "<world size> <group id> <pid>@<host> <rank 0's host:port>"
+//   e<epoch>/leader      "<world size> <group id> <pid>@<host> <rank 0's host:port> <secret>"
+//                        (secret: 64 hex digits, the formation's key for the mesh handshake's
+//                        membership proofs; whoever can read the store can read it)
 //   e<epoch>/claim/<r>   counter: how many processes claimed rank r in this formation
 //   e<epoch>/addr/<r>    rank r's "host:port"
 //   e<epoch>/member/<r>  "<world size> <pid>@<host>" (for messages)
@@ -28,6 +30,8 @@
 #include <chorus/deadline.hpp>
 #include <chorus/store.hpp>
 
+#include "tcp/handshake.hpp"
+
 namespace chorus::tcp {
 
 struct MembershipOptions {
@@ -47,6 +51,7 @@ struct Membership {
   std::string epoch;  // empty for a group of one (no store records)
   std::uint64_t group_id = 0;
   std::vector<std::string> addresses;  // by rank
+  GroupSecret secret{};                // proves membership in the mesh handshake
 };
 
 // Publishes this rank and waits until every rank of the formation has. Throws TimeoutError

@@ -240,7 +240,8 @@ TEST_CASE("after a failure, ranks that catch SIGUSR1 get it (flight recorder dum
 }
 
 TEST_CASE("chorusrun's store requires the job token it hands its ranks", "[launcher][chorusrun]") {
-  const std::string cli = binary("CHORUS_STORE_BIN") + " --connect $CHORUS_STORE_ADDR --timeout 20 ";
+  const std::string cli =
+      binary("CHORUS_STORE_BIN") + " --connect $CHORUS_STORE_ADDR --timeout 20 ";
   const Process p = run_script(
       {"--standalone", "-n", "1"},
       "echo token_len=${#CHORUS_STORE_TOKEN}; " + cli + "set k member-wrote-this && " + cli +

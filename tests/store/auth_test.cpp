@@ -169,7 +169,8 @@ TEST_CASE("missing, wrong and one-sided tokens fail at connect, saying which sid
       TcpStore c(client_options(without.port(), kToken));
       FAIL("used a server that cannot prove the token");
     } catch (const StoreError& e) {
-      CHECK_THAT(e.what(), Catch::Contains("does not require a job token but this process has one"));
+      CHECK_THAT(e.what(),
+                 Catch::Contains("does not require a job token but this process has one"));
     }
   }
   SECTION("tokens that are too short or padded are rejected before connecting") {
