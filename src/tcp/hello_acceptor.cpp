@@ -57,7 +57,7 @@ class Acceptor {
       expire_silent();
       if (next_tick.expired()) {
         if (o_.on_tick) {
-          o_.on_tick();
+          o_.on_tick(missing_ranks());
         }
         next_tick = Deadline::after(o_.tick);
       }
@@ -191,7 +191,7 @@ class Acceptor {
     });
   }
 
-  [[noreturn]] void throw_timeout() {
+  std::vector<int> missing_ranks() const {
     std::vector<int> missing;
     for (int r = 0; r < o_.rank; ++r) {
       const auto& socks = incoming_[static_cast<std::size_t>(r)];
@@ -200,6 +200,11 @@ class Acceptor {
         missing.push_back(r);
       }
     }
+    return missing;
+  }
+
+  [[noreturn]] void throw_timeout() {
+    const std::vector<int> missing = missing_ranks();
     ErrorContext c;
     c.rank = o_.rank;
     c.size = o_.size;

@@ -32,8 +32,9 @@ struct AcceptOptions {
   Duration timeout{0};        // the group timeout, for messages
   Deadline deadline = Deadline::never();
   Duration hello_timeout = std::chrono::seconds(5);  // per connection, capped by deadline
-  // Called about every `tick` while waiting; may throw to abandon setup (a recorded clash).
-  std::function<void()> on_tick;
+  // Called about every `tick` while waiting, with the lower ranks not fully connected yet; may
+  // throw to abandon setup (a recorded clash, a rank found dead).
+  std::function<void(const std::vector<int>& missing)> on_tick;
   Duration tick = std::chrono::milliseconds(250);
 };
 

@@ -14,6 +14,8 @@
 
 #include <poll.h>
 
+#include <cerrno>
+
 #include <algorithm>
 #include <array>
 
@@ -48,6 +50,31 @@ std::string where(const MeshOptions& o) {
   return fmt::format("tcp group setup on rank {}/{} [{}]", o.rank, o.size, o.group_name);
 }
 
+[[noreturn]] void throw_gone(const MeshOptions& o, int peer, const std::string& address,
+                             const std::string& message) {
+  ErrorContext c = context(o, {peer});
+  c.peer_address = address;
+  c.os_error = ECONNREFUSED;
+  throw NetworkError(fmt::format("{}: {}", where(o), message), c);
+}
+
+// The acceptor ticks every 250 ms; lower ranks that have not connected are probed every 4th.
+constexpr int kTicksPerLivenessCheck = 4;
+constexpr auto kLivenessProbeTimeout = std::chrono::milliseconds(500);
+
+// A rank whose published address refuses connections: its listener is closed, so its process
+// exited (or destroyed its group) after it joined the formation. Recorded in the store first,
+// so that the other members name this rank rather than the ones that leave because of it.
+[[noreturn]] void throw_exited(Store& store, const Mesh& mesh, const MeshOptions& o, int peer,
+                               const std::string& address) {
+  const std::string message = fmt::format(
+      "rank {} published its address {} and then stopped listening (connection refused): its "
+      "process exited or destroyed the group during setup; check rank {}'s log",
+      peer, address, peer);
+  record_gone(store, mesh.membership, peer, message);
+  throw_gone(o, peer, address, message);
+}
+
 // Phases 1-3 over the formation's addresses.
 void connect_mesh(Store& store, const MeshOptions& o, Mesh& mesh, int channels) {
   const int n = o.size;
@@ -75,9 +102,15 @@ void connect_mesh(Store& store, const MeshOptions& o, Mesh& mesh, int channels) 
         const net::IoResult r = net::send_all(s, open.data(), open.size(), d);
         return r.ok() ? 0 : (r.os_error ? r.os_error : ECONNRESET);
       };
+      co.refused_is_final = true;  // it listened before it published: refused means gone
       net::Socket s;
       try {
         s = net::connect(hp.host, hp.port, o.deadline, co);
+      } catch (const NetworkError& e) {
+        if (e.context().os_error != ECONNREFUSED) {
+          throw;
+        }
+        throw_exited(store, mesh, o, peer, link.address);
       } catch (const TimeoutError& e) {
         throw TimeoutError(fmt::format("{}: could not connect to rank {} at {}: {}", where(o), peer,
                                        link.address, e.what()),
@@ -104,7 +137,27 @@ void connect_mesh(Store& store, const MeshOptions& o, Mesh& mesh, int channels) 
   ao.deadline = o.deadline;
   ao.hello_timeout = o.hello_timeout;
   ao.secret = mesh.membership.secret;
-  ao.on_tick = [&] { check_no_clash(store, mesh.membership); };
+  int ticks = 0;
+  ao.on_tick = [&](const std::vector<int>& missing) {
+    check_no_clash(store, mesh.membership);
+    if (auto gone = recorded_gone(store, mesh.membership);
+        gone && gone->first >= 0 && gone->first < n) {
+      throw_gone(o, gone->first, mesh.peers[static_cast<std::size_t>(gone->first)].address,
+                 gone->second);
+    }
+    // About once a second: a lower rank that has not connected and whose published address
+    // refuses connections has exited; say so now rather than at the timeout.
+    if (++ticks % kTicksPerLivenessCheck != 0) {
+      return;
+    }
+    for (int peer : missing) {
+      const std::string& address = mesh.peers[static_cast<std::size_t>(peer)].address;
+      if (!answers_at(address, mesh.group_id, o.rank, n,
+                      earliest(o.deadline, Deadline::after(kLivenessProbeTimeout)))) {
+        throw_exited(store, mesh, o, peer, address);
+      }
+    }
+  };
   std::vector<std::vector<AcceptedLink>> incoming = accept_lower_ranks(mesh.listener, ao);
 
   // Phase 3: the answers of the higher ranks.

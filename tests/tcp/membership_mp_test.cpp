@@ -4,6 +4,7 @@
 // earlier launch's records, and no store keys left behind by destroyed groups.
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <signal.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -160,6 +161,54 @@ TEST_CASE("a hello without the formation's membership proof never joins the grou
   for (int r = 0; r < 3; ++r) {
     CHECK_FALSE(results[static_cast<std::size_t>(r)].ok());  // nobody formed a group with it
   }
+}
+
+// Rank 1 is SIGKILLed after publishing its address, before rank 2 starts. With a 60 s group
+// timeout, ranks 0 and 2 must name rank 1 as gone within a few seconds (rank 0 when its
+// connect is refused; rank 2 from its once-a-second probe of the ranks that have not connected),
+// and blame no live rank.
+TEST_CASE("a rank that dies after publishing its address is named at once, not at the timeout",
+          "[tcp][mp][membership]") {
+  StoreServerProcess server;
+  const auto port = server.port();
+  auto results = run_processes(
+      4,
+      [port](int who) {
+        auto base = child_store(port);
+        auto ns = make_prefix_store("job", base);
+        if (who == 3) {  // the killer
+          (void)current_address(*make_prefix_store("tcp/g1", ns), 1, 30s);
+          const auto pid = std::stoi(base->get_string("pid/1", 30s));
+          ::kill(pid, SIGKILL);
+          base->set("killed", std::string_view("1"));
+          return;
+        }
+        if (who == 1) {
+          base->set("pid/1", std::to_string(::getpid()));
+        }
+        if (who == 2) {
+          base->get("killed", 30s);
+        }
+        const auto t0 = Clock::now();
+        try {
+          auto pg = make_tcp_group(ns, who, 3, loopback_options(60s));
+        } catch (const NetworkError& e) {
+          if (e.context().peers != std::vector<int>{1}) {
+            throw ChildCheckFailed{std::string("blames the wrong rank: ") + e.what()};
+          }
+          CHILD_CHECK(contains(e.what(), "rank 1 published its address"));
+          CHILD_CHECK(contains(e.what(), "stopped listening"));
+          CHILD_CHECK(seconds_since(t0) < 15.0);  // 60 s is the timeout
+          return;
+        }
+        CHILD_CHECK(false);  // no group can form without rank 1
+      },
+      40s);
+  INFO(describe(results));
+  CHECK(results[0].ok());
+  CHECK(results[1].signal == SIGKILL);
+  CHECK(results[2].ok());
+  CHECK(results[3].ok());
 }
 
 // Two processes started with RANK=1 (world size 2): the second claimant fails at once with a
