@@ -18,6 +18,7 @@
 #include <chorus/tcp_store.hpp>
 
 #include "cli_number.hpp"
+#include "token_file.hpp"
 
 namespace {
 
@@ -139,22 +140,6 @@ int serve(chorus::TcpStoreServerOptions options) {
   return 0;
 }
 
-// The first line of `path` (the job token; a trailing newline is not part of it).
-std::optional<std::string> read_token_file(const std::string& path) {
-  std::FILE* f = std::fopen(path.c_str(), "r");
-  if (f == nullptr) {
-    return std::nullopt;
-  }
-  char buf[4100];
-  const std::size_t n = std::fread(buf, 1, sizeof buf, f);
-  std::fclose(f);
-  std::string token(buf, n);
-  if (const auto eol = token.find_first_of("\r\n"); eol != std::string::npos) {
-    token.resize(eol);
-  }
-  return token;
-}
-
 int client(const std::string& address, double timeout_s, const std::vector<std::string>& args,
            const std::optional<std::string>& token) {
   std::string host;
@@ -257,7 +242,7 @@ int main(int argc, char** argv) {
     } else if (a == "--token-file") {
       const auto v = value();
       if (!v) return usage_error("--token-file needs a file name");
-      token = read_token_file(*v);
+      token = chorus::cli::read_token_file(*v);
       if (!token) return usage_error("--token-file: cannot read '" + *v + "'");
     } else if (a == "--connect") {
       auto v = value();

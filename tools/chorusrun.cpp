@@ -24,6 +24,7 @@
 #include "chorusrun_args.hpp"
 #include "chorusrun_rounds.hpp"
 #include "chorusrun_supervisor.hpp"
+#include "token_file.hpp"
 
 extern char** environ;
 
@@ -80,18 +81,11 @@ std::string random_token() {
 // Empty with --nnodes > 1 and none given: the nodes could not agree on a made-up one.
 std::string store_token(const chorusrun::RunArgs& args) {
   if (!args.token_file.empty()) {
-    std::FILE* f = std::fopen(args.token_file.c_str(), "r");
-    if (f == nullptr) {
+    auto token = chorus::cli::read_token_file(args.token_file);
+    if (!token) {
       throw chorusrun::UsageError("--token-file " + args.token_file + ": " + std::strerror(errno));
     }
-    char buf[4100];
-    const std::size_t n = std::fread(buf, 1, sizeof buf, f);
-    std::fclose(f);
-    std::string token(buf, n);
-    if (const auto eol = token.find_first_of("\r\n"); eol != std::string::npos) {
-      token.resize(eol);
-    }
-    return token;
+    return *token;
   }
   if (const char* env = std::getenv("CHORUS_STORE_TOKEN"); env != nullptr && *env != '\0') {
     return env;
