@@ -6,7 +6,7 @@ BUILD ?= build
 ASAN_BUILD ?= build-asan
 TSAN_BUILD ?= build-tsan
 MESON_OPTS ?=
-DEB_PACKAGES := meson ninja-build pkg-config g++ libfmt-dev nlohmann-json3-dev catch2 libdlpack-dev iproute2 iperf3 openmpi-bin openssh-client \
+DEB_PACKAGES := meson ninja-build pkg-config g++ libfmt-dev libssl-dev nlohmann-json3-dev catch2 libdlpack-dev iproute2 iperf3 openmpi-bin openssh-client \
   clang libclang-rt-14-dev clang-format
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 

@@ -18,6 +18,7 @@
 #include <chorus/tcp_store.hpp>
 
 #include "cli_number.hpp"
+#include "token_file.hpp"
 
 namespace {
 
@@ -42,6 +43,9 @@ constexpr const char* kUsage =
     "\n"
     "options:\n"
     "  --timeout SECONDS  deadline of the connect and of the command (default 10; decimals ok)\n"
+    "  --token-file F     the job token (first line of F; 16+ bytes): serving, every client must\n"
+    "                     prove it knows it; as a client, authenticate with it. Default:\n"
+    "                     CHORUS_STORE_TOKEN. Without one the store serves anyone who connects\n"
     "\n"
     "server limits (plain integers of bytes or seconds; see docs/protocol.md, Limits):\n"
     "  --max-value-bytes N         largest value accepted (default 8388608 = 8 MiB)\n"
@@ -136,7 +140,8 @@ int serve(chorus::TcpStoreServerOptions options) {
   return 0;
 }
 
-int client(const std::string& address, double timeout_s, const std::vector<std::string>& args) {
+int client(const std::string& address, double timeout_s, const std::vector<std::string>& args,
+           const std::optional<std::string>& token) {
   std::string host;
   std::uint16_t port = 0;
   if (!split_host_port(address, host, port)) {
@@ -155,6 +160,7 @@ int client(const std::string& address, double timeout_s, const std::vector<std::
   options.port = port;
   options.timeout = timeout;
   options.counts_as_client = false;
+  options.token = token;  // unset: CHORUS_STORE_TOKEN
   if (cmd == "get" && need(1, false)) {
     chorus::TcpStore store(options);
     const auto value = store.get(args[1]);
@@ -209,6 +215,7 @@ int main(int argc, char** argv) {
   chorus::TcpStoreServerOptions server;
   std::string connect;
   double timeout_s = 10;
+  std::optional<std::string> token;
   std::vector<std::string> rest;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
@@ -232,6 +239,11 @@ int main(int argc, char** argv) {
       auto p = v ? parse_port(*v) : std::nullopt;
       if (!p) return usage_error("--port needs a number in 0..65535");
       server.port = *p;
+    } else if (a == "--token-file") {
+      const auto v = value();
+      if (!v) return usage_error("--token-file needs a file name");
+      token = chorus::cli::read_token_file(*v);
+      if (!token) return usage_error("--token-file: cannot read '" + *v + "'");
     } else if (a == "--connect") {
       auto v = value();
       if (!v) return usage_error("--connect needs HOST:PORT");
@@ -285,9 +297,14 @@ int main(int argc, char** argv) {
       if (!rest.empty()) {
         return usage_error("a command needs --connect HOST:PORT");
       }
+      if (token) {
+        server.token = *token;
+      } else if (const char* env = std::getenv("CHORUS_STORE_TOKEN"); env != nullptr && *env) {
+        server.token = env;
+      }
       return serve(server);
     }
-    return client(connect, timeout_s, rest);
+    return client(connect, timeout_s, rest, token);
   } catch (const chorus::TimeoutError& e) {
     std::fprintf(stderr, "chorus-store: %s\n", e.what());
     return 3;

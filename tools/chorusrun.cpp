@@ -24,6 +24,7 @@
 #include "chorusrun_args.hpp"
 #include "chorusrun_rounds.hpp"
 #include "chorusrun_supervisor.hpp"
+#include "token_file.hpp"
 
 extern char** environ;
 
@@ -64,6 +65,34 @@ std::string random_run_id() {
   return text;
 }
 
+// 32 random bytes as hex: the job token of a one-node launch without one.
+std::string random_token() {
+  std::random_device rd;
+  std::string token;
+  for (int i = 0; i < 8; ++i) {
+    char part[9];
+    std::snprintf(part, sizeof(part), "%08x", rd());
+    token += part;
+  }
+  return token;
+}
+
+// The job's store token: --token-file, else CHORUS_STORE_TOKEN, else (one node) a new one.
+// Empty with --nnodes > 1 and none given: the nodes could not agree on a made-up one.
+std::string store_token(const chorusrun::RunArgs& args) {
+  if (!args.token_file.empty()) {
+    auto token = chorus::cli::read_token_file(args.token_file);
+    if (!token) {
+      throw chorusrun::UsageError("--token-file " + args.token_file + ": " + std::strerror(errno));
+    }
+    return *token;
+  }
+  if (const char* env = std::getenv("CHORUS_STORE_TOKEN"); env != nullptr && *env != '\0') {
+    return env;
+  }
+  return args.nnodes == 1 ? random_token() : std::string();
+}
+
 // Variables chorusrun sets for each rank; inherited values of these are dropped.
 bool set_by_chorusrun(const char* entry) {
   static const char* const kNames[] = {"RANK",
@@ -78,6 +107,7 @@ bool set_by_chorusrun(const char* entry) {
                                        "MASTER_ADDR",
                                        "MASTER_PORT",
                                        "CHORUS_STORE_ADDR",
+                                       "CHORUS_STORE_TOKEN",
                                        "CHORUS_LAUNCHER",
                                        "CHORUS_RESTART_COUNT",
                                        "TORCHELASTIC_RESTART_COUNT",
@@ -102,8 +132,10 @@ std::string chorusrun_run_id(const chorusrun::RunArgs& args, const chorusrun::La
     return random_run_id();
   }
   const std::string key = "chorusrun/run_id";
-  chorus::TcpStore store(chorus::TcpStoreOptions{
-      .host = plan.store_host, .port = static_cast<std::uint16_t>(plan.store_port)});
+  chorus::TcpStore store(
+      chorus::TcpStoreOptions{.host = plan.store_host,
+                              .port = static_cast<std::uint16_t>(plan.store_port),
+                              .token = plan.store_token});
   if (args.node_rank == 0) {
     store.set(key, random_run_id());
   }
@@ -197,11 +229,29 @@ int main(int argc, char** argv) {
   std::unique_ptr<chorus::TcpStoreServer> server;
   plan.store_host = args.master_addr;
   plan.store_port = args.master_port;
+  try {
+    plan.store_token = store_token(args);
+  } catch (const UsageError& e) {
+    std::fprintf(stderr, "chorusrun: %s\n", e.what());
+    return 2;
+  }
+  if (plan.store_token.empty() && args.node_rank == 0) {
+    std::fprintf(stderr,
+                 "chorusrun: no job token (--token-file or CHORUS_STORE_TOKEN): the store on "
+                 "%s:%d serves anyone who can connect; give every node the same token to "
+                 "require it\n",
+                 args.master_addr.c_str(), args.master_port);
+  }
   if (args.node_rank == 0) {
     try {
-      server = std::make_unique<chorus::TcpStoreServer>(chorus::TcpStoreServerOptions{
-          .host = args.master_addr, .port = static_cast<std::uint16_t>(args.master_port)});
+      server = std::make_unique<chorus::TcpStoreServer>(
+          chorus::TcpStoreServerOptions{.host = args.master_addr,
+                                        .port = static_cast<std::uint16_t>(args.master_port),
+                                        .token = plan.store_token});
       plan.store_port = server->port();
+    } catch (const chorus::InvalidArgument& e) {
+      std::fprintf(stderr, "chorusrun: %s\n", e.what());
+      return 2;
     } catch (const chorus::Error& e) {
       std::fprintf(stderr,
                    "chorusrun: cannot host the store on %s:%d: %s\n"
@@ -214,6 +264,9 @@ int main(int argc, char** argv) {
     if (!set_by_chorusrun(*e)) {
       plan.base_env.emplace_back(*e);
     }
+  }
+  if (!plan.store_token.empty()) {
+    plan.base_env.push_back("CHORUS_STORE_TOKEN=" + plan.store_token);
   }
   try {
     if (const std::string run_id = chorusrun_run_id(args, plan); !run_id.empty()) {

@@ -155,6 +155,11 @@ RunArgs parse_args(int argc, const char* const* argv) {
       }
     } else if (flag == "--max-restarts") {
       args.max_restarts = static_cast<int>(parse_int(flag, value(), 0, 1000000));
+    } else if (flag == "--token-file") {
+      args.token_file = value();
+      if (args.token_file.empty()) {
+        throw UsageError("--token-file expects a file holding the job token");
+      }
     } else if (flag == "--log-dir") {
       args.log_dir = value();
       if (args.log_dir.empty()) {
@@ -219,6 +224,9 @@ such as a benchmark table, stays bare.
       --standalone         one node, store on a free port of 127.0.0.1
       --max-restarts K     restart the ranks up to K times after a failure (default 0); with
                            --nnodes > 1 a failure on any node restarts every node's ranks
+      --token-file F       the job's store token (first line of F, 16+ bytes; default:
+                           CHORUS_STORE_TOKEN, else one made up per launch on one node). With
+                           --nnodes > 1 give every node the same one, or the store is open
       --log-dir DIR        also write each rank's output to DIR/attempt_K/RANK/{stdout,stderr}.log
   -t, --tee 0-3            streams copied to the log files (1 stdout, 2 stderr, 3 both);
                            without --log-dir a temporary directory is made

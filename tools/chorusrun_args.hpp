@@ -28,6 +28,7 @@ struct RunArgs {
   int master_port = 29500;
   bool standalone = false;  // one node, store on a free port of 127.0.0.1
   int max_restarts = 0;
+  std::string token_file;        // the job's store token (first line)
   std::string log_dir;           // per-rank logs: <log_dir>/attempt_<k>/<rank>/{stdout,stderr}.log
   int tee = -1;                  // streams copied to the log files as well as the console
   int redirects = -1;            // streams sent to the log files only

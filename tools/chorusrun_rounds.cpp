@@ -67,10 +67,11 @@ Verdict decode_verdict(const std::string& text) {
   return v;
 }
 
-JobRounds::JobRounds(const std::string& host, int port, int nnodes, int node_rank)
+JobRounds::JobRounds(const std::string& host, int port, const std::string& token, int nnodes,
+                     int node_rank)
     : nnodes_(nnodes), node_rank_(node_rank) {
-  store_ = std::make_unique<chorus::TcpStore>(
-      chorus::TcpStoreOptions{.host = host, .port = static_cast<std::uint16_t>(port)});
+  store_ = std::make_unique<chorus::TcpStore>(chorus::TcpStoreOptions{
+      .host = host, .port = static_cast<std::uint16_t>(port), .token = token});
   event_fd_ = ::eventfd(0, EFD_CLOEXEC);
   if (event_fd_ < 0) {
     throw chorus::Error(chorus::ErrorCode::internal, "chorusrun: eventfd failed");
@@ -150,6 +151,51 @@ void JobRounds::node_done(int attempt) {
   }
 }
 
+void JobRounds::ended(int attempt, const std::string& failure, std::int64_t at_us) {
+  try {
+    if (!failure.empty()) {
+      store_->append(key(attempt, "failures"),
+                     chorus::to_bytes(std::to_string(at_us) + " " + failure + "\n"));
+    }
+    if (store_->add(key(attempt, "ended"), 1) == nnodes_) {
+      store_->set(key(attempt, "all_ended"), std::string_view("1"));
+    }
+  } catch (const chorus::Error&) {
+    // The watcher reports the lost store.
+  }
+}
+
+std::string JobRounds::first_failure(int attempt, chorus::Duration bound,
+                                     const std::string& fallback) {
+  try {
+    try {
+      store_->wait({key(attempt, "all_ended")}, bound);
+    } catch (const chorus::TimeoutError&) {
+      // A node that never ends the attempt has lost its chorusrun: name what we know.
+    }
+    if (!store_->check({key(attempt, "failures")})) {
+      return fallback;
+    }
+    std::istringstream lines(store_->get_string(key(attempt, "failures")));
+    std::string best;
+    long long best_at = 0;
+    for (std::string line; std::getline(lines, line);) {
+      const auto space = line.find(' ');
+      if (space == std::string::npos) {
+        continue;
+      }
+      const long long at = std::atoll(line.substr(0, space).c_str());
+      if (best.empty() || at < best_at) {
+        best = line.substr(space + 1);
+        best_at = at;
+      }
+    }
+    return best.empty() ? fallback : best;
+  } catch (const chorus::Error&) {
+    return fallback;
+  }
+}
+
 void JobRounds::leave(int attempt, chorus::Duration bound) {
   try {
     if (store_->add(key(attempt, "read"), 1) == nnodes_) {
@@ -171,6 +217,10 @@ Verdict JobRounds::verdict() {
 }
 
 namespace {
+
+// How long nodes wait for each other to end a failed attempt before naming its cause: the
+// ranks' stop grace (SIGUSR1 dumps, SIGTERM, SIGKILL) fits well within it.
+constexpr auto kEndWait = std::chrono::seconds(30);
 
 // This node's verdict on an attempt it ended itself.
 Verdict local_verdict(const LaunchPlan& plan, int attempt, const AttemptResult& r) {
@@ -225,8 +275,8 @@ int run_job_rounds(const LaunchPlan& plan, int signal_fd) {
   const std::string me = "node " + std::to_string(args.node_rank);
   std::unique_ptr<JobRounds> rounds;
   try {
-    rounds =
-        std::make_unique<JobRounds>(plan.store_host, plan.store_port, args.nnodes, args.node_rank);
+    rounds = std::make_unique<JobRounds>(plan.store_host, plan.store_port, plan.store_token,
+                                         args.nnodes, args.node_rank);
   } catch (const chorus::Error& e) {
     say(me + ": cannot reach node 0's store at " + plan.store_host + ":" +
         std::to_string(plan.store_port) + ": " + e.what());
@@ -246,7 +296,16 @@ int run_job_rounds(const LaunchPlan& plan, int signal_fd) {
     } else if (result.kind != AttemptResult::Kind::job_ended) {
       rounds->declare(attempt, local_verdict(plan, attempt, result));
     }
-    const Verdict v = await_verdict(*rounds, attempt, end_fd, signal_fd, plan);
+    rounds->ended(attempt,
+                  result.kind == AttemptResult::Kind::rank_failed
+                      ? "node " + std::to_string(args.node_rank) + ": " + describe_failure(result)
+                      : std::string(),
+                  result.failed_at_us);
+    Verdict v = await_verdict(*rounds, attempt, end_fd, signal_fd, plan);
+    if (v.kind == Verdict::Kind::restart || v.kind == Verdict::Kind::fail) {
+      // Name the root cause (the earliest failure), not the first node to speak.
+      v.reason = rounds->first_failure(attempt, kEndWait, v.reason);
+    }
     // A node whose own rank failed exits with that rank's status; the others with the verdict's.
     const bool failed_here = result.kind == AttemptResult::Kind::rank_failed ||
                              result.kind == AttemptResult::Kind::interrupted;

@@ -9,6 +9,11 @@
 //   chorusrun/attempt/<k>/done    counter: nodes whose local ranks all exited 0
 //   chorusrun/attempt/<k>/end     the verdict (first writer wins, compare_set)
 //   chorusrun/attempt/<k>/read    counter: nodes that read a final verdict (node 0 waits for all)
+//   chorusrun/attempt/<k>/failures  appended "<time us> <what>" lines: every node's first failure
+//   chorusrun/attempt/<k>/ended   counter: nodes whose ranks of attempt k are all gone
+// The first verdict may come from a node whose rank only failed because another node's rank
+// died first; so before naming the cause, nodes wait (bounded) for every node to end the
+// attempt and name the earliest failure.
 #pragma once
 
 #include <atomic>
@@ -37,7 +42,8 @@ struct Verdict {
 
 class JobRounds {
  public:
-  JobRounds(const std::string& host, int port, int nnodes, int node_rank);
+  // `token`: the job's store token ("" for an open store).
+  JobRounds(const std::string& host, int port, const std::string& token, int nnodes, int node_rank);
   ~JobRounds();  // waits for the watcher (it ends once the attempt's verdict is out)
   JobRounds(const JobRounds&) = delete;
   JobRounds& operator=(const JobRounds&) = delete;
@@ -53,6 +59,11 @@ class JobRounds {
   void node_done(int attempt);
   // The verdict of the watched attempt (blocks until it is out).
   Verdict verdict();
+  // Records this node's end of `attempt`: its first failure ("" if none), at `at_us`.
+  void ended(int attempt, const std::string& failure, std::int64_t at_us);
+  // The earliest failure any node recorded for `attempt`, once every node ended it or after
+  // `bound`; `fallback` if none was recorded.
+  std::string first_failure(int attempt, chorus::Duration bound, const std::string& fallback);
   // After a final verdict: node 0 hosts the store, so it leaves only once every node has read
   // the verdict (bounded: a node that died is not waited for past `bound`).
   void leave(int attempt, chorus::Duration bound);

@@ -161,6 +161,9 @@ class Attempt {
     result_.rank = c.rank;
     result_.local_rank = c.local_rank;
     result_.pid = c.pid;
+    result_.failed_at_us = std::chrono::duration_cast<std::chrono::microseconds>(
+                               std::chrono::system_clock::now().time_since_epoch())
+                               .count();
     if (WIFEXITED(status)) {
       result_.exit_code = WEXITSTATUS(status);
     } else {

@@ -5,6 +5,7 @@
 
 #include <sys/types.h>
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -18,6 +19,7 @@ struct LaunchPlan {
   std::string program_path;  // resolved against PATH
   std::string store_host;    // what ranks connect to
   int store_port = 0;
+  std::string store_token;            // "" when the store is open (multi-node without a token)
   std::vector<std::string> base_env;  // chorusrun's environment minus the variables it sets
   std::string log_dir;                // resolved (a temporary one for --tee without --log-dir)
 };
@@ -30,8 +32,9 @@ struct AttemptResult {
   int rank = -1;
   int local_rank = -1;
   pid_t pid = -1;
-  int exit_code = 0;  // when it exited
-  int signal = 0;     // when a signal killed it
+  int exit_code = 0;              // when it exited
+  int signal = 0;                 // when a signal killed it
+  std::int64_t failed_at_us = 0;  // system clock when it was reaped (orders failures across nodes)
   // The first signal chorusrun received during the attempt (0: none); no restart follows one.
   int interrupt_signal = 0;
 };

@@ -29,6 +29,10 @@ struct TcpStoreServerOptions {
   Duration hello_timeout = std::chrono::seconds(5);   // connected without a hello: closed
   Duration stall_timeout = std::chrono::seconds(30);  // a partial frame or unread replies that
                                                       // make no progress for this long: closed
+  // Job token (16-4096 bytes). Non-empty: every client must prove it knows it (challenge-
+  // response, docs/protocol.md §1.1) before any key operation; the token never crosses the
+  // network. Empty: anyone who can connect may read and write every key.
+  std::string token;
 };
 
 // The store server: one background thread running one epoll loop over non-blocking sockets (no
@@ -73,6 +77,10 @@ struct TcpStoreOptions {
   // Largest reply frame this client accepts; a larger announced length closes the connection
   // with StoreError before anything is allocated.
   std::size_t max_reply_bytes = 256u << 20;
+  // Job token. Unset: CHORUS_STORE_TOKEN if set, else none; "" forces none. With a token the
+  // client authenticates and also checks the server's proof (a server without the token, or a
+  // fake one, fails at connect with StoreError); an embedded server (is_server) requires it.
+  std::optional<std::string> token;
 };
 
 // Client of a TcpStoreServer (and optionally its host). Thread-safe: threads share one

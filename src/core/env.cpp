@@ -120,6 +120,8 @@ const char* environment_help() noexcept {
          "CHORUS_SOCKET_IFNAME  interface name (eth0) or local address used for data sockets\n"
          "CHORUS_STORE_ADDR     host:port of an already running store (init_from_env); rank 0\n"
          "                      hosts one at MASTER_ADDR:MASTER_PORT otherwise\n"
+         "CHORUS_STORE_TOKEN    the job's store token (16+ bytes): servers require it, clients\n"
+         "                      prove it (challenge-response); chorusrun makes one per launch\n"
          "CHORUS_RUN_ID         names the job inside the store (init_from_env), so jobs sharing\n"
          "                      one chorus-store never see each other's keys; default: the\n"
          "                      launcher's job id, else \"default\"\n"

@@ -289,6 +289,9 @@ std::string dump_all(const std::string& reason) noexcept {
     if (snapshots.empty()) {
       return {};
     }
+    // One dump at a time per process: a failure and a SIGUSR1 may race for the same file.
+    static auto* dump_mu = new std::mutex;
+    const std::lock_guard dumping(*dump_mu);
     const std::string dir = directory();
     if (!make_directories(dir)) {
       CHORUS_WARN(trace, "flight recorder: cannot create {}: {}", dir, std::strerror(errno));

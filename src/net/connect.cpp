@@ -92,6 +92,7 @@ Socket connect_addresses(const std::vector<SocketAddress>& addrs, const std::str
       ++attempts;
       Socket s;
       int err = connect_once(addr, deadline, s, options.local);
+      const bool refused = err == ECONNREFUSED;
       if (err == 0 && options.after_connect) {
         err = options.after_connect(s, deadline);
       }
@@ -99,7 +100,7 @@ Socket connect_addresses(const std::vector<SocketAddress>& addrs, const std::str
         return s;
       }
       last_error = err;
-      if (!retryable(err)) {
+      if (!retryable(err) || (refused && options.refused_is_final)) {
         ErrorContext ctx;
         ctx.op = "connect";
         ctx.peer_address = display;

@@ -36,6 +36,10 @@ struct ConnectOptions {
   std::function<int(Socket&, Deadline)> after_connect;
   // Optional local address to bind before connecting (interface selection); port usually 0.
   SocketAddress local;
+  // The peer was listening before we learned its address (a rank's published address): a
+  // refused connect means it is gone, so fail at once (NetworkError, os_error ECONNREFUSED)
+  // instead of retrying until the deadline.
+  bool refused_is_final = false;
 };
 
 // One non-blocking connect attempt bounded by deadline: returns 0 and a connected socket, or the

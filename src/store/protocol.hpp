@@ -21,8 +21,10 @@ inline constexpr std::uint8_t kMagic[4] = {'C', 'H', 'S', 'T'};
 inline constexpr std::uint16_t kProtocolVersion = 1;
 inline constexpr std::size_t kHelloBytes = 8;
 inline constexpr std::uint16_t kHelloFlagMember = 1;  // counts toward wait_for_clients
+inline constexpr std::uint16_t kHelloFlagToken = 2;   // the client has a token (for messages)
 
-enum class HelloStatus : std::uint16_t { accepted = 0, unsupported_version = 1 };
+// auth_required: a kNonceBytes challenge follows (store_auth.hpp).
+enum class HelloStatus : std::uint16_t { accepted = 0, unsupported_version = 1, auth_required = 2 };
 
 struct Hello {
   std::uint16_t version = kProtocolVersion;

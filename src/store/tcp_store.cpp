@@ -11,6 +11,7 @@
 #include "core/format.hpp"
 #include "net/address.hpp"
 #include "store/missing_keys.hpp"
+#include "store/store_auth.hpp"
 #include "store/tcp_store_client.hpp"
 #include "store/tcp_store_server.hpp"
 
@@ -39,18 +40,23 @@ class TcpStore::Impl {
         std::max(options.max_reply_bytes, limits.max_value_bytes + (64u << 10));
     std::string connect_host = options.host;
     port = options.port;
+    std::string token = options.token ? *options.token : store::token_from_env();
+    if (!token.empty()) {
+      store::check_token(token, "TcpStoreOptions::token");
+    }
     if (options.is_server) {
       TcpStoreServerOptions so;
       so.host = options.host;
       so.port = options.port;
       so.max_key_bytes = options.max_key_bytes;
       so.max_value_bytes = options.max_value_bytes;
+      so.token = token;
       server = std::make_unique<store::Server>(so);
       port = server->port();
       connect_host = connect_host_for(options.host);
     }
     client = std::make_unique<store::Client>(connect_host, port, limits, Deadline::after(timeout),
-                                             options.counts_as_client);
+                                             options.counts_as_client, std::move(token));
   }
 
   // Declared first: destroyed last, after the client disconnected.

@@ -5,6 +5,7 @@
 #include <poll.h>
 #include <sys/socket.h>
 
+#include <algorithm>
 #include <cerrno>
 
 #include <fmt/format.h>
@@ -14,6 +15,7 @@
 #include "core/format.hpp"
 #include "net/address.hpp"
 #include "net/connect.hpp"
+#include "store/store_auth.hpp"
 
 namespace chorus::store {
 namespace {
@@ -21,18 +23,76 @@ namespace {
 // for that answer before it declares the server unresponsive.
 constexpr Duration kReplyGrace = std::chrono::seconds(5);
 
-int do_hello(net::Socket& s, Deadline deadline, bool member) {
+int io_errno(const net::IoResult& r) {
+  return r.error() ? r.os_error : (r.timed_out() ? ETIMEDOUT : ECONNRESET);
+}
+
+// The challenge-response after a hello answered with auth_required (docs/protocol.md §1.1).
+// Returns 0, or an errno to retry the connect with; throws StoreError when the token is wrong or
+// missing (retrying cannot help).
+int authenticate(net::Socket& s, Deadline deadline, const std::string& token) {
+  const std::string server = s.peer_address().to_string();
+  Nonce challenge{};
+  net::IoResult r = net::recv_exact(s, challenge.data(), challenge.size(), deadline);
+  if (!r.ok()) {
+    return io_errno(r);
+  }
+  if (token.empty()) {
+    throw StoreError(
+        fmt::format("the store server at {} requires a job token and this process has none: set "
+                    "CHORUS_STORE_TOKEN to the job's token (chorusrun sets it for its ranks)",
+                    server));
+  }
+  const Nonce mine = random_nonce();
+  const net::Mac proof = client_proof(token, challenge, mine);
+  std::uint8_t answer[kAuthAnswerBytes];
+  std::copy(mine.begin(), mine.end(), answer);
+  std::copy(proof.begin(), proof.end(), answer + kNonceBytes);
+  if (net::IoResult w = net::send_all(s, answer, sizeof answer, deadline); !w.ok()) {
+    return io_errno(w);
+  }
+  std::uint8_t verdict[kAuthVerdictBytes];
+  r = net::recv_exact(s, verdict, 1, deadline);
+  if (r.closed() || (r.ok() && verdict[0] != 0)) {
+    throw StoreError(fmt::format(
+        "the store server at {} refused this process's job token (authentication failed): "
+        "CHORUS_STORE_TOKEN differs from the server's; every process of a job needs the same one",
+        server));
+  }
+  if (!r.ok()) {
+    return io_errno(r);
+  }
+  r = net::recv_exact(s, verdict + 1, net::kMacBytes, deadline);
+  if (!r.ok()) {
+    return io_errno(r);
+  }
+  net::Mac theirs{};
+  std::copy(verdict + 1, verdict + kAuthVerdictBytes, theirs.begin());
+  if (!net::equal_macs(theirs, server_proof(token, challenge, mine))) {
+    throw StoreError(fmt::format(
+        "the store server at {} accepted this process but could not prove it knows the job "
+        "token: it is not the job's store (an impostor, or a misrouted address)",
+        server));
+  }
+  return 0;
+}
+
+int do_hello(net::Socket& s, Deadline deadline, bool member, const std::string& token) {
   std::uint8_t hello[kHelloBytes];
-  encode_hello({kProtocolVersion, member ? kHelloFlagMember : std::uint16_t{0}}, hello);
+  std::uint16_t flags = member ? kHelloFlagMember : std::uint16_t{0};
+  if (!token.empty()) {
+    flags |= kHelloFlagToken;
+  }
+  encode_hello({kProtocolVersion, flags}, hello);
   net::IoResult w = net::send_all(s, hello, kHelloBytes, deadline);
   if (!w.ok()) {
-    return w.error() ? w.os_error : (w.timed_out() ? ETIMEDOUT : ECONNRESET);
+    return io_errno(w);
   }
   std::uint8_t answer[kHelloBytes];
   net::IoResult r = net::recv_exact(s, answer, kHelloBytes, deadline);
   if (!r.ok()) {
     // A reset or EOF here is what a flooded listen backlog looks like: retry.
-    return r.error() ? r.os_error : (r.timed_out() ? ETIMEDOUT : ECONNRESET);
+    return io_errno(r);
   }
   const auto h = decode_hello(answer);
   if (!h) {
@@ -41,11 +101,21 @@ int do_hello(net::Socket& s, Deadline deadline, bool member) {
         "the address and port",
         s.peer_address().to_string()));
   }
+  if (h->flags == static_cast<std::uint16_t>(HelloStatus::auth_required)) {
+    return authenticate(s, deadline, token);
+  }
   if (h->flags != static_cast<std::uint16_t>(HelloStatus::accepted)) {
     throw StoreError(fmt::format(
         "the store server at {} speaks protocol version {} and refused our version {}; use the "
         "same chorus version on clients and server",
         s.peer_address().to_string(), h->version, kProtocolVersion));
+  }
+  if (!token.empty()) {
+    throw StoreError(fmt::format(
+        "the store server at {} does not require a job token but this process has one "
+        "(CHORUS_STORE_TOKEN): refusing to use a store that cannot prove it is the job's; start "
+        "the server with the token (chorus-store --token-file), or unset it here",
+        s.peer_address().to_string()));
   }
   return 0;
 }
@@ -64,11 +134,12 @@ bool peer_closed(int fd) {
 }  // namespace
 
 Client::Client(std::string host, std::uint16_t port, Limits limits, Deadline connect_deadline,
-               bool member)
+               bool member, std::string token)
     : host_(std::move(host)),
       port_(port),
       limits_(limits),
       member_(member),
+      token_(std::move(token)),
       reader_(limits.max_reply_bytes) {
   std::lock_guard<std::mutex> lock(mu_);
   connect_locked(connect_deadline);
@@ -82,7 +153,9 @@ void Client::connect_locked(Deadline deadline) {
   net::ConnectOptions o;
   o.what = "the store server";
   const bool member = member_;
-  o.after_connect = [member](net::Socket& s, Deadline d) { return do_hello(s, d, member); };
+  o.after_connect = [member, this](net::Socket& s, Deadline d) {
+    return do_hello(s, d, member, token_);
+  };
   net::Socket s = net::connect(host_, port_, deadline, o);
   socket_ = std::move(s);
   reader_ = net::FrameReader(limits_.max_reply_bytes);

@@ -23,8 +23,9 @@ namespace chorus::store {
 class Client {
  public:
   // Connects (with backoff) before returning; throws TimeoutError/NetworkError/StoreError.
+  // `token`: the job token ("" for none); with one, the server must prove it knows it too.
   Client(std::string host, std::uint16_t port, Limits limits, Deadline connect_deadline,
-         bool member);
+         bool member, std::string token = {});
   ~Client();
 
   // Sends q and waits for its reply until `deadline` (+ a grace period for waiting ops, whose
@@ -56,6 +57,7 @@ class Client {
   std::uint16_t port_;
   Limits limits_;
   bool member_;
+  std::string token_;  // "": no authentication
   std::mutex mu_;
   std::condition_variable cv_;
   net::Socket socket_;            // replaced only under mu_ with no reader active

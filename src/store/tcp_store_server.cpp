@@ -20,6 +20,7 @@
 
 #include "core/format.hpp"
 #include "core/logging.hpp"
+#include "store/store_auth.hpp"
 
 namespace chorus::store {
 namespace {
@@ -104,7 +105,10 @@ struct Server::Conn {
   std::string peer;
   net::FrameReader in;
   net::OutputQueue out;
-  bool hello_done = false;
+  bool hello_done = false;     // handshake complete (authenticated, if the server has a token)
+  bool awaiting_auth = false;  // challenge sent, the client's proof not read yet
+  Nonce challenge{};
+  bool member = false;       // counts toward wait_for_clients once the handshake is done
   bool did_request = false;  // sent at least one frame after its hello
   bool blocked = false;      // waiting for its replies to drain or for the global budget
   bool serve_scheduled = false;
@@ -128,6 +132,9 @@ struct Server::Conn {
 };
 
 Server::Server(const TcpStoreServerOptions& options) : options_(options) {
+  if (!options.token.empty()) {
+    check_token(options.token, "TcpStoreServerOptions::token");
+  }
   limits_.max_key_bytes = options.max_key_bytes;
   limits_.max_value_bytes = options.max_value_bytes;
   // A reply carrying one maximal value must always be possible.
@@ -666,6 +673,9 @@ std::size_t Server::parked_cost(const Parked& p) const {
 }
 
 bool Server::handle_hello(Conn& c) {
+  if (c.awaiting_auth) {
+    return handle_auth(c);
+  }
   if (c.in.buffered() < kHelloBytes) {
     return true;
   }
@@ -690,14 +700,57 @@ bool Server::handle_hello(Conn& c) {
                            hello->version, kProtocolVersion));
     return false;
   }
+  c.member = (hello->flags & kHelloFlagMember) != 0;
+  if (!options_.token.empty()) {
+    // No key operation before the client proves it knows the token (handle_auth).
+    encode_hello({kProtocolVersion, static_cast<std::uint16_t>(HelloStatus::auth_required)},
+                 answer);
+    c.challenge = random_nonce();
+    std::vector<std::uint8_t> out(answer, answer + kHelloBytes);
+    out.insert(out.end(), c.challenge.begin(), c.challenge.end());
+    c.out.push(std::move(out));
+    c.awaiting_auth = true;
+    return true;
+  }
   encode_hello({kProtocolVersion, static_cast<std::uint16_t>(HelloStatus::accepted)}, answer);
   c.out.push(std::vector<std::uint8_t>(answer, answer + kHelloBytes));
+  handshake_done(c);
+  return true;
+}
+
+bool Server::handle_auth(Conn& c) {
+  if (c.in.buffered() < kAuthAnswerBytes) {
+    return true;
+  }
+  std::uint8_t answer[kAuthAnswerBytes];
+  (void)c.in.take_raw(answer, kAuthAnswerBytes);
+  Nonce theirs{};
+  net::Mac proof{};
+  std::copy(answer, answer + kNonceBytes, theirs.begin());
+  std::copy(answer + kNonceBytes, answer + kAuthAnswerBytes, proof.begin());
+  if (!net::equal_macs(proof, client_proof(options_.token, c.challenge, theirs))) {
+    const std::uint8_t refused = 1;
+    (void)c.socket.write(&refused, 1);  // best effort: tell the client why
+    close_conn(c.id, "W",
+               "authentication failed: the client's proof does not match this server's job "
+               "token (a different CHORUS_STORE_TOKEN, or not a member of this job)");
+    return false;
+  }
+  const net::Mac ours = server_proof(options_.token, c.challenge, theirs);
+  std::vector<std::uint8_t> verdict{0};
+  verdict.insert(verdict.end(), ours.begin(), ours.end());
+  c.out.push(std::move(verdict));
+  c.awaiting_auth = false;
+  handshake_done(c);
+  return true;
+}
+
+void Server::handshake_done(Conn& c) {
   c.hello_done = true;
-  if ((hello->flags & kHelloFlagMember) != 0) {
+  if (c.member) {
     ++members_joined_;
     check_client_waits();
   }
-  return true;
 }
 
 void Server::reply(Conn& c, Op op, const Reply& r) {

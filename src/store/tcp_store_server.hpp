@@ -58,7 +58,9 @@ class Server {
   void on_conn_event(std::uint64_t id, std::uint32_t events);
   bool read_conn(Conn& c);     // false: the connection was closed
   bool handle_hello(Conn& c);  // false: closed
-  bool serve(Conn& c);         // runs buffered work the budget allows; false: closed
+  bool handle_auth(Conn& c);   // the client's proof after a challenge; false: closed
+  void handshake_done(Conn& c);
+  bool serve(Conn& c);  // runs buffered work the budget allows; false: closed
   void schedule_serve(Conn& c);
   void handle_request(Conn& c, Request& q);
   std::size_t reply_cost(const Request& q) const;

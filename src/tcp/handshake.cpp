@@ -2,6 +2,8 @@
 // Hello encoding (little-endian, fixed 32 bytes) and verification.
 #include "tcp/handshake.hpp"
 
+#include <algorithm>
+
 #include <fmt/format.h>
 
 #include "core/bytes.hpp"
@@ -19,6 +21,32 @@ std::array<std::uint8_t, kHelloBytes> encode_hello(const Hello& h) noexcept {
   put_le(&out[20], h.size, 4);
   put_le(&out[24], h.group_id, 8);
   return out;
+}
+
+Open make_open(const Hello& h) {
+  Open out{};
+  const auto hello = encode_hello(h);
+  std::copy(hello.begin(), hello.end(), out.begin());
+  net::random_bytes(std::span<std::uint8_t>(out.data() + kHelloBytes, kNonceBytes));
+  return out;
+}
+
+namespace {
+net::Mac proof(std::string_view label, const GroupSecret& secret, const std::uint8_t* open,
+               const std::uint8_t* answer) {
+  return net::hmac_sha256(
+      secret, {net::as_bytes(label), std::span(open, kOpenBytes), std::span(answer, kOpenBytes)});
+}
+}  // namespace
+
+net::Mac accept_proof(const GroupSecret& secret, const std::uint8_t* open,
+                      const std::uint8_t* answer) {
+  return proof("chorus-mesh/3 accept", secret, open, answer);
+}
+
+net::Mac connect_proof(const GroupSecret& secret, const std::uint8_t* open,
+                       const std::uint8_t* answer) {
+  return proof("chorus-mesh/3 connect", secret, open, answer);
 }
 
 std::string check_hello(const std::uint8_t* b, std::uint64_t group_id, int my_rank, int expect_src,

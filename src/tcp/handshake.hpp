@@ -3,9 +3,19 @@
 // dst rank, channel, world size}. Both ends verify it, so a connection from another job,
 // another group or a confused rank is refused with a message instead of mixing streams.
 // A liveness probe (membership.cpp) is a hello on channel kProbeChannel. Pure functions.
+//
+// Membership proof (3 messages; docs/architecture.md, "Connection mesh"): every formation has
+// a random 32-byte secret in the store (membership.hpp). The connecting end sends its hello and
+// a fresh nonce ("open"); the accepting end answers with its hello, its own nonce and a proof
+// (HMAC of the secret over both); the connecting end checks it and sends its own proof, which
+// the accepting end checks before the socket carries anything. Without the store's secret a
+// stranger can neither join a group nor pose as one of its ranks, and a captured handshake
+// cannot be replayed (the other side's nonce is fresh).
 #pragma once
 
 #include "core/private.hpp"
+
+#include "net/hmac.hpp"
 
 #include <array>
 #include <cstddef>
@@ -15,9 +25,15 @@
 namespace chorus::tcp {
 
 inline constexpr std::uint32_t kHelloMagic = 0x43544843;  // "CHTC"
-inline constexpr std::uint16_t kProtocolVersion = 2;
+inline constexpr std::uint16_t kProtocolVersion = 3;
 inline constexpr std::uint16_t kProbeChannel = 0xffff;  // "are you alive?", then close
 inline constexpr std::size_t kHelloBytes = 32;
+inline constexpr std::size_t kNonceBytes = 16;
+inline constexpr std::size_t kOpenBytes = kHelloBytes + kNonceBytes;      // connecting end
+inline constexpr std::size_t kAnswerBytes = kOpenBytes + net::kMacBytes;  // accepting end
+inline constexpr std::size_t kSecretBytes = 32;
+using GroupSecret = std::array<std::uint8_t, kSecretBytes>;
+using Open = std::array<std::uint8_t, kOpenBytes>;
 
 struct Hello {
   std::uint64_t group_id = 0;
@@ -36,5 +52,14 @@ std::array<std::uint8_t, kHelloBytes> encode_hello(const Hello& h) noexcept;
 // kProbeChannel) of this group is acceptable: the caller checks out.channel and closes it.
 std::string check_hello(const std::uint8_t* bytes, std::uint64_t group_id, int my_rank,
                         int expect_src, int size, std::uint16_t channels, Hello& out);
+
+// The connecting end's first message: its hello and a fresh nonce.
+Open make_open(const Hello& h);
+// The proofs over one exchange: `open` as sent by the connecting end, `answer` the first
+// kOpenBytes of the accepting end's answer (its hello and nonce).
+net::Mac accept_proof(const GroupSecret& secret, const std::uint8_t* open,
+                      const std::uint8_t* answer);
+net::Mac connect_proof(const GroupSecret& secret, const std::uint8_t* open,
+                       const std::uint8_t* answer);
 
 }  // namespace chorus::tcp

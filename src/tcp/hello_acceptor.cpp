@@ -23,7 +23,7 @@ namespace {
 struct Pending {
   net::Socket socket;
   std::string from;  // peer "host:port", for messages
-  std::array<std::uint8_t, kHelloBytes> hello{};
+  Open open{};       // hello + nonce
   std::size_t got = 0;
   Deadline deadline = Deadline::never();
   bool done = false;  // kept, answered or dropped: remove from the pending list
@@ -43,7 +43,7 @@ class Acceptor {
     remaining_ = o.rank * o.channels;
   }
 
-  std::vector<std::vector<net::Socket>> run() {
+  std::vector<std::vector<AcceptedLink>> run() {
     Deadline next_tick = Deadline::after(o_.tick);
     while (remaining_ > 0) {
       if (o_.deadline.expired()) {
@@ -57,7 +57,7 @@ class Acceptor {
       expire_silent();
       if (next_tick.expired()) {
         if (o_.on_tick) {
-          o_.on_tick();
+          o_.on_tick(missing_ranks());
         }
         next_tick = Deadline::after(o_.tick);
       }
@@ -125,13 +125,15 @@ class Acceptor {
 
   // Reads what has arrived; true when the connection is done with (kept, answered or dropped).
   bool read_hello(Pending& p) {
-    const net::IoResult r = p.socket.read(p.hello.data() + p.got, p.hello.size() - p.got);
+    // A probe is a bare hello: read the hello first, the nonce only from a real connection.
+    const std::size_t want = p.got < kHelloBytes ? kHelloBytes : kOpenBytes;
+    const net::IoResult r = p.socket.read(p.open.data() + p.got, want - p.got);
     if (r.would_block()) {
       return false;
     }
     if (!r.ok()) {
-      CHORUS_WARN(init, "{}: dropped a connection from {}: {} after {} of the {} hello bytes",
-                  o_.where, p.from, r.closed() ? "closed" : r.describe(), p.got, kHelloBytes);
+      CHORUS_WARN(init, "{}: dropped a connection from {}: {} after {} of the {} handshake bytes",
+                  o_.where, p.from, r.closed() ? "closed" : r.describe(), p.got, kOpenBytes);
       return true;
     }
     p.got += r.bytes;
@@ -140,7 +142,7 @@ class Acceptor {
     }
     Hello h;
     const std::string bad =
-        check_hello(p.hello.data(), o_.group_id, o_.rank, -1, o_.size, o_.channels, h);
+        check_hello(p.open.data(), o_.group_id, o_.rank, -1, o_.size, o_.channels, h);
     if (!bad.empty()) {
       CHORUS_WARN(init, "{}: refused a connection from {}: {}", o_.where, p.from, bad);
       return true;
@@ -148,22 +150,31 @@ class Acceptor {
     if (h.channel == kProbeChannel) {
       return true;  // a rank checking that we are alive (membership.cpp)
     }
-    net::Socket& slot = incoming_[h.src][h.channel];
-    if (slot.valid()) {
+    if (p.got < kOpenBytes) {
+      return false;
+    }
+    AcceptedLink& slot = incoming_[h.src][h.channel];
+    if (slot.socket.valid()) {
       CHORUS_WARN(init, "{}: refused a second connection from {} claiming rank {} channel {}",
                   o_.where, p.from, h.src, h.channel);
       return true;
     }
-    const auto reply = encode_hello({o_.group_id, static_cast<std::uint32_t>(o_.rank), h.src,
-                                     h.channel, o_.channels, static_cast<std::uint32_t>(o_.size)});
-    // A fresh socket's send buffer takes 32 bytes at once; the deadline only bounds a peer
+    const Open mine = make_open({o_.group_id, static_cast<std::uint32_t>(o_.rank), h.src, h.channel,
+                                 o_.channels, static_cast<std::uint32_t>(o_.size)});
+    const net::Mac proof = accept_proof(o_.secret, p.open.data(), mine.data());
+    std::array<std::uint8_t, kAnswerBytes> answer{};
+    std::copy(mine.begin(), mine.end(), answer.begin());
+    std::copy(proof.begin(), proof.end(), answer.begin() + kOpenBytes);
+    // A fresh socket's send buffer takes the 80 bytes at once; the deadline only bounds a peer
     // that vanished.
-    if (!net::send_all(p.socket, reply.data(), reply.size(), p.deadline).ok()) {
+    if (!net::send_all(p.socket, answer.data(), answer.size(), p.deadline).ok()) {
       CHORUS_WARN(init, "{}: rank {} ({}) closed its connection during the handshake", o_.where,
                   h.src, p.from);
       return true;
     }
-    slot = std::move(p.socket);
+    slot.expected_proof = connect_proof(o_.secret, p.open.data(), mine.data());
+    slot.from = p.from;
+    slot.socket = std::move(p.socket);
     --remaining_;
     return true;
   }
@@ -173,21 +184,27 @@ class Acceptor {
       if (!p.deadline.expired()) {
         return false;
       }
-      CHORUS_WARN(init, "{}: dropped a connection from {}: sent {} of the {} hello bytes within {}",
-                  o_.where, p.from, p.got, kHelloBytes, format_duration(o_.hello_timeout));
+      CHORUS_WARN(init,
+                  "{}: dropped a connection from {}: sent {} of the {} handshake bytes within {}",
+                  o_.where, p.from, p.got, kOpenBytes, format_duration(o_.hello_timeout));
       return true;
     });
   }
 
-  [[noreturn]] void throw_timeout() {
+  std::vector<int> missing_ranks() const {
     std::vector<int> missing;
     for (int r = 0; r < o_.rank; ++r) {
       const auto& socks = incoming_[static_cast<std::size_t>(r)];
       if (std::any_of(socks.begin(), socks.end(),
-                      [](const net::Socket& s) { return !s.valid(); })) {
+                      [](const AcceptedLink& s) { return !s.socket.valid(); })) {
         missing.push_back(r);
       }
     }
+    return missing;
+  }
+
+  [[noreturn]] void throw_timeout() {
+    const std::vector<int> missing = missing_ranks();
     ErrorContext c;
     c.rank = o_.rank;
     c.size = o_.size;
@@ -204,15 +221,15 @@ class Acceptor {
 
   net::Listener& listener_;
   const AcceptOptions& o_;
-  std::vector<std::vector<net::Socket>> incoming_;
+  std::vector<std::vector<AcceptedLink>> incoming_;
   std::deque<Pending> pending_;
   int remaining_ = 0;
 };
 
 }  // namespace
 
-std::vector<std::vector<net::Socket>> accept_lower_ranks(net::Listener& listener,
-                                                         const AcceptOptions& options) {
+std::vector<std::vector<AcceptedLink>> accept_lower_ranks(net::Listener& listener,
+                                                          const AcceptOptions& options) {
   return Acceptor(listener, options).run();
 }
 

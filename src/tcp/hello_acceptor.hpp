@@ -16,10 +16,12 @@
 
 #include "net/listener.hpp"
 #include "net/socket.hpp"
+#include "tcp/handshake.hpp"
 
 namespace chorus::tcp {
 
 struct AcceptOptions {
+  GroupSecret secret{};  // the formation's, for the membership proofs
   int rank = 0;
   int size = 1;
   std::uint16_t channels = 1;  // sockets per peer pair
@@ -30,16 +32,26 @@ struct AcceptOptions {
   Duration timeout{0};        // the group timeout, for messages
   Deadline deadline = Deadline::never();
   Duration hello_timeout = std::chrono::seconds(5);  // per connection, capped by deadline
-  // Called about every `tick` while waiting; may throw to abandon setup (a recorded clash).
-  std::function<void()> on_tick;
+  // Called about every `tick` while waiting, with the lower ranks not fully connected yet; may
+  // throw to abandon setup (a recorded clash, a rank found dead).
+  std::function<void(const std::vector<int>& missing)> on_tick;
   Duration tick = std::chrono::milliseconds(250);
 };
 
-// Returns incoming[src][channel] for every src < rank, each verified and answered with our
-// hello. Throws TimeoutError naming the lower ranks that did not connect by the deadline.
+// An accepted connection, answered with our hello, nonce and proof; the connecting end's proof
+// (its last handshake message, read by the caller once every answer is out) must equal
+// `expected_proof` before the socket carries anything.
+struct AcceptedLink {
+  net::Socket socket;
+  net::Mac expected_proof{};
+  std::string from;  // peer "host:port"
+};
+
+// Returns incoming[src][channel] for every src < rank, each hello verified and answered.
+// Throws TimeoutError naming the lower ranks that did not connect by the deadline.
 // Connections that fail their hello (garbage, wrong group, silence past hello_timeout) are
 // closed and logged at WARN with their address; probes of this group are closed quietly.
-std::vector<std::vector<net::Socket>> accept_lower_ranks(net::Listener& listener,
-                                                         const AcceptOptions& options);
+std::vector<std::vector<AcceptedLink>> accept_lower_ranks(net::Listener& listener,
+                                                          const AcceptOptions& options);
 
 }  // namespace chorus::tcp

@@ -57,13 +57,16 @@ struct Leader {
   std::uint64_t group_id = 0;
   std::string who;
   std::string address;
+  GroupSecret secret{};
 };
 
 std::optional<Leader> parse_leader(const std::string& text) {
   std::istringstream in(text);
   Leader l;
   std::string id;
-  if (!(in >> l.size >> id >> l.who >> l.address) || l.size < 1) {
+  std::string secret;
+  if (!(in >> l.size >> id >> l.who >> l.address >> secret) || l.size < 1 ||
+      !net::from_hex(secret, l.secret)) {
     return std::nullopt;
   }
   try {
@@ -99,26 +102,10 @@ std::optional<Leader> read_leader(Store& store, const std::string& epoch) {
 }
 
 // True if a process accepts connections at the leader's address: a leader record left by a
-// process that died is refused (or unreachable), one of a live rank 0 is accepted. The probe
-// says who it is (a probe hello), so the leader drops it quietly.
+// process that died is refused (or unreachable), one of a live rank 0 is accepted.
 bool leader_alive(const Leader& leader, int my_rank, Deadline deadline) {
-  const Deadline d = earliest(deadline, Deadline::after(kProbeTimeout));
-  try {
-    const net::HostPort hp = net::parse_host_port(leader.address);
-    for (const net::SocketAddress& a : net::resolve(hp.host, hp.port, d)) {
-      net::Socket s;
-      if (net::connect_once(a, d, s) == 0) {
-        const auto probe =
-            encode_hello({leader.group_id, static_cast<std::uint32_t>(my_rank), 0, kProbeChannel, 0,
-                          static_cast<std::uint32_t>(leader.size)});
-        (void)net::send_all(s, probe.data(), probe.size(), d);
-        return true;
-      }
-    }
-  } catch (const Error&) {
-    // An address that does not resolve is as dead as one that refuses.
-  }
-  return false;
+  return answers_at(leader.address, leader.group_id, my_rank, leader.size,
+                    earliest(deadline, Deadline::after(kProbeTimeout)));
 }
 
 // Records the clash for every member of the epoch, then throws it here.
@@ -252,10 +239,11 @@ Membership lead(Store& store, const MembershipOptions& o) {
   Membership m;
   m.epoch = random_epoch();
   m.group_id = random_group_id();
+  net::random_bytes(m.secret);
   // Records first, `current` last: whoever reads `current` finds the leader record.
   store.multi_set({epoch_key(m.epoch, "leader"), addr_key(m.epoch, 0), member_key(m.epoch, 0)},
-                  {to_bytes(fmt::format("{} {:016x} {} {}", o.size, m.group_id, pid_at_host(),
-                                        o.local_address)),
+                  {to_bytes(fmt::format("{} {:016x} {} {} {}", o.size, m.group_id, pid_at_host(),
+                                        o.local_address, net::to_hex(m.secret))),
                    to_bytes(o.local_address), to_bytes(member_record(o))});
   store.set(kCurrentEpochKey, m.epoch);
   m.addresses = wait_for_addresses(store, m.epoch, o);
@@ -344,12 +332,32 @@ Membership follow(Store& store, const MembershipOptions& o) {
     Membership m;
     m.epoch = epoch;
     m.group_id = leader->group_id;
+    m.secret = leader->secret;
     m.addresses = wait_for_addresses(store, m.epoch, o);
     return m;
   }
 }
 
 }  // namespace
+
+bool answers_at(const std::string& address, std::uint64_t group_id, int my_rank, int size,
+                Deadline deadline) {
+  try {
+    const net::HostPort hp = net::parse_host_port(address);
+    for (const net::SocketAddress& a : net::resolve(hp.host, hp.port, deadline)) {
+      net::Socket s;
+      if (net::connect_once(a, deadline, s) == 0) {
+        const auto probe = encode_hello({group_id, static_cast<std::uint32_t>(my_rank), 0,
+                                         kProbeChannel, 0, static_cast<std::uint32_t>(size)});
+        (void)net::send_all(s, probe.data(), probe.size(), deadline);
+        return true;
+      }
+    }
+  } catch (const Error&) {
+    // An address that does not resolve is as dead as one that refuses.
+  }
+  return false;
+}
 
 std::string epoch_key(const std::string& epoch, const std::string& name) {
   return fmt::format("e{}/{}", epoch, name);
@@ -376,6 +384,31 @@ void check_no_clash(Store& store, const Membership& m) {
   if (!m.epoch.empty()) {
     throw_recorded_clash(store, m.epoch);
   }
+}
+
+void record_gone(Store& store, const Membership& m, int rank, const std::string& message) {
+  if (m.epoch.empty()) {
+    return;
+  }
+  try {
+    store.compare_set(epoch_key(m.epoch, "gone"), {},
+                      to_bytes(fmt::format("{} {}", rank, message)));
+  } catch (const Error&) {
+    // This rank's own error still names it.
+  }
+}
+
+std::optional<std::pair<int, std::string>> recorded_gone(Store& store, const Membership& m) {
+  const std::string key = epoch_key(m.epoch, "gone");
+  if (m.epoch.empty() || !store.check({key})) {
+    return std::nullopt;
+  }
+  const std::string text = store.get_string(key, std::chrono::milliseconds(0));
+  const auto space = text.find(' ');
+  if (space == std::string::npos) {
+    return std::nullopt;
+  }
+  return std::make_pair(std::atoi(text.substr(0, space).c_str()), text.substr(space + 1));
 }
 
 void leave_group(Store& store, const Membership& m, int rank) noexcept {

@@ -239,6 +239,22 @@ TEST_CASE("after a failure, ranks that catch SIGUSR1 get it (flight recorder dum
   CHECK(usr1 < term);
 }
 
+TEST_CASE("chorusrun's store requires the job token it hands its ranks", "[launcher][chorusrun]") {
+  const std::string cli =
+      binary("CHORUS_STORE_BIN") + " --connect $CHORUS_STORE_ADDR --timeout 20 ";
+  const Process p = run_script(
+      {"--standalone", "-n", "1"},
+      "echo token_len=${#CHORUS_STORE_TOKEN}; " + cli + "set k member-wrote-this && " + cli +
+          "get k; env -u CHORUS_STORE_TOKEN " + cli + "get k; echo stranger_status=$?");
+  INFO(p.output);
+  CHECK(shell_status(p) == 0);
+  CHECK_THAT(p.output, Catch::Contains("token_len=64"));
+  CHECK_THAT(p.output, Catch::Contains("member-wrote-this"));
+  CHECK_THAT(p.output, Catch::Contains("requires a job token and this process has none"));
+  CHECK_THAT(p.output, Catch::Contains("stranger_status=4"));
+  CHECK(count(p.output, "member-wrote-this") == 1);  // the stranger read nothing
+}
+
 TEST_CASE("--max-restarts restarts the local ranks, then gives up", "[launcher][chorusrun]") {
   SECTION("succeeds on the third attempt") {
     const Process p =

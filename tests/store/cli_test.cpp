@@ -132,8 +132,10 @@ Result run(const std::vector<std::string>& args, chorus::Duration bound = 20s) {
 
 // A chorus-store server on 127.0.0.1, port 0; killed on destruction.
 struct Server {
-  Server() {
-    p = spawn({"--host", "127.0.0.1", "--port", "0"});
+  explicit Server(std::vector<std::string> extra = {}) {
+    std::vector<std::string> args{"--host", "127.0.0.1", "--port", "0"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    p = spawn(args);
     std::string line;
     const chorus::Deadline d = chorus::Deadline::after(20s);
     while (line.find('\n') == std::string::npos && !d.expired()) {
@@ -265,4 +267,26 @@ TEST_CASE("chorus-store: failures exit non-zero with the reason", "[store][cli]"
   REQUIRE(refused.status == 3);
   REQUIRE(refused.err.find("127.0.0.1:1") != std::string::npos);
   REQUIRE(run({"--connect", "nonsense", "ping"}).status == 2);
+}
+
+TEST_CASE("chorus-store --token-file: the server requires the token, clients prove it",
+          "[store][cli]") {
+  char tmpl[] = "/tmp/chorus_token_XXXXXX";
+  const int fd = ::mkstemp(tmpl);
+  REQUIRE(fd >= 0);
+  const std::string token = "cli-test-token-0123456789abcdef\n";  // a trailing newline is ignored
+  REQUIRE(::write(fd, token.data(), token.size()) == static_cast<ssize_t>(token.size()));
+  ::close(fd);
+  Server server({"--token-file", tmpl});
+  INFO(server.first_line);
+  REQUIRE_FALSE(server.port.empty());
+  const std::string a = server.address();
+  REQUIRE(run({"--token-file", tmpl, "--connect", a, "set", "k", "v"}).status == 0);
+  REQUIRE(run({"--token-file", tmpl, "--connect", a, "get", "k"}).out == "v\n");
+  auto stranger = run({"--connect", a, "get", "k"});
+  CHECK(stranger.status == 4);
+  CHECK(stranger.err.find("requires a job token") != std::string::npos);
+  CHECK(stranger.out.empty());
+  CHECK(run({"--token-file", "/nonexistent/token", "--connect", a, "get", "k"}).status == 2);
+  ::unlink(tmpl);
 }

@@ -4,9 +4,11 @@
 // earlier launch's records, and no store keys left behind by destroyed groups.
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <signal.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <sstream>
 #include <vector>
 
 #include <fmt/format.h>
@@ -95,6 +97,118 @@ TEST_CASE("group setup does not wait on strangers connected to a rank's port",
       },
       60s);
   REQUIRE_ALL_OK(results);
+}
+
+// A stranger who learned the group id (not the formation's secret, which only the store holds)
+// sends a well-formed hello claiming rank 1 to rank 2 before rank 1 connects. Rank 2 answers,
+// then finds no valid membership proof and fails setup naming the impostor's connection: the
+// stranger never becomes rank 1 (no data reaches it), at worst the setup fails.
+TEST_CASE("a hello without the formation's membership proof never joins the group",
+          "[tcp][mp][membership]") {
+  StoreServerProcess server;
+  const auto port = server.port();
+  auto results = run_processes(
+      4,
+      [port](int who) {
+        auto base = child_store(port);
+        auto ns = make_prefix_store("job", base);
+        TcpGroupOptions options = loopback_options(10s);
+        if (who == 3) {  // the stranger
+          auto group_ns = make_prefix_store("tcp/g1", ns);
+          const std::string target = current_address(*group_ns, 2, 30s);
+          const std::string epoch = group_ns->get_string(tcp::kCurrentEpochKey, 30s);
+          std::istringstream leader(group_ns->get_string(tcp::epoch_key(epoch, "leader"), 30s));
+          int size = 0;
+          std::string id_hex;
+          leader >> size >> id_hex;
+          const auto open = tcp::make_open(
+              {std::stoull(id_hex, nullptr, 16), 1, 2, 0, 2, static_cast<std::uint32_t>(size)});
+          const int fd = connect_loopback(target);
+          CHILD_CHECK(::write(fd, open.data(), open.size()) == static_cast<ssize_t>(open.size()));
+          base->set("go", std::string_view("1"));  // rank 1 connects after the impostor
+          // Rank 2 answers once every rank published its address (its accept phase).
+          std::uint8_t answer[tcp::kAnswerBytes];
+          std::size_t got = 0;
+          while (got < sizeof answer) {
+            const ssize_t k = ::read(fd, answer + got, sizeof answer - got);
+            CHILD_CHECK(k > 0);
+            got += static_cast<std::size_t>(k);
+          }
+          const std::vector<std::uint8_t> forged(net::kMacBytes, 0x5a);
+          CHILD_CHECK(::write(fd, forged.data(), forged.size()) > 0);
+          base->get("done", 60s);
+          ::close(fd);
+          return;
+        }
+        if (who == 1) {
+          base->get("go", 60s);
+        }
+        try {
+          auto pg = make_tcp_group(ns, who, 3, options);
+          allreduce_one(*pg, 1.0f);
+        } catch (...) {
+          if (base->add("failed", 1) == 3) {
+            base->set("done", std::string_view("1"));
+          }
+          throw;
+        }
+      },
+      60s);
+  INFO(describe(results));
+  CHECK(results[3].ok());
+  CHECK(failed_with(results[2], ErrorCode::network,
+                    "claiming to be rank 1 sent a wrong membership proof"));
+  for (int r = 0; r < 3; ++r) {
+    CHECK_FALSE(results[static_cast<std::size_t>(r)].ok());  // nobody formed a group with it
+  }
+}
+
+// Rank 1 is SIGKILLed after publishing its address, before rank 2 starts. With a 60 s group
+// timeout, ranks 0 and 2 must name rank 1 as gone within a few seconds (rank 0 when its
+// connect is refused; rank 2 from its once-a-second probe of the ranks that have not connected),
+// and blame no live rank.
+TEST_CASE("a rank that dies after publishing its address is named at once, not at the timeout",
+          "[tcp][mp][membership]") {
+  StoreServerProcess server;
+  const auto port = server.port();
+  auto results = run_processes(
+      4,
+      [port](int who) {
+        auto base = child_store(port);
+        auto ns = make_prefix_store("job", base);
+        if (who == 3) {  // the killer
+          (void)current_address(*make_prefix_store("tcp/g1", ns), 1, 30s);
+          const auto pid = std::stoi(base->get_string("pid/1", 30s));
+          ::kill(pid, SIGKILL);
+          base->set("killed", std::string_view("1"));
+          return;
+        }
+        if (who == 1) {
+          base->set("pid/1", std::to_string(::getpid()));
+        }
+        if (who == 2) {
+          base->get("killed", 30s);
+        }
+        const auto t0 = Clock::now();
+        try {
+          auto pg = make_tcp_group(ns, who, 3, loopback_options(60s));
+        } catch (const NetworkError& e) {
+          if (e.context().peers != std::vector<int>{1}) {
+            throw ChildCheckFailed{std::string("blames the wrong rank: ") + e.what()};
+          }
+          CHILD_CHECK(contains(e.what(), "rank 1 published its address"));
+          CHILD_CHECK(contains(e.what(), "stopped listening"));
+          CHILD_CHECK(seconds_since(t0) < 15.0);  // 60 s is the timeout
+          return;
+        }
+        CHILD_CHECK(false);  // no group can form without rank 1
+      },
+      40s);
+  INFO(describe(results));
+  CHECK(results[0].ok());
+  CHECK(results[1].signal == SIGKILL);
+  CHECK(results[2].ok());
+  CHECK(results[3].ok());
 }
 
 // Two processes started with RANK=1 (world size 2): the second claimant fails at once with a
