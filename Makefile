@@ -8,9 +8,14 @@ TSAN_BUILD ?= build-tsan
 MESON_OPTS ?=
 DEB_PACKAGES := meson ninja-build pkg-config g++ libfmt-dev libssl-dev nlohmann-json3-dev catch2 libdlpack-dev iproute2 iperf3 openmpi-bin openssh-client \
   clang libclang-rt-14-dev clang-format
+# Only the tests need these: torch 1.13 with its C++ headers (about 830 MB) for the torch
+# backend, debootstrap for the torch 2.6 root, nftables for the liveness test's drop rule.
+# `make bench` does without them.
+TEST_PACKAGES := python3-torch libtorch-dev pybind11-dev python3-dev debootstrap nftables
+test test-unit test-torch26: DEB_PACKAGES += $(TEST_PACKAGES)
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: all deps setup build test test-unit test-asan test-tsan format-check format bench clean
+.PHONY: all deps setup build test test-unit test-asan test-tsan test-torch26 format-check format bench clean
 
 all: build
 
@@ -33,9 +38,13 @@ build: setup
 	ninja -C $(BUILD)
 
 # Every leg runs even when an earlier one failed (make -k semantics inside one recipe), and the
-# target fails if any did: CI sees all findings in one run.
-test:
-	@status=0; for leg in test-unit test-asan test-tsan format-check; do \
+# target fails if any did: CI sees all findings in one run. The Debian 13 root of the torch 2.6
+# leg (minutes of downloads and unpacking, once) is made in the background while the other legs
+# run; test-torch26 waits for it (scripts/torch26_root.sh takes a lock) or makes it itself.
+TORCH26_ROOT_LOG := build-torch26-root.log
+test: | deps
+	@($(SUDO) scripts/torch26_root.sh >/dev/null 2>$(TORCH26_ROOT_LOG) &); \
+	status=0; for leg in test-unit test-asan test-tsan format-check test-torch26; do \
 	  $(MAKE) --no-print-directory $$leg || status=1; done; exit $$status
 
 # The normal suite: every test, default build (debugoptimized, werror).
@@ -45,7 +54,8 @@ test-unit: build
 # Sanitizer legs: their own build dirs, no benchmarks or examples; each builds only what it runs.
 # halt_on_error / -fno-sanitize-recover: the first finding fails the test (also in forked ranks,
 # which leave with _exit and would otherwise never report). See README "Sanitizer legs".
-SAN_MESON_OPTS := -Dbench=false -Dexamples=false -Db_lundef=false
+# No torch backend: the Python interpreter that would load it is not built with the sanitizer.
+SAN_MESON_OPTS := -Dbench=false -Dexamples=false -Db_lundef=false -Dtorch=disabled
 SAN_FLAGS := -fno-omit-frame-pointer -fno-sanitize-recover=all
 SAN_ENV := ASAN_OPTIONS=halt_on_error=1:abort_on_error=0:detect_leaks=1:print_summary=1 \
   UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1:print_summary=1 \
@@ -84,6 +94,11 @@ test-tsan: $(TSAN_BUILD)/build.ninja
 	ninja -C $(TSAN_BUILD) $(addprefix tests/test_,$(TSAN_TESTS)) $(TSAN_TOOLS)
 	$(SAN_ENV) scripts/run_tests.sh $(TSAN_BUILD) --only "$(TSAN_TESTS)" --timeout-multiplier 4
 
+# The torch tests again on torch 2.6, in a Debian 13 root (see scripts/test_torch26.sh); the
+# default leg ran them on the system's torch 1.13.
+test-torch26: | deps
+	$(SUDO) scripts/test_torch26.sh
+
 # clang-format 14 with .clang-format over every C/C++ source; `make format` applies it.
 format-check: | deps
 	scripts/check_format.sh
@@ -98,4 +113,4 @@ bench: setup
 	PATH="$(CURDIR)/$(BUILD)/bench:$$PATH" $(BUILD)/tools/chorusrun --standalone -n 4 all_reduce_perf -b 8 -e 64M -f 4 -c 1
 
 clean:
-	rm -rf $(BUILD) $(ASAN_BUILD) $(TSAN_BUILD)
+	rm -rf $(BUILD) $(ASAN_BUILD) $(TSAN_BUILD) build-torch26 $(TORCH26_ROOT_LOG)

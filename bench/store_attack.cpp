@@ -5,7 +5,7 @@
 // while the attack connections are open). Loopback only; every loop is bounded.
 //
 //   store_attack CHORUS_STORE_EXE ATTACK [SECONDS]
-//   ATTACK: frames | gets | multiget | keys | idle
+//   ATTACK: frames | gets | multiget | keys | idle | fill
 // Output: one line "attack=... rss_before_attack_mib=... peak_rss_mib=... ping_max_ms=...
 // ping_p50_ms=... pings=... failed=...". Public API plus raw sockets (the wire format is written
 // out by hand, as a stranger would).
@@ -135,8 +135,9 @@ chorus::TcpStore client(std::uint16_t port, double timeout_s) {
 
 int main(int argc, char** argv) {
   if (argc < 3) {
-    std::fprintf(stderr,
-                 "usage: store_attack CHORUS_STORE_EXE frames|gets|multiget|keys|idle [SECONDS]\n");
+    std::fprintf(
+        stderr,
+        "usage: store_attack CHORUS_STORE_EXE frames|gets|multiget|keys|idle|fill [SECONDS]\n");
     return 2;
   }
   const std::string attack = argv[2];
@@ -214,6 +215,19 @@ int main(int argc, char** argv) {
         Buf b = hello();
         for (std::uint32_t i = 0; i < 50; ++i) frame(b, 12, i + 1, {});
         send_all(fd, b);
+      }
+    } else if (attack == "fill") {
+      // A runaway client storing 8 MiB values under new keys until the server refuses (its
+      // max_stored_bytes); 4 GiB if nothing stopped it.
+      auto filler = client(server.port, 60);
+      int stored = 0;
+      for (; stored < 512; ++stored) {
+        try {
+          filler.set("fill/" + std::to_string(stored), chorus::Bytes(kBig - 1024, 5));
+        } catch (const chorus::StoreError& e) {
+          std::printf("fill: refused after %d values of 8 MiB: %.200s\n", stored, e.what());
+          break;
+        }
       }
     } else if (attack == "idle") {
       const std::size_t n = rl.rlim_cur > 600 ? std::min<std::size_t>(20000, rl.rlim_cur - 500) : 0;

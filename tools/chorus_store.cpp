@@ -53,6 +53,8 @@ constexpr const char* kUsage =
     "                              (default 67108864 = 64 MiB)\n"
     "  --max-reply-bytes N         largest single reply (multi_get, keys; default 64 MiB)\n"
     "  --max-buffered-bytes N      input and unsent replies of all connections (default 1 GiB)\n"
+    "  --max-stored-bytes N        keys and values held (+64 per key); writes past it are\n"
+    "                              refused (default 1 GiB)\n"
     "  --max-connections N         0 = the open file limit minus 64 (default 0)\n"
     "  --hello-timeout S           close connections without a handshake after S (default 5)\n"
     "  --stall-timeout S           close a partial frame or unread replies idle for S (default 30)\n"
@@ -267,7 +269,7 @@ int main(int argc, char** argv) {
       (a == "--hello-timeout" ? server.hello_timeout : server.stall_timeout) = chrono_ms(*t);
     } else if (a == "--max-value-bytes" || a == "--max-unread-reply-bytes" ||
                a == "--max-reply-bytes" || a == "--max-buffered-bytes" ||
-               a == "--max-connections") {
+               a == "--max-stored-bytes" || a == "--max-connections") {
       // Plain integers only: "5G", "-1" and "abc" are refused, never misread.
       const bool conns = a == "--max-connections";
       const long long lo = conns ? 0 : 1;
@@ -285,6 +287,7 @@ int main(int argc, char** argv) {
       if (a == "--max-unread-reply-bytes") server.max_unread_reply_bytes = bytes;
       if (a == "--max-reply-bytes") server.max_reply_bytes = bytes;
       if (a == "--max-buffered-bytes") server.max_buffered_bytes = bytes;
+      if (a == "--max-stored-bytes") server.max_stored_bytes = bytes;
       if (conns) server.max_connections = bytes;
     } else if (a.size() > 1 && a[0] == '-') {
       return usage_error("unknown option '" + a + "'");

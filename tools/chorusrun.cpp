@@ -5,9 +5,12 @@
 // store outlives a crashed rank 0 and survives restarts; ranks find it through MASTER_ADDR /
 // MASTER_PORT and CHORUS_STORE_ADDR (which tells init_from_env that a server already runs).
 // The attempts themselves are in chorusrun_supervisor.cpp.
+#include <netdb.h>
+#include <netinet/in.h>
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/signalfd.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -142,12 +145,61 @@ std::string chorusrun_run_id(const chorusrun::RunArgs& args, const chorusrun::La
   return store.get_string(key);
 }
 
+// A TCP port on `host` that nothing listens on now: bind port 0 there and read what the kernel
+// chose. The socket is closed before any rank starts, so another program could take the port
+// in between (torchrun has the same window); the kernel hands out ephemeral ports in turn, so
+// that is rare. 0 if `host` has no address here (a remote store host: node 0 picks).
+int free_port_on(const std::string& host) {
+  addrinfo hints{};
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_PASSIVE;
+  addrinfo* found = nullptr;
+  if (::getaddrinfo(host.c_str(), "0", &hints, &found) != 0) {
+    return 0;
+  }
+  int port = 0;
+  for (addrinfo* a = found; a != nullptr && port == 0; a = a->ai_next) {
+    const int fd = ::socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, 0);
+    if (fd < 0) {
+      continue;
+    }
+    sockaddr_storage bound{};
+    socklen_t len = sizeof(bound);
+    if (::bind(fd, a->ai_addr, a->ai_addrlen) == 0 &&
+        ::getsockname(fd, reinterpret_cast<sockaddr*>(&bound), &len) == 0) {
+      port = ntohs(bound.ss_family == AF_INET6 ? reinterpret_cast<sockaddr_in6*>(&bound)->sin6_port
+                                               : reinterpret_cast<sockaddr_in*>(&bound)->sin_port);
+    }
+    ::close(fd);
+  }
+  ::freeaddrinfo(found);
+  return port;
+}
+
+// The ranks' MASTER_PORT (see LaunchPlan::torch_master_port): node 0 picks it and keeps it in
+// its store, where the other nodes' chorusruns read it.
+int torch_master_port(const chorusrun::RunArgs& args, const chorusrun::LaunchPlan& plan) {
+  const std::string key = "chorusrun/torch_master_port";
+  if (args.nnodes == 1) {
+    return free_port_on(plan.store_host);
+  }
+  chorus::TcpStore store(
+      chorus::TcpStoreOptions{.host = plan.store_host,
+                              .port = static_cast<std::uint16_t>(plan.store_port),
+                              .token = plan.store_token});
+  if (args.node_rank == 0) {
+    store.set(key, std::to_string(free_port_on(plan.store_host)));
+  }
+  return std::atoi(store.get_string(key).c_str());
+}
+
 void print_help_env() {
   std::fputs(chorus::environment_help(), stdout);
   std::fputs(
       "\nSet by chorusrun for each rank:\n"
       "RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, GROUP_RANK, GROUP_WORLD_SIZE,\n"
-      "ROLE_RANK, ROLE_WORLD_SIZE, ROLE_NAME, MASTER_ADDR, MASTER_PORT,\n"
+      "ROLE_RANK, ROLE_WORLD_SIZE, ROLE_NAME, MASTER_ADDR,\n"
+      "MASTER_PORT           a free port on MASTER_ADDR for PyTorch's env:// store (not chorus's)\n"
       "CHORUS_STORE_ADDR     the store chorusrun hosts (init_from_env connects, hosts nothing)\n"
       "CHORUS_RUN_ID         kept if set, else made up per launch (node 0's, on every node)\n"
       "CHORUS_LAUNCHER       chorusrun\n"
@@ -179,6 +231,12 @@ int main(int argc, char** argv) {
   if (args.version) {
     std::printf("chorusrun (chorus %s)\n", chorus::version());
     return 0;
+  }
+  if (!args.no_python && args.program[0].size() > 3 &&
+      args.program[0].compare(args.program[0].size() - 3, 3, ".py") == 0) {
+    const char* python = std::getenv("CHORUS_PYTHON");
+    plan.args.program.insert(plan.args.program.begin(),
+                             python != nullptr && *python != '\0' ? python : "python3");
   }
   plan.program_path = resolve_program(args.program[0]);
   if (plan.program_path.empty()) {
@@ -271,6 +329,12 @@ int main(int argc, char** argv) {
   try {
     if (const std::string run_id = chorusrun_run_id(args, plan); !run_id.empty()) {
       plan.base_env.push_back("CHORUS_RUN_ID=" + run_id);
+    }
+    plan.torch_master_port = torch_master_port(args, plan);
+    if (plan.torch_master_port == 0) {
+      std::fprintf(stderr, "chorusrun: found no free port on %s for MASTER_PORT\n",
+                   plan.store_host.c_str());
+      return 1;
     }
   } catch (const chorus::Error& e) {
     std::fprintf(stderr,

@@ -82,7 +82,8 @@ RunArgs parse_args(int argc, const char* const* argv) {
       continue;
     }
     if (flag == "--no-python") {
-      continue;  // chorusrun always runs the program itself, as torchrun would
+      args.no_python = true;
+      continue;
     }
     if (flag == "--no-prefix-output" || flag == "--no-prefix") {
       args.prefix = PrefixMode::never;
@@ -234,7 +235,9 @@ such as a benchmark table, stays bare.
       --kill-timeout SECS  grace between SIGTERM and SIGKILL when stopping ranks (default 10)
       --prefix             prefix every output line with "[rank N] "
       --no-prefix          never prefix output lines
-      --no-python, --rdzv-backend, --rdzv-id, --monitor-interval, --role, --start-method
+      --no-python          run a PROGRAM ending in .py as it is, not under Python ($CHORUS_PYTHON,
+                           else python3 on PATH)
+      --rdzv-backend, --rdzv-id, --monitor-interval, --role, --start-method
                            accepted for torchrun compatibility (no effect)
       --help-env           the environment variables chorus reads
       --version            chorus version

@@ -38,6 +38,9 @@ struct RunArgs {
   bool help_env = false;
   bool version = false;
   std::vector<std::string> program;  // program and its arguments
+  // As torchrun: a PROGRAM ending in ".py" runs under Python ($CHORUS_PYTHON, else python3 on
+  // PATH) unless --no-python says to run it as it is.
+  bool no_python = false;
 };
 
 // A bad command line; what() says which flag and what is expected.

@@ -92,7 +92,7 @@ std::vector<std::string> rank_env(const LaunchPlan& plan, int attempt, int rank,
   set("ROLE_WORLD_SIZE", std::to_string(world));
   set("ROLE_NAME", "default");
   set("MASTER_ADDR", plan.store_host);
-  set("MASTER_PORT", std::to_string(plan.store_port));
+  set("MASTER_PORT", std::to_string(plan.torch_master_port));
   set("CHORUS_STORE_ADDR", store_addr);
   set("CHORUS_LAUNCHER", "chorusrun");
   set("CHORUS_RESTART_COUNT", std::to_string(attempt));

@@ -19,6 +19,10 @@ struct LaunchPlan {
   std::string program_path;  // resolved against PATH
   std::string store_host;    // what ranks connect to
   int store_port = 0;
+  // MASTER_PORT for the ranks: a port on store_host that was free when node 0 looked, for
+  // PyTorch's env:// rendezvous (rank 0 hosts torch's own TCPStore there). chorus's store is
+  // at CHORUS_STORE_ADDR, so the two never collide.
+  int torch_master_port = 0;
   std::string store_token;            // "" when the store is open (multi-node without a token)
   std::vector<std::string> base_env;  // chorusrun's environment minus the variables it sets
   std::string log_dir;                // resolved (a temporary one for --tee without --log-dir)

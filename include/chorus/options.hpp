@@ -17,6 +17,9 @@ namespace chorus {
 // The one default from which store, connect and collective deadlines derive, unless
 // CHORUS_TIMEOUT (seconds, or a number with ms/s/m/h suffix) says otherwise.
 inline constexpr Duration kDefaultTimeout = std::chrono::minutes(10);
+// How long a tcp group waits without any traffic or heartbeat from a peer before it declares
+// the peer dead, whatever the ops' deadlines, unless CHORUS_PEER_TIMEOUT says otherwise.
+inline constexpr Duration kDefaultPeerTimeout = std::chrono::seconds(10);
 
 struct AllreduceOptions {
   ReduceOp op = ReduceOp::sum;
@@ -66,6 +69,14 @@ struct TcpGroupOptions {
   std::size_t small_allreduce_bytes = 256 * 1024;
   // Bytes per pipeline slice in ring algorithms (send, receive and reduce overlap per slice).
   std::size_t slice_bytes = 256 * 1024;
+  // Peer liveness: each rank's progress thread sends a heartbeat to every peer a few times per
+  // peer_timeout, and a peer not heard from (data or heartbeat) for peer_timeout is declared
+  // dead: its host is down, the network is partitioned, or the process is stopped. This runs
+  // while the group is idle too (a user thread computing for an hour is alive: the heartbeats
+  // come from the progress thread). Unset: CHORUS_PEER_TIMEOUT, else kDefaultPeerTimeout.
+  // Zero: no liveness checks (a peer that vanishes without a reset is then noticed only at an
+  // op's deadline). Raise it to stop ranks in a debugger.
+  std::optional<Duration> peer_timeout;
 };
 
 struct NcclGroupOptions {

@@ -21,10 +21,15 @@ struct TcpStoreServerOptions {
   std::size_t max_value_bytes = 8 * 1024 * 1024;
   int backlog = 8192;  // listen backlog (clamped by net.core.somaxconn)
   // Memory and connection bounds (docs/protocol.md, "Limits"): whatever clients send, the server
-  // holds at most about max_buffered_bytes + max_connections x 256 KiB besides the stored data.
+  // holds at most about max_buffered_bytes + max_connections x 256 KiB + max_stored_bytes.
   std::size_t max_unread_reply_bytes = 64u << 20;  // per connection: its requests wait past this
   std::size_t max_reply_bytes = 64u << 20;         // one reply (multi_get, keys); larger: error
   std::size_t max_buffered_bytes = 1u << 30;       // all connections: input + unsent replies
+  // Keys and values held (each key also counts 64 bytes of bookkeeping): a set, multi_set,
+  // append, add or compare_set that would pass it is refused (StoreError naming the limit) and
+  // stores nothing. Job state is normally kilobytes; this bounds what a runaway or hostile
+  // client can make the server keep.
+  std::size_t max_stored_bytes = 1u << 30;
   std::size_t max_connections = 0;  // 0: the open file limit minus 64; past it, idle strangers go
   Duration hello_timeout = std::chrono::seconds(5);   // connected without a hello: closed
   Duration stall_timeout = std::chrono::seconds(30);  // a partial frame or unread replies that
@@ -81,6 +86,11 @@ struct TcpStoreOptions {
   // client authenticates and also checks the server's proof (a server without the token, or a
   // fake one, fails at connect with StoreError); an embedded server (is_server) requires it.
   std::optional<std::string> token;
+  // The server host's liveness: a connection that gets no answer at all (host down, network
+  // partitioned) fails within about this long, even inside a long wait(), with NetworkError
+  // (TCP keepalive and TCP_USER_TIMEOUT). Unset: CHORUS_PEER_TIMEOUT, else kDefaultPeerTimeout;
+  // zero: the kernel's defaults.
+  std::optional<Duration> peer_timeout;
 };
 
 // Client of a TcpStoreServer (and optionally its host). Thread-safe: threads share one

@@ -2,6 +2,7 @@
 // Environment variables: the only getenv in chorus, plus parsing and validation of CHORUS_*.
 #include "core/env.hpp"
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdlib>
 #include <string_view>
@@ -82,6 +83,32 @@ Duration resolve_default_timeout() {
   return d ? *d : kDefaultTimeout;
 }
 
+std::optional<Duration> peer_timeout() {
+  auto text = get("CHORUS_PEER_TIMEOUT");
+  if (!text) {
+    return std::nullopt;
+  }
+  if (*text == "off" || *text == "OFF") {
+    return Duration::zero();
+  }
+  auto d = parse_duration(*text);
+  if (!d) {
+    throw InvalidArgument(fmt::format(
+        "CHORUS_PEER_TIMEOUT='{}' is not a duration; use seconds (\"10\"), a number with a unit "
+        "(500ms, 30s, 10m, 1h), or 0 / off to turn peer liveness checks off",
+        *text));
+  }
+  return d;
+}
+
+Duration resolve_peer_timeout(std::optional<Duration> given) {
+  if (given) {
+    return std::max(*given, Duration::zero());
+  }
+  auto d = peer_timeout();
+  return d ? *d : kDefaultPeerTimeout;
+}
+
 LogLevel debug_level() {
   auto text = get("CHORUS_DEBUG");
   if (!text) {
@@ -116,6 +143,9 @@ namespace chorus {
 const char* environment_help() noexcept {
   return "CHORUS_TIMEOUT        default deadline of store calls, connects and collectives\n"
          "                      (seconds, or 500ms / 30s / 10m / 1h; default 10m)\n"
+         "CHORUS_PEER_TIMEOUT   a tcp group declares a peer dead after this long without data or\n"
+         "                      heartbeat from it (default 10s; 0 or off: no liveness checks);\n"
+         "                      raise it to stop ranks in a debugger\n"
          "CHORUS_DEBUG          log level: NONE, WARN (default), INFO, TRACE\n"
          "CHORUS_SOCKET_IFNAME  interface name (eth0) or local address used for data sockets\n"
          "CHORUS_STORE_ADDR     host:port of an already running store (init_from_env); rank 0\n"

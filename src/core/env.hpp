@@ -29,6 +29,13 @@ Duration resolve_default_timeout();
 // Parses a duration as CHORUS_TIMEOUT does; nullopt if malformed.
 std::optional<Duration> parse_duration(const std::string& text);
 
+// CHORUS_PEER_TIMEOUT: a duration as for CHORUS_TIMEOUT, or 0 / "off" (liveness checks off,
+// returned as zero). Throws InvalidArgument on a bad value.
+std::optional<Duration> peer_timeout();
+// The peer timeout of a group: `given` if set, else CHORUS_PEER_TIMEOUT, else
+// kDefaultPeerTimeout.
+Duration resolve_peer_timeout(std::optional<Duration> given);
+
 // CHORUS_DEBUG=WARN|INFO|TRACE|NONE (default WARN). Throws InvalidArgument on a bad value.
 LogLevel debug_level();
 // CHORUS_SOCKET_IFNAME: interface name or local address for data sockets.

@@ -80,10 +80,19 @@ bool retryable(int err) {
   }
 }
 
+// The errors of a connect attempt that nobody answered (as opposed to a refusal or a reset).
+bool answerless(int err) {
+  return err == ETIMEDOUT || err == EHOSTUNREACH || err == ENETUNREACH || err == EHOSTDOWN;
+}
+
 Socket connect_addresses(const std::vector<SocketAddress>& addrs, const std::string& display,
                          Deadline deadline, const ConnectOptions& options,
                          Clock::time_point start) {
   thread_local std::minstd_rand rng(std::random_device{}());
+  // A peer whose host is gone answers nothing: stop at the unanswered limit, not the deadline.
+  const bool limited = options.unanswered_limit > Duration::zero();
+  const Deadline give_up =
+      limited ? earliest(deadline, Deadline::at(start + options.unanswered_limit)) : deadline;
   Duration backoff = options.initial_backoff;
   int last_error = 0;
   int attempts = 0;
@@ -91,7 +100,7 @@ Socket connect_addresses(const std::vector<SocketAddress>& addrs, const std::str
     for (const auto& addr : addrs) {
       ++attempts;
       Socket s;
-      int err = connect_once(addr, deadline, s, options.local);
+      int err = connect_once(addr, give_up, s, options.local);
       const bool refused = err == ECONNREFUSED;
       if (err == 0 && options.after_connect) {
         err = options.after_connect(s, deadline);
@@ -111,6 +120,19 @@ Socket connect_addresses(const std::vector<SocketAddress>& addrs, const std::str
                                        options.what, display, errno_name(err)),
                            ctx);
       }
+    }
+    if (limited && give_up.expired() && !deadline.expired() && answerless(last_error)) {
+      ErrorContext ctx;
+      ctx.op = "connect";
+      ctx.peer_address = display;
+      ctx.os_error = ETIMEDOUT;
+      ctx.elapsed = std::chrono::duration_cast<Duration>(Clock::now() - start);
+      throw NetworkError(
+          fmt::format("no answer from {} at {} for {} ({} attempts, last error {}): its host is "
+                      "down or unreachable",
+                      options.what, display, format_duration(ctx.elapsed), attempts,
+                      errno_name(last_error)),
+          ctx);
     }
     // Full jitter: thousands of clients retrying in lockstep would re-flood the listener.
     const auto jittered = Duration(std::uniform_int_distribution<long long>(

@@ -40,6 +40,10 @@ struct ConnectOptions {
   // refused connect means it is gone, so fail at once (NetworkError, os_error ECONNREFUSED)
   // instead of retrying until the deadline.
   bool refused_is_final = false;
+  // The same kind of peer: when no attempt got any answer at all (no accept, no refusal) for
+  // this long, its host is down or unreachable: NetworkError with os_error ETIMEDOUT (no other
+  // failure raises that combination), instead of retrying until the deadline. Zero: no limit.
+  Duration unanswered_limit = Duration::zero();
 };
 
 // One non-blocking connect attempt bounded by deadline: returns 0 and a connected socket, or the

@@ -98,6 +98,22 @@ bool Socket::set_nodelay(bool on) noexcept {
 bool Socket::set_keepalive(bool on) noexcept {
   return set_int_option(fd_, SOL_SOCKET, SO_KEEPALIVE, on ? 1 : 0);
 }
+bool Socket::set_dead_peer_timeout(Duration timeout) noexcept {
+  if (timeout <= Duration::zero()) {
+    return true;
+  }
+  // Keepalive counts in whole seconds: idle for half the bound, then probes until it is spent.
+  const auto seconds =
+      std::max<long long>(2, std::chrono::duration_cast<std::chrono::seconds>(timeout).count());
+  const int idle = static_cast<int>(seconds / 2);
+  const int interval = static_cast<int>(std::max<long long>(1, seconds / 10));
+  const int probes = std::max(1, static_cast<int>((seconds - idle) / interval));
+  const auto user_ms = static_cast<unsigned>(std::min<long long>(timeout.count(), 1LL << 31));
+  return set_keepalive(true) && set_int_option(fd_, IPPROTO_TCP, TCP_KEEPIDLE, idle) &&
+         set_int_option(fd_, IPPROTO_TCP, TCP_KEEPINTVL, interval) &&
+         set_int_option(fd_, IPPROTO_TCP, TCP_KEEPCNT, probes) &&
+         ::setsockopt(fd_, IPPROTO_TCP, TCP_USER_TIMEOUT, &user_ms, sizeof(user_ms)) == 0;
+}
 bool Socket::set_send_buffer(int bytes) noexcept {
   return set_int_option(fd_, SOL_SOCKET, SO_SNDBUF, bytes);
 }

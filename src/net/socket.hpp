@@ -87,6 +87,11 @@ class Socket {
   bool set_nonblocking(bool on) noexcept;
   bool set_nodelay(bool on) noexcept;
   bool set_keepalive(bool on) noexcept;
+  // Makes the kernel give up on a peer that stops answering within about `timeout`: TCP
+  // keepalive probes while the connection is idle (a reply we wait for that never comes) and
+  // TCP_USER_TIMEOUT for data sent but not acknowledged. The socket then fails with
+  // ETIMEDOUT. Zero: leaves the defaults (keepalive off; retransmissions for ~15 minutes).
+  bool set_dead_peer_timeout(Duration timeout) noexcept;
   bool set_send_buffer(int bytes) noexcept;
   bool set_recv_buffer(int bytes) noexcept;
   // Pending SO_ERROR (e.g. the result of a non-blocking connect); 0 if none.

@@ -58,6 +58,14 @@ const std::vector<std::string>& KvTable::keys() const {
   return sorted_keys_;
 }
 
+std::size_t KvTable::growth_if_set(const std::string& key, std::size_t value_bytes) const {
+  auto it = map_.find(key);
+  if (it == map_.end()) {
+    return key.size() + value_bytes + kEntryOverhead;
+  }
+  return value_bytes > it->second.size() ? value_bytes - it->second.size() : 0;
+}
+
 void KvTable::on_key_created(const std::string& key) {
   key_bytes_ += key.size();
   ++key_generation_;
@@ -95,10 +103,15 @@ void KvTable::park(WatchId id, Watch& watch) {
 }
 
 void KvTable::set(const std::string& key, Bytes value) {
-  auto [it, created] = map_.insert_or_assign(key, std::move(value));
-  if (created) {
-    on_key_created(key);
+  auto it = map_.find(key);
+  if (it != map_.end()) {
+    stored_bytes_ = stored_bytes_ - it->second.size() + value.size();
+    it->second = std::move(value);
+    return;
   }
+  stored_bytes_ += key.size() + value.size() + kEntryOverhead;
+  map_.emplace(key, std::move(value));
+  on_key_created(key);
 }
 
 KvTable::AddResult KvTable::add(const std::string& key, std::int64_t delta) {
@@ -130,6 +143,7 @@ Bytes KvTable::compare_set(const std::string& key, const Bytes& expected, Bytes 
     return {};
   }
   if (it->second == expected) {
+    stored_bytes_ = stored_bytes_ - it->second.size() + desired.size();
     it->second = std::move(desired);
   }
   return it->second;
@@ -142,12 +156,16 @@ void KvTable::append(const std::string& key, const Bytes& value) {
     return;
   }
   it->second.insert(it->second.end(), value.begin(), value.end());
+  stored_bytes_ += value.size();
 }
 
 bool KvTable::erase(const std::string& key) {
-  if (map_.erase(key) == 0) {
+  auto it = map_.find(key);
+  if (it == map_.end()) {
     return false;
   }
+  stored_bytes_ -= key.size() + it->second.size() + kEntryOverhead;
+  map_.erase(it);
   key_bytes_ -= key.size();
   ++key_generation_;
   sorted_valid_ = false;

@@ -27,6 +27,13 @@ class KvTable {
   const std::vector<std::string>& keys() const;  // sorted; cached until a key is created or erased
   // Bytes of every key name together (what a list_keys reply costs, without building it).
   std::size_t key_bytes() const noexcept { return key_bytes_; }
+  // What the stored keys and values cost: their bytes plus kEntryOverhead per key (the map
+  // node and string headers), so that a flood of empty values counts too.
+  static constexpr std::size_t kEntryOverhead = 64;
+  std::size_t stored_bytes() const noexcept { return stored_bytes_; }
+  // How much stored_bytes() would grow if `key` were given a value of `value_bytes` bytes
+  // (zero when it would shrink).
+  std::size_t growth_if_set(const std::string& key, std::size_t value_bytes) const;
   // Changes whenever a key is created or erased (for caches of the key list).
   std::uint64_t key_generation() const noexcept { return key_generation_; }
 
@@ -62,6 +69,7 @@ class KvTable {
 
   std::unordered_map<std::string, Bytes> map_;
   std::size_t key_bytes_ = 0;
+  std::size_t stored_bytes_ = 0;
   std::uint64_t key_generation_ = 0;
   mutable std::vector<std::string> sorted_keys_;  // cache for keys()
   mutable bool sorted_valid_ = false;

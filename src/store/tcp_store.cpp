@@ -8,6 +8,7 @@
 
 #include <chorus/errors.hpp>
 
+#include "core/env.hpp"
 #include "core/format.hpp"
 #include "net/address.hpp"
 #include "store/missing_keys.hpp"
@@ -56,7 +57,8 @@ class TcpStore::Impl {
       connect_host = connect_host_for(options.host);
     }
     client = std::make_unique<store::Client>(connect_host, port, limits, Deadline::after(timeout),
-                                             options.counts_as_client, std::move(token));
+                                             options.counts_as_client, std::move(token),
+                                             env::resolve_peer_timeout(options.peer_timeout));
   }
 
   // Declared first: destroyed last, after the client disconnected.

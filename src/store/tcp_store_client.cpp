@@ -134,11 +134,12 @@ bool peer_closed(int fd) {
 }  // namespace
 
 Client::Client(std::string host, std::uint16_t port, Limits limits, Deadline connect_deadline,
-               bool member, std::string token)
+               bool member, std::string token, Duration peer_timeout)
     : host_(std::move(host)),
       port_(port),
       limits_(limits),
       member_(member),
+      peer_timeout_(peer_timeout),
       token_(std::move(token)),
       reader_(limits.max_reply_bytes) {
   std::lock_guard<std::mutex> lock(mu_);
@@ -157,6 +158,7 @@ void Client::connect_locked(Deadline deadline) {
     return do_hello(s, d, member, token_);
   };
   net::Socket s = net::connect(host_, port_, deadline, o);
+  s.set_dead_peer_timeout(peer_timeout_);
   socket_ = std::move(s);
   reader_ = net::FrameReader(limits_.max_reply_bytes);
   ++generation_;
@@ -341,6 +343,14 @@ Reply Client::call(Request& q, Deadline deadline) {
         throw StoreError(fmt::format("store {} to {}: {}; the connection was closed",
                                      to_string(q.op), address(), broken_why_),
                          ctx);
+      }
+      if (broken_errno_ == ETIMEDOUT && peer_timeout_ > Duration::zero()) {
+        throw NetworkError(
+            fmt::format("store {} to {}: no answer from the store's host for about {} (peer "
+                        "timeout, CHORUS_PEER_TIMEOUT): the host is down or the network to it is "
+                        "partitioned ({}); the next call reconnects",
+                        to_string(q.op), address(), format_duration(peer_timeout_), broken_why_),
+            ctx);
       }
       throw NetworkError(
           fmt::format(

@@ -24,8 +24,10 @@ class Client {
  public:
   // Connects (with backoff) before returning; throws TimeoutError/NetworkError/StoreError.
   // `token`: the job token ("" for none); with one, the server must prove it knows it too.
+  // `peer_timeout`: the connection fails when the server's host stops answering for about
+  // this long (Socket::set_dead_peer_timeout); zero: never on that account.
   Client(std::string host, std::uint16_t port, Limits limits, Deadline connect_deadline,
-         bool member, std::string token = {});
+         bool member, std::string token = {}, Duration peer_timeout = Duration::zero());
   ~Client();
 
   // Sends q and waits for its reply until `deadline` (+ a grace period for waiting ops, whose
@@ -57,6 +59,7 @@ class Client {
   std::uint16_t port_;
   Limits limits_;
   bool member_;
+  Duration peer_timeout_;
   std::string token_;  // "": no authentication
   std::mutex mu_;
   std::condition_variable cv_;

@@ -908,7 +908,47 @@ Reply error_reply(std::uint32_t id, ErrorKind kind, std::string message) {
 }
 }  // namespace
 
+std::optional<Reply> Server::refuse_if_full(const Request& q) const {
+  std::size_t growth = 0;
+  switch (q.op) {
+    case Op::set:
+    case Op::multi_set:
+      for (std::size_t i = 0; i < q.keys.size() && i < q.values.size(); ++i) {
+        growth += table_.growth_if_set(q.keys[i], q.values[i].size());
+      }
+      break;
+    case Op::compare_set:
+      growth = table_.growth_if_set(q.keys[0], q.values[1].size());
+      break;
+    case Op::append: {
+      const Bytes* held = table_.find(q.keys[0]);
+      growth = table_.growth_if_set(q.keys[0],
+                                    (held != nullptr ? held->size() : 0) + q.values[0].size());
+      break;
+    }
+    case Op::add:
+      growth = table_.growth_if_set(q.keys[0], 20);  // the longest int64 in decimal
+      break;
+    default:
+      return std::nullopt;
+  }
+  if (growth == 0 || table_.stored_bytes() + growth <= options_.max_stored_bytes) {
+    return std::nullopt;
+  }
+  return error_reply(
+      q.id, ErrorKind::too_large,
+      fmt::format("the store is full: it holds {} bytes of keys and values and this {} would add "
+                  "{}, over this server's limit of {} (max_stored_bytes, chorus-store "
+                  "--max-stored-bytes); nothing was stored. Delete keys that are no longer needed "
+                  "(an earlier job's), or raise the limit",
+                  table_.stored_bytes(), to_string(q.op), growth, options_.max_stored_bytes));
+}
+
 void Server::handle_request(Conn& c, Request& q) {
+  if (auto refused = refuse_if_full(q)) {
+    reply(c, q.op, *refused);
+    return;
+  }
   Reply r;
   r.id = q.id;
   bool mutated = false;

@@ -63,6 +63,8 @@ class Server {
   bool serve(Conn& c);  // runs buffered work the budget allows; false: closed
   void schedule_serve(Conn& c);
   void handle_request(Conn& c, Request& q);
+  // The error reply for a write that would take the table past max_stored_bytes, if it would.
+  std::optional<Reply> refuse_if_full(const Request& q) const;
   std::size_t reply_cost(const Request& q) const;
   std::size_t parked_cost(const Parked& p) const;
   Afford afford(const Conn& c, std::size_t cost) const;

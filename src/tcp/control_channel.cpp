@@ -233,6 +233,7 @@ bool SocketTransport::start_frame(int peer) {
     case FrameType::goodbye:
     case FrameType::status_request:
     case FrameType::status_reply:
+    case FrameType::heartbeat:
       if (c.frame.length > kMaxControlPayload) {
         return protocol_error("a control frame over the size limit");
       }
@@ -254,16 +255,18 @@ void SocketTransport::read_control(int peer) {
       if (r.would_block()) {
         return;
       }
-      if (r.closed() || (r.ok() && r.bytes == 0)) {
-        Peer& p = peers_[static_cast<std::size_t>(peer)];
-        if (p.goodbye && c.header_got == 0) {
-          // The peer left the group in order; its data sockets close next.
-          c.dead = true;
-          loop_.remove(c.sock.fd());
-          c.registered = false;
-          c.sock.close();
-          return;
-        }
+      Peer& p = peers_[static_cast<std::size_t>(peer)];
+      const bool ended = r.closed() || (r.ok() && r.bytes == 0);
+      if ((ended || !r.ok()) && p.goodbye && c.header_got == 0) {
+        // The peer left the group in order; its data sockets close next. A reset instead of
+        // an orderly end means only that it closed with our last frames (a heartbeat) unread.
+        c.dead = true;
+        loop_.remove(c.sock.fd());
+        c.registered = false;
+        c.sock.close();
+        return;
+      }
+      if (ended) {
         peer_failed(peer,
                     "the connection was closed without the peer leaving the group: the process "
                     "died, was killed, or exited without destroying its group",
@@ -274,6 +277,7 @@ void SocketTransport::read_control(int peer) {
         peer_failed(peer, "receive failed: " + r.describe(), r.os_error);
         return;
       }
+      p.last_heard = Clock::now();
       c.header_got += r.bytes;
       if (c.header_got < kFrameHeaderBytes) {
         continue;
@@ -303,6 +307,7 @@ void SocketTransport::read_control(int peer) {
         peer_failed(peer, "receive failed: " + r.describe(), r.os_error);
         return;
       }
+      peers_[static_cast<std::size_t>(peer)].last_heard = Clock::now();
       c.body_got += r.bytes;
       moved += r.bytes;
     }
@@ -345,6 +350,9 @@ void SocketTransport::control_frame_complete(int peer) {
     c.posted.erase(it);
     p2p_done(peer, token, std::move(error));
     return;
+  }
+  if (c.frame.type == FrameType::heartbeat) {
+    return;  // it was heard (read_control noted the time); nothing for the engine
   }
   TransportEvent ev;
   ev.peer = peer;

@@ -130,6 +130,9 @@ bool SocketTransport::move_stream(Stream& s, bool send) {
     }
     moved += r.bytes;
     consume(q, off, r.bytes);
+    if (!send) {
+      peers_[static_cast<std::size_t>(s.peer)].last_heard = Clock::now();
+    }
   }
   update_interest(s);
   return true;

@@ -39,6 +39,10 @@ Engine::Engine(EngineConfig config, std::unique_ptr<EngineTransport> transport)
   for (int r = 0; r < config_.size; ++r) {
     addresses_.push_back(r == config_.rank ? local_address_ : transport_->address(r));
   }
+  // Not at once: the mesh's setup was just heard from everyone, and a short-lived group
+  // (created, one op, destroyed) then sends no heartbeat at all.
+  next_heartbeat_ = Clock::now() + config_.peer_timeout / 4;
+  next_silence_check_ = Clock::now() + config_.peer_timeout;
   thread_ = std::thread([this] { run(); });
 }
 
@@ -152,6 +156,7 @@ void Engine::run() noexcept {
     }
     events_.clear();
     check_deadlines();
+    tend_liveness();
   }
   shutdown();
 }
@@ -353,6 +358,7 @@ void Engine::on_control(TransportEvent& ev) {
       return;
     case FrameType::p2p:
     case FrameType::p2p_more:
+    case FrameType::heartbeat:  // the transport keeps these (it notes when each peer was heard)
       return;
   }
 }
@@ -361,10 +367,11 @@ Deadline Engine::nearest_deadline() const {
   if (failure_) {
     return Deadline::never();
   }
+  const Deadline liveness = liveness_deadline();
   if (probe_) {
-    return probe_->until;
+    return earliest(probe_->until, liveness);
   }
-  Deadline d = Deadline::never();
+  Deadline d = liveness;
   if (current_) {
     d = earliest(d, current_->call.deadline);
   }
@@ -375,6 +382,63 @@ Deadline Engine::nearest_deadline() const {
     d = earliest(d, op->call.deadline);
   }
   return d;
+}
+
+Deadline Engine::liveness_deadline() const {
+  if (config_.peer_timeout <= Duration::zero()) {
+    return Deadline::never();
+  }
+  return Deadline::at(std::min(next_heartbeat_, next_silence_check_));
+}
+
+void Engine::tend_liveness() {
+  if (failure_ || config_.peer_timeout <= Duration::zero()) {
+    return;
+  }
+  const Clock::time_point now = Clock::now();
+  if (now >= next_heartbeat_) {
+    for (int p = 0; p < config_.size; ++p) {
+      if (p != config_.rank && transport_->peer_connected(p)) {
+        transport_->send_control(p, FrameType::heartbeat, {});
+      }
+    }
+    next_heartbeat_ = now + config_.peer_timeout / 4;
+  }
+  // The peers are scanned only when the earliest of them could have gone silent: last-heard
+  // times only move forward, so no peer passes the timeout before next_silence_check_.
+  if (now < next_silence_check_) {
+    return;
+  }
+  Clock::time_point earliest_silence = now + config_.peer_timeout;
+  for (int p = 0; p < config_.size; ++p) {
+    if (p == config_.rank) {
+      continue;
+    }
+    const auto heard = transport_->last_heard(p);
+    if (!heard) {
+      continue;
+    }
+    if (now - *heard <= config_.peer_timeout) {
+      earliest_silence = std::min(earliest_silence, *heard + config_.peer_timeout);
+      continue;
+    }
+    const auto silent = std::chrono::duration_cast<Duration>(now - *heard);
+    const Op* op = current_.get();
+    fail_group(
+        make_error(
+            ErrorCode::network,
+            fmt::format(
+                "{}: no traffic or heartbeat from {} for {} (peer timeout {}): its host is down, "
+                "the network between the ranks is partitioned, or the process is stopped (a "
+                "debugger, SIGSTOP); to pause ranks on purpose, raise CHORUS_PEER_TIMEOUT (or "
+                "TcpGroupOptions::peer_timeout), or set it to 0 to turn liveness checks off",
+                prefix(op), rank_name(p), format_duration(silent),
+                format_duration(config_.peer_timeout)),
+            context(op, {p})),
+        true, p);
+    return;
+  }
+  next_silence_check_ = earliest_silence + std::chrono::milliseconds(1);
 }
 
 void Engine::check_deadlines() {

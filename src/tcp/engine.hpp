@@ -7,6 +7,10 @@
 // epoll_wait until the nearest deadline, and is woken through the loop's eventfd on submit,
 // abort and shutdown.
 //
+// Liveness: the engine sends heartbeats and watches when each peer was last heard (any data or
+// frame), idle or not, so a peer that goes silent without a reset (host down, partition,
+// stopped process) is named within the peer timeout rather than at an op's deadline.
+//
 // Failure model: the first failure poisons the group. A timeout first probes the peers
 // (status request on the control channel, bounded grace period) so the error can name the
 // rank that is really stuck: the one that does not answer, or that has not issued the op.
@@ -54,6 +58,10 @@ struct EngineConfig {
   // Called on the engine thread when a collective starts running, with its algorithm (the
   // group's flight recorder notes both).
   std::function<void(const OpCall&, const char* algorithm)> on_start;
+  // Peer liveness (see TcpGroupOptions::peer_timeout): heartbeats to every peer four times per
+  // peer_timeout, and a peer not heard from for peer_timeout fails the group naming it.
+  // Zero: off.
+  Duration peer_timeout = Duration::zero();
 };
 
 class Engine {
@@ -89,6 +97,10 @@ class Engine {
   void on_event(TransportEvent& ev);
   void on_control(TransportEvent& ev);
   void check_deadlines();
+  // Sends due heartbeats; fails the group if a peer has been silent past the peer timeout.
+  void tend_liveness();
+  // When tend_liveness() next has something to do (O(1): it runs on every loop iteration).
+  Deadline liveness_deadline() const;
   void start_probe(Op* op);
   void conclude_probe();
   // root_rank: where the failure began (this rank, a dead peer, a timeout's culprit, or the
@@ -128,7 +140,9 @@ class Engine {
   std::unordered_map<std::uint64_t, std::unique_ptr<Op>> p2p_;
   std::uint64_t next_p2p_token_ = 1;
   std::optional<Probe> probe_;
-  std::exception_ptr failure_;  // engine's copy of the first failure
+  Clock::time_point next_heartbeat_;      // a quarter of the peer timeout after the start
+  Clock::time_point next_silence_check_;  // no peer can pass the peer timeout before this
+  std::exception_ptr failure_;            // engine's copy of the first failure
   AbortNotice failure_notice_;  // the same, as told to peers (in abort notices and goodbyes)
   std::vector<std::uint64_t> completed_;
   std::vector<TransportEvent> events_;

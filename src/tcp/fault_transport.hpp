@@ -73,6 +73,9 @@ class FaultTransport final : public EngineTransport {
   void reset_link(int peer) noexcept override { inner_->reset_link(peer); }
   void op_started(std::uint64_t seq) noexcept override;
   bool peer_connected(int peer) const override { return inner_->peer_connected(peer); }
+  std::optional<Clock::time_point> last_heard(int peer) const override {
+    return inner_->last_heard(peer);
+  }
   const std::string& address(int peer) const override { return inner_->address(peer); }
   const std::string& local_address() const override { return inner_->local_address(); }
 

@@ -102,11 +102,20 @@ void connect_mesh(Store& store, const MeshOptions& o, Mesh& mesh, int channels) 
         const net::IoResult r = net::send_all(s, open.data(), open.size(), d);
         return r.ok() ? 0 : (r.os_error ? r.os_error : ECONNRESET);
       };
-      co.refused_is_final = true;  // it listened before it published: refused means gone
+      co.refused_is_final = true;            // it listened before it published: refused means gone
+      co.unanswered_limit = o.peer_timeout;  // and a host that answers nothing is gone too
       net::Socket s;
       try {
         s = net::connect(hp.host, hp.port, o.deadline, co);
       } catch (const NetworkError& e) {
+        if (e.context().os_error == ETIMEDOUT) {
+          throw NetworkError(
+              fmt::format("{}: rank {} published its address {} but does not answer there: {}; "
+                          "no reset came, so its host is down, unreachable, or drops packets "
+                          "(peer timeout {}, CHORUS_PEER_TIMEOUT)",
+                          where(o), peer, link.address, e.what(), format_duration(o.peer_timeout)),
+              context(o, {peer}));
+        }
         if (e.context().os_error != ECONNREFUSED) {
           throw;
         }

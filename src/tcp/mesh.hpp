@@ -46,6 +46,9 @@ struct MeshOptions {
   Duration timeout{0};
   Deadline deadline = Deadline::never();
   Duration hello_timeout = std::chrono::seconds(5);  // TcpGroupOptions::hello_timeout
+  // A published peer whose address answers nothing for this long is named as gone (its host
+  // is down) rather than waited for until the deadline. Zero: off.
+  Duration peer_timeout = Duration::zero();
 };
 
 // Collective over the group. Blocks until every connection is up and verified, or throws:

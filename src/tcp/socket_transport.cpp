@@ -68,6 +68,14 @@ bool SocketTransport::peer_connected(int peer) const {
   return p.control && !p.control->dead && !p.failed;
 }
 
+std::optional<Clock::time_point> SocketTransport::last_heard(int peer) const {
+  const Peer& p = peers_[static_cast<std::size_t>(peer)];
+  if (!peer_connected(peer) || p.goodbye) {
+    return std::nullopt;
+  }
+  return p.last_heard;
+}
+
 // ---- failures and teardown -----------------------------------------------------------------
 
 void SocketTransport::peer_failed(int peer, const std::string& what, int os_error) {

@@ -60,6 +60,7 @@ class SocketTransport final : public EngineTransport {
   void close_all() noexcept override;
   void reset_link(int peer) noexcept override;
   bool peer_connected(int peer) const override;
+  std::optional<Clock::time_point> last_heard(int peer) const override;
   const std::string& address(int peer) const override {
     return peers_[static_cast<std::size_t>(peer)].address;
   }
@@ -134,6 +135,7 @@ class SocketTransport final : public EngineTransport {
     std::unique_ptr<Control> control;
     std::uint64_t sends = 0;  // messages posted, for striping
     std::uint64_t recvs = 0;
+    Clock::time_point last_heard = Clock::now();  // anything read from this peer
     bool goodbye = false;
     bool failed = false;
     bool draining = false;  // peer_failed() is reading the control socket's last frames

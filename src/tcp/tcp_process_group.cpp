@@ -60,6 +60,7 @@ class TcpProcessGroup final : public ProcessGroup {
     mo.timeout = timeout();
     mo.deadline = Deadline::after(timeout());
     mo.hello_timeout = options.hello_timeout;
+    mo.peer_timeout = env::resolve_peer_timeout(options.peer_timeout);
     Mesh mesh = build_mesh(*store_, mo);
     listener_ = std::move(mesh.listener);
     membership_ = std::move(mesh.membership);
@@ -67,6 +68,7 @@ class TcpProcessGroup final : public ProcessGroup {
     ec.rank = rank;
     ec.size = size;
     ec.group = name();
+    ec.peer_timeout = mo.peer_timeout;
     ec.on_failure = [this](std::exception_ptr e) { record_failure(std::move(e)); };
     ec.on_start = [this](const OpCall& call, const char* algorithm) {
       trace_started(call, algorithm);

@@ -23,6 +23,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -94,6 +95,9 @@ class EngineTransport : public Transport {
   virtual void op_started(std::uint64_t seq) noexcept { (void)seq; }
 
   virtual bool peer_connected(int peer) const = 0;
+  // Peer liveness: when something (data or a frame) last arrived from `peer`; nullopt when
+  // the peer is not watched (it left the group, or its failure was already reported).
+  virtual std::optional<Clock::time_point> last_heard(int peer) const = 0;
   // "host:port" of a peer, and of this rank: for error messages.
   virtual const std::string& address(int peer) const = 0;
   virtual const std::string& local_address() const = 0;

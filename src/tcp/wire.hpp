@@ -22,6 +22,7 @@ enum class FrameType : std::uint32_t {
   status_request = 4,  // payload = u64 seq the requester timed out on
   status_reply = 5,    // payload = StatusReply
   p2p_more = 6,        // tag = the open message's tag; payload = its next chunk
+  heartbeat = 7,       // empty: the sender's progress thread is alive (peer liveness)
 };
 // A tagged message of L bytes travels as one `p2p` frame whose header says L and whose body is
 // the first min(L, kP2pChunkBytes) bytes, then `p2p_more` frames of at most kP2pChunkBytes each

@@ -39,6 +39,22 @@ TEST_CASE("CHORUS_TIMEOUT sets the default and rejects bad values by name", "[co
   unsetenv("CHORUS_TIMEOUT");
 }
 
+TEST_CASE("CHORUS_PEER_TIMEOUT: default, durations, off, and a bad value named", "[core][env]") {
+  unsetenv("CHORUS_PEER_TIMEOUT");
+  REQUIRE(env::resolve_peer_timeout(std::nullopt) == kDefaultPeerTimeout);
+  REQUIRE(env::resolve_peer_timeout(3s) == 3s);  // the group's option wins
+  setenv("CHORUS_PEER_TIMEOUT", "2.5s", 1);
+  REQUIRE(env::resolve_peer_timeout(std::nullopt) == 2500ms);
+  for (const char* off : {"0", "off"}) {
+    setenv("CHORUS_PEER_TIMEOUT", off, 1);
+    REQUIRE(env::resolve_peer_timeout(std::nullopt) == Duration::zero());
+  }
+  setenv("CHORUS_PEER_TIMEOUT", "never", 1);
+  REQUIRE_THROWS_WITH(env::resolve_peer_timeout(std::nullopt),
+                      Catch::Contains("CHORUS_PEER_TIMEOUT='never'") && Catch::Contains("off"));
+  unsetenv("CHORUS_PEER_TIMEOUT");
+}
+
 TEST_CASE("CHORUS_DEBUG accepts levels in any case and names a bad one", "[core][env]") {
   setenv("CHORUS_DEBUG", "info", 1);
   REQUIRE(env::debug_level() == LogLevel::info);

@@ -95,12 +95,14 @@ TEST_CASE("chorusrun sets torchrun's variables; --prefix prefixes every line wit
     CHECK(count(p.output, prefix + "no newline\n") == 1);
     CHECK(count(p.output, prefix + "to-stderr\n") == 1);
   }
-  // One store address for all, and MASTER_* point at it.
+  // One store address for all; MASTER_ADDR is the store's host, MASTER_PORT a second free port
+  // there (torch's own TCPStore binds it), the same for every rank.
   std::smatch m;
   REQUIRE(std::regex_search(p.output, m,
                             std::regex(R"(addr 127\.0\.0\.1:([0-9]+) 127\.0\.0\.1:([0-9]+))")));
-  CHECK(m[1] == m[2]);
+  CHECK(m[1] != m[2]);
   CHECK(std::stoi(m[1]) > 0);
+  CHECK(count(p.output, m.str(0) + "\n") == 3);
 }
 
 TEST_CASE("output one rank writes stays bare; a second writer turns prefixes on and says so",

@@ -224,6 +224,42 @@ TEST_CASE("hostile: pipelined big gets that are never read stay within the budge
   REQUIRE(proc_status_kib(server.pid(), "VmRSS") <= baseline + 16 * 1024);
 }
 
+TEST_CASE("hostile: a client filling the store is refused at max_stored_bytes; deletes make room",
+          "[store][hostile]") {
+  TcpStoreServerOptions options = hostile_options();
+  options.max_stored_bytes = 16 * kMiB;
+  test::StoreServerProcess server(options);
+  const std::size_t baseline = proc_status_kib(server.pid(), "VmRSS");
+  TcpStore client = client_of(server.port());
+  const Bytes value(256 * 1024, 3);
+  int stored = 0;
+  std::string refusal;
+  for (int i = 0; i < 1000 && refusal.empty(); ++i) {  // 1000 x 256 KiB = 250 MiB unbounded
+    try {
+      client.set("fill/" + std::to_string(i), value);
+      ++stored;
+    } catch (const StoreError& e) {
+      refusal = e.what();
+    }
+  }
+  INFO("stored " << stored << " values of 256 KiB; refusal: " << refusal);
+  REQUIRE_THAT(refusal, Catch::Contains("the store is full") &&
+                            Catch::Contains("max_stored_bytes") &&
+                            Catch::Contains("nothing was stored"));
+  CHECK(stored >= 60);  // 16 MiB / (256 KiB + key + 64): 63 fit
+  CHECK(stored <= 64);
+  // Nothing of the refused write was kept; an append past the limit is refused too.
+  CHECK_FALSE(client.check({"fill/" + std::to_string(stored)}));
+  CHECK_THROWS_AS(client.append("fill/1", value), StoreError);
+  CHECK(client.get("fill/1", 5s) == value);
+  // Deleting makes room again; reads and deletes work while full.
+  REQUIRE(client.get("fill/0", 5s) == value);
+  REQUIRE(client.delete_key("fill/0"));
+  client.set("fill/again", value);
+  require_good_client_served(server.port());
+  require_peak_rss_under(server, baseline, 64 * kMiB);
+}
+
 TEST_CASE("hostile: a multi_get naming one big key 60 times is refused before it is built",
           "[store][hostile]") {
   test::StoreServerProcess server(hostile_options());

@@ -356,3 +356,26 @@ TEST_CASE("host:port parsing and formatting", "[net]") {
   REQUIRE_FALSE(r.empty());
   REQUIRE(r.front().is_loopback());
 }
+
+TEST_CASE("KvTable: stored_bytes follows every mutation; growth_if_set predicts it",
+          "[store][protocol]") {
+  using store::KvTable;
+  KvTable t;
+  const std::size_t entry = KvTable::kEntryOverhead;
+  REQUIRE(t.stored_bytes() == 0);
+  REQUIRE(t.growth_if_set("k", 10) == 1 + 10 + entry);
+  t.set("k", Bytes(10, 1));
+  REQUIRE(t.stored_bytes() == 1 + 10 + entry);
+  REQUIRE(t.growth_if_set("k", 4) == 0);  // shrinking grows nothing
+  t.set("k", Bytes(4, 1));
+  REQUIRE(t.stored_bytes() == 1 + 4 + entry);
+  t.append("k", Bytes(6, 2));
+  REQUIRE(t.stored_bytes() == 1 + 10 + entry);
+  t.compare_set("k", t.find("k") ? *t.find("k") : Bytes{}, Bytes(2, 3));
+  REQUIRE(t.stored_bytes() == 1 + 2 + entry);
+  REQUIRE(t.add("n", 12345).status == KvTable::AddResult::Status::ok);
+  REQUIRE(t.stored_bytes() == (1 + 2 + entry) + (1 + 5 + entry));
+  REQUIRE(t.erase("k"));
+  REQUIRE(t.erase("n"));
+  REQUIRE(t.stored_bytes() == 0);
+}

@@ -32,7 +32,9 @@ using tcp::Op;
 constexpr auto kBound = 20s;  // a failure that should be immediate must arrive well before this
 
 struct Group {
-  explicit Group(int n, MemoryFabric& fabric, std::vector<int> engines = {}) : n(n) {
+  explicit Group(int n, MemoryFabric& fabric, std::vector<int> engines = {},
+                 Duration peer_timeout = Duration::zero())
+      : n(n), peer_timeout(peer_timeout) {
     if (engines.empty()) {
       engines.resize(static_cast<std::size_t>(n));
       std::iota(engines.begin(), engines.end(), 0);
@@ -47,10 +49,12 @@ struct Group {
     c.rank = r;
     c.size = n;
     c.group = "fabric";
+    c.peer_timeout = peer_timeout;
     ranks[static_cast<std::size_t>(r)] = std::make_unique<Engine>(std::move(c), std::move(t));
   }
   Engine& operator[](int r) { return *ranks[static_cast<std::size_t>(r)]; }
   int n;
+  Duration peer_timeout;
   std::vector<std::unique_ptr<Engine>> ranks;
 };
 
@@ -456,6 +460,49 @@ TEST_CASE("abort notices and goodbyes carry the root cause across the wire", "[t
         bytes.begin(), bytes.begin() + static_cast<std::ptrdiff_t>(len))));
   }
   CHECK(!tcp::decode_goodbye({1, 2, 3}));
+}
+
+TEST_CASE("fabric liveness: a peer gone silent (no reset) is named within the peer timeout",
+          "[tcp][fabric][liveness]") {
+  // Links dropped silently: no reset, no EOF, as when a host loses power or a cable is cut.
+  // The op's deadline is a minute; the peer timeout (300 ms) must be what fails it.
+  MemoryFabric fabric(3);
+  Group g(3, fabric, {}, 300ms);
+  fabric.drop_link(2, 0);
+  fabric.drop_link(2, 1);
+  std::vector<std::vector<float>> data(2, std::vector<float>(1000, 1.0f));
+  const auto t0 = Clock::now();
+  auto w0 = allreduce(g[0], data[0].data(), 1000, 1, 60s);
+  auto w1 = allreduce(g[1], data[1].data(), 1000, 1, 60s);
+  for (const auto& w : {w0, w1}) {
+    const Error e = error_of(w);
+    INFO(e.what());
+    CHECK(e.code() == ErrorCode::network);
+    CHECK(names(e, 2));
+    CHECK(contains(e.what(), "no traffic or heartbeat from rank 2 (mem:2)"));
+    CHECK(contains(e.what(), "peer timeout 300 ms"));
+  }
+  CHECK(Clock::now() - t0 < 30s);  // far below the op's minute: the liveness check failed it
+}
+
+TEST_CASE("fabric liveness: heartbeats keep idle peers alive across many peer timeouts",
+          "[tcp][fabric][liveness]") {
+  MemoryFabric fabric(3);
+  Group g(3, fabric, {}, 200ms);
+  // Idle for ten peer timeouts (the scenario itself, not a synchronization): only heartbeats
+  // cross the fabric meanwhile.
+  std::this_thread::sleep_for(2s);
+  std::vector<std::vector<float>> data(3, std::vector<float>(100, 1.0f));
+  std::vector<std::shared_ptr<WorkState>> w;
+  for (int r = 0; r < 3; ++r) {
+    w.push_back(allreduce(g[r], data[static_cast<std::size_t>(r)].data(), 100, 1));
+  }
+  for (int r = 0; r < 3; ++r) {
+    REQUIRE(w[static_cast<std::size_t>(r)]->wait_for(kBound));
+    w[static_cast<std::size_t>(r)]->wait();
+    CHECK(data[static_cast<std::size_t>(r)][0] == 3.0f);
+  }
+  CHECK(fabric.sent(0, 1, FrameType::heartbeat).size() >= 5);
 }
 
 }  // namespace chorus::test

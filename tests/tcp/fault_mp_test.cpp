@@ -15,12 +15,6 @@
 namespace chorus::test {
 namespace {
 
-bool names(const Error& e, int rank) {
-  const auto& p = e.context().peers;
-  return std::find(p.begin(), p.end(), rank) != p.end() &&
-         contains(e.what(), "rank " + std::to_string(rank) + " (127.0.0.1:");
-}
-
 std::string describe_error(const Error& e) {
   std::string peers;
   for (int p : e.context().peers) {

@@ -36,6 +36,7 @@ class MemoryFabric {
       r.failed.assign(static_cast<std::size_t>(n), false);
       r.left.assign(static_cast<std::size_t>(n), false);
       r.goodbye.assign(static_cast<std::size_t>(n), false);
+      r.heard.assign(static_cast<std::size_t>(n), Clock::now());
     }
   }
 
@@ -173,9 +174,10 @@ class MemoryFabric {
     std::vector<tcp::TransportEvent> events;
     std::vector<Posted> posted;
     std::deque<Unexpected> unexpected;
-    std::vector<bool> failed;   // peer_failed reported (or link reset by this rank)
-    std::vector<bool> left;     // the peer closed after a goodbye
-    std::vector<bool> goodbye;  // a goodbye arrived from the peer
+    std::vector<bool> failed;              // peer_failed reported (or link reset by this rank)
+    std::vector<bool> left;                // the peer closed after a goodbye
+    std::vector<bool> goodbye;             // a goodbye arrived from the peer
+    std::vector<Clock::time_point> heard;  // when something from the peer last arrived
     bool stalled = false;
     bool woken = false;
     bool closed = false;
@@ -225,6 +227,7 @@ class MemoryFabric {
       l.sends.pop_front();
       l.recvs.pop_front();
       std::memcpy(r.data, s.data, std::min(s.bytes, r.bytes));
+      rank(to).heard[static_cast<std::size_t>(from)] = Clock::now();
       rank(from).completed.push_back(s.token);
       rank(to).completed.push_back(r.token);
     }
@@ -296,6 +299,10 @@ class MemoryFabric {
           }
           break;
         case Item::frame:
+          me.heard[up] = Clock::now();
+          if (item.type == tcp::FrameType::heartbeat) {
+            break;  // only heard
+          }
           if (item.type == tcp::FrameType::p2p) {
             auto it = std::find_if(me.posted.begin(), me.posted.end(), [&](const Posted& p) {
               return p.peer == from && p.tag == item.tag;
@@ -474,6 +481,13 @@ class MemoryFabric {
     bool peer_connected(int peer) const override {
       std::lock_guard lock(f_->mu_);
       return !f_->gone(rank_, peer);
+    }
+    std::optional<Clock::time_point> last_heard(int peer) const override {
+      std::lock_guard lock(f_->mu_);
+      if (f_->gone(rank_, peer) || f_->rank(rank_).goodbye[static_cast<std::size_t>(peer)]) {
+        return std::nullopt;
+      }
+      return f_->rank(rank_).heard[static_cast<std::size_t>(peer)];
     }
     const std::string& address(int peer) const override {
       return addresses_[static_cast<std::size_t>(peer)];

@@ -3,6 +3,7 @@
 // loopback, and elapsed-time measurement for upper-bound assertions.
 #pragma once
 
+#include <algorithm>
 #include <chrono>
 #include <memory>
 #include <string>
@@ -51,6 +52,14 @@ Error expect_error(F&& fn) {
 
 inline bool contains(const std::string& s, const std::string& part) {
   return s.find(part) != std::string::npos;
+}
+
+// The error names `rank` as a culprit: in its context's peers and in the text, as "rank R
+// (127.0.0.1:port)" (every mp test runs on loopback).
+inline bool names(const Error& e, int rank) {
+  const auto& p = e.context().peers;
+  return std::find(p.begin(), p.end(), rank) != p.end() &&
+         contains(e.what(), "rank " + std::to_string(rank) + " (127.0.0.1:");
 }
 
 }  // namespace chorus::test

@@ -1,0 +1,540 @@
+// SPDX-License-Identifier: BSD-3-Clause
+#include "process_group_chorus.hpp"
+
+#include <numeric>
+#include <optional>
+
+#include <chorus/errors.hpp>
+#include <pybind11/pybind11.h>
+
+#include "torch_convert.hpp"
+#include "torch_store.hpp"
+
+namespace chorus::torch_bridge {
+
+namespace {
+
+using Parts = std::vector<std::shared_ptr<chorus::Work>>;
+
+// Tags of the send/recv pairs that carry uneven all-to-all blocks: torch's own tags are
+// non-negative ints, below 2^31.
+constexpr std::uint32_t kExchangeTagBase = 0x80000000u;
+
+std::string prefix(const char* op) { return std::string("chorus: ") + op + ": "; }
+
+void require_root(std::int64_t root, int size, const char* op) {
+  if (root < 0 || root >= size) {
+    throw InvalidArgument(prefix(op) + "root rank " + std::to_string(root) +
+                          " is outside the group (size " + std::to_string(size) + ")");
+  }
+}
+
+void require_same_dtype(const at::Tensor& a, const at::Tensor& b, const char* op) {
+  if (a.scalar_type() != b.scalar_type()) {
+    throw InvalidArgument(prefix(op) + "input is " + torch_dtype_name(a.scalar_type()) +
+                          " but output is " + torch_dtype_name(b.scalar_type()));
+  }
+}
+
+// Rows of dim 0 split into `splits` (empty: equal parts), as element offsets and counts.
+void split_rows(const at::Tensor& t, const std::vector<std::int64_t>& splits, int size,
+                const char* what, std::vector<std::int64_t>& offsets,
+                std::vector<std::int64_t>& counts) {
+  const std::int64_t rows = t.dim() == 0 ? 1 : t.size(0);
+  const std::int64_t row_elems = rows == 0 ? 0 : t.numel() / rows;
+  std::vector<std::int64_t> row_splits = splits;
+  if (row_splits.empty()) {
+    if (rows % size != 0) {
+      throw InvalidArgument(prefix("alltoall_base") + what + " has " + std::to_string(rows) +
+                            " rows, not divisible by the group size " + std::to_string(size));
+    }
+    row_splits.assign(static_cast<std::size_t>(size), rows / size);
+  }
+  if (static_cast<int>(row_splits.size()) != size) {
+    throw InvalidArgument(prefix("alltoall_base") + what + " split sizes have " +
+                          std::to_string(row_splits.size()) + " entries; the group has " +
+                          std::to_string(size) + " ranks");
+  }
+  if (std::accumulate(row_splits.begin(), row_splits.end(), std::int64_t{0}) != rows) {
+    throw InvalidArgument(prefix("alltoall_base") + what + " split sizes do not add up to its " +
+                          std::to_string(rows) + " rows");
+  }
+  offsets.clear();
+  counts.clear();
+  std::int64_t offset = 0;
+  for (std::int64_t s : row_splits) {
+    if (s < 0) {
+      throw InvalidArgument(prefix("alltoall_base") + what + " has a negative split size");
+    }
+    offsets.push_back(offset * row_elems);
+    counts.push_back(s * row_elems);
+    offset += s;
+  }
+}
+
+}  // namespace
+
+ProcessGroupChorus::ProcessGroupChorus(const c10::intrusive_ptr<c10d::Store>& store, int rank,
+                                       int size, std::chrono::milliseconds timeout,
+                                       const std::string& name)
+    : TorchBackendBase(rank, size) {
+  const auto group_timeout = chorus_timeout(timeout);
+  auto chorus_store = make_torch_store(store, group_timeout.value_or(kDefaultTimeout));
+  TcpGroupOptions options;
+  options.group.name = name;
+  options.group.timeout = group_timeout;
+  group_ = make_tcp_group(std::move(chorus_store), rank, size, options);
+}
+
+ProcessGroupChorus::~ProcessGroupChorus() {
+  // Destroying the group joins the engine thread, which may be finishing an op's callback that
+  // drops the last reference to a tensor owned by Python (that needs the GIL). Python drops
+  // the group with the GIL held (destroy_process_group, interpreter exit): let go of it here,
+  // or the two threads wait for each other forever.
+  std::optional<pybind11::gil_scoped_release> no_gil;
+  if (Py_IsInitialized() != 0 && PyGILState_Check() != 0) {
+    no_gil.emplace();
+  }
+  group_.reset();
+}
+
+c10::intrusive_ptr<ChorusWork> ProcessGroupChorus::make_work(c10d::OpType type,
+                                                             const char* name,
+                                                             std::vector<at::Tensor> outputs,
+                                                             int source) {
+  ops_issued_.fetch_add(1, std::memory_order_relaxed);
+  return c10::make_intrusive<ChorusWork>(getRank(), type, name, std::move(outputs), source);
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupChorus::broadcast(std::vector<at::Tensor>& tensors,
+                                                             const c10d::BroadcastOptions& opts) {
+  const char* op = "broadcast";
+  require_one_tensor(tensors.size(), op);
+  require_root(opts.rootRank, getSize(), op);
+  Staged t = stage(tensors[0], op);
+  auto work = make_work(c10d::OpType::BROADCAST, op, tensors);
+  Parts parts{group_->broadcast(t.view(), {.root = static_cast<int>(opts.rootRank),
+                                           .timeout = chorus_timeout(opts.timeout)})};
+  ChorusWork::start(work, std::move(parts), [t] { t.copy_back(); }, {t.buffer});
+  return work;
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupChorus::allreduce(std::vector<at::Tensor>& tensors,
+                                                             const c10d::AllreduceOptions& opts) {
+  const char* op = "allreduce";
+  require_one_tensor(tensors.size(), op);
+  Staged t = stage(tensors[0], op);
+  const ReduceOp rop = chorus_reduce_op(opts.reduceOp, t.user.scalar_type(), op);
+  auto work = make_work(c10d::OpType::ALLREDUCE, op, tensors);
+  Parts parts{group_->allreduce(t.view(), {.op = rop, .timeout = chorus_timeout(opts.timeout)})};
+  ChorusWork::start(work, std::move(parts), [t] { t.copy_back(); }, {t.buffer});
+  return work;
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupChorus::allreduce_coalesced(
+    std::vector<at::Tensor>& tensors, const c10d::AllreduceCoalescedOptions& opts) {
+  const char* op = "allreduce_coalesced";
+  if (tensors.empty()) {
+    throw InvalidArgument(prefix(op) + "got no tensors");
+  }
+  for (const auto& t : tensors) {
+    stage(t, op);  // checks device, layout, dtype
+    require_same_dtype(tensors[0], t, op);
+  }
+  const ReduceOp rop = chorus_reduce_op(opts.reduceOp, tensors[0].scalar_type(), op);
+  at::Tensor flat = flatten(tensors);
+  Staged f = stage(flat, op);
+  auto work = make_work(c10d::OpType::ALLREDUCE_COALESCED, op, tensors);
+  Parts parts{group_->allreduce(f.view(), {.op = rop, .timeout = chorus_timeout(opts.timeout)})};
+  ChorusWork::start(work, std::move(parts), [flat, tensors] { unflatten_into(flat, tensors); },
+                    {flat});
+  return work;
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupChorus::reduce(std::vector<at::Tensor>& tensors,
+                                                          const c10d::ReduceOptions& opts) {
+  const char* op = "reduce";
+  require_one_tensor(tensors.size(), op);
+  require_root(opts.rootRank, getSize(), op);
+  Staged t = stage(tensors[0], op);
+  const ReduceOp rop = chorus_reduce_op(opts.reduceOp, t.user.scalar_type(), op);
+  const bool root = opts.rootRank == getRank();
+  auto work = make_work(c10d::OpType::REDUCE, op, tensors);
+  Parts parts{group_->reduce(t.view(), t.view(),
+                             {.op = rop, .root = static_cast<int>(opts.rootRank),
+                              .timeout = chorus_timeout(opts.timeout)})};
+  ChorusWork::start(
+      work, std::move(parts),
+      [t, root] {
+        if (root) {
+          t.copy_back();
+        }
+      },
+      {t.buffer});
+  return work;
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupChorus::allgather(
+    std::vector<std::vector<at::Tensor>>& outputs, std::vector<at::Tensor>& inputs,
+    const c10d::AllgatherOptions& opts) {
+  const char* op = "allgather";
+  require_one_tensor(inputs.size(), op);
+  require_one_tensor(outputs.size(), op);
+  Staged in = stage(inputs[0], op);
+  const std::vector<at::Tensor>& list = outputs[0];
+  if (static_cast<int>(list.size()) != getSize()) {
+    throw InvalidArgument(prefix(op) + "the output list has " + std::to_string(list.size()) +
+                          " tensors; the group has " + std::to_string(getSize()) + " ranks");
+  }
+  require_all_like(list, in.user, "output_tensor_list", op);
+  for (const auto& t : list) {
+    stage(t, op);
+  }
+  at::Tensor flat = at::empty({getSize() * in.user.numel()}, in.user.options());
+  Staged f = stage(flat, op);
+  auto work = make_work(c10d::OpType::ALLGATHER, op, list);
+  Parts parts{group_->allgather(in.view(), f.view(), {.timeout = chorus_timeout(opts.timeout)})};
+  ChorusWork::start(work, std::move(parts), [flat, list] { unflatten_into(flat, list); },
+                    {in.buffer, flat});
+  return work;
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupChorus::_allgather_base(
+    at::Tensor& output, at::Tensor& input, const c10d::AllgatherOptions& opts) {
+  const char* op = "allgather_into_tensor";
+  Staged in = stage(input, op);
+  Staged out = stage(output, op);
+  require_same_dtype(input, output, op);
+  if (output.numel() != getSize() * input.numel()) {
+    throw InvalidArgument(prefix(op) + "output has " + std::to_string(output.numel()) +
+                          " elements; expected group size " + std::to_string(getSize()) +
+                          " x input's " + std::to_string(input.numel()));
+  }
+  auto work = make_work(c10d::OpType::_ALLGATHER_BASE, op, {output});
+  Parts parts{
+      group_->allgather(in.view(), out.view(), {.timeout = chorus_timeout(opts.timeout)})};
+  ChorusWork::start(work, std::move(parts), [out] { out.copy_back(); }, {in.buffer, out.buffer});
+  return work;
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupChorus::allgather_coalesced(
+    std::vector<std::vector<at::Tensor>>& outputs, std::vector<at::Tensor>& inputs,
+    const c10d::AllgatherOptions& opts) {
+  const char* op = "allgather_coalesced";
+  if (inputs.empty()) {
+    throw InvalidArgument(prefix(op) + "got no input tensors");
+  }
+  if (static_cast<int>(outputs.size()) != getSize()) {
+    throw InvalidArgument(prefix(op) + "expects one output list per rank (" +
+                          std::to_string(getSize()) + "), got " +
+                          std::to_string(outputs.size()));
+  }
+  for (const auto& t : inputs) {
+    stage(t, op);
+    require_same_dtype(inputs[0], t, op);
+  }
+  for (const auto& list : outputs) {
+    if (list.size() != inputs.size()) {
+      throw InvalidArgument(prefix(op) + "each output list must hold one tensor per input (" +
+                            std::to_string(inputs.size()) + ")");
+    }
+    for (std::size_t i = 0; i < list.size(); ++i) {
+      require_all_like({list[i]}, inputs[i], "output_lists[r]", op);
+    }
+  }
+  at::Tensor flat_in = flatten(inputs);
+  at::Tensor flat_out = at::empty({getSize() * flat_in.numel()}, flat_in.options());
+  Staged in = stage(flat_in, op);
+  Staged out = stage(flat_out, op);
+  std::vector<at::Tensor> all;
+  for (const auto& list : outputs) {
+    all.insert(all.end(), list.begin(), list.end());
+  }
+  auto work = make_work(c10d::OpType::ALLGATHER_COALESCED, op, all);
+  Parts parts{
+      group_->allgather(in.view(), out.view(), {.timeout = chorus_timeout(opts.timeout)})};
+  ChorusWork::start(work, std::move(parts), [flat_out, all] { unflatten_into(flat_out, all); },
+                    {flat_in, flat_out});
+  return work;
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupChorus::gather(
+    std::vector<std::vector<at::Tensor>>& outputs, std::vector<at::Tensor>& inputs,
+    const c10d::GatherOptions& opts) {
+  const char* op = "gather";
+  require_one_tensor(inputs.size(), op);
+  require_root(opts.rootRank, getSize(), op);
+  Staged in = stage(inputs[0], op);
+  const bool root = opts.rootRank == getRank();
+  std::vector<at::Tensor> list;
+  at::Tensor flat;
+  Tensor out_view;
+  if (root) {
+    require_one_tensor(outputs.size(), op);
+    list = outputs[0];
+    if (static_cast<int>(list.size()) != getSize()) {
+      throw InvalidArgument(prefix(op) + "root's gather_list has " + std::to_string(list.size()) +
+                            " tensors; the group has " + std::to_string(getSize()) + " ranks");
+    }
+    require_all_like(list, in.user, "gather_list", op);
+    for (const auto& t : list) {
+      stage(t, op);
+    }
+    flat = at::empty({getSize() * in.user.numel()}, in.user.options());
+    out_view = stage(flat, op).view();
+  } else if (!outputs.empty() && !outputs[0].empty()) {
+    throw InvalidArgument(prefix(op) + "gather_list must be empty on non-root ranks");
+  }
+  auto work = make_work(c10d::OpType::GATHER, op, list);
+  Parts parts{group_->gather(in.view(), out_view,
+                             {.root = static_cast<int>(opts.rootRank),
+                              .timeout = chorus_timeout(opts.timeout)})};
+  ChorusWork::start(
+      work, std::move(parts),
+      [flat, list] {
+        if (flat.defined()) {
+          unflatten_into(flat, list);
+        }
+      },
+      {in.buffer});
+  return work;
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupChorus::scatter(
+    std::vector<at::Tensor>& outputs, std::vector<std::vector<at::Tensor>>& inputs,
+    const c10d::ScatterOptions& opts) {
+  const char* op = "scatter";
+  require_one_tensor(outputs.size(), op);
+  require_root(opts.rootRank, getSize(), op);
+  Staged out = stage(outputs[0], op);
+  const bool root = opts.rootRank == getRank();
+  at::Tensor flat;
+  Tensor in_view;
+  if (root) {
+    require_one_tensor(inputs.size(), op);
+    const std::vector<at::Tensor>& list = inputs[0];
+    if (static_cast<int>(list.size()) != getSize()) {
+      throw InvalidArgument(prefix(op) + "root's scatter_list has " +
+                            std::to_string(list.size()) + " tensors; the group has " +
+                            std::to_string(getSize()) + " ranks");
+    }
+    require_all_like(list, out.user, "scatter_list", op);
+    for (const auto& t : list) {
+      stage(t, op);
+    }
+    flat = flatten(list);
+    in_view = stage(flat, op).view();
+  } else if (!inputs.empty() && !inputs[0].empty()) {
+    throw InvalidArgument(prefix(op) + "scatter_list must be empty on non-root ranks");
+  }
+  auto work = make_work(c10d::OpType::SCATTER, op, outputs);
+  Parts parts{group_->scatter(in_view, out.view(),
+                              {.root = static_cast<int>(opts.rootRank),
+                               .timeout = chorus_timeout(opts.timeout)})};
+  ChorusWork::start(work, std::move(parts), [out] { out.copy_back(); }, {out.buffer, flat});
+  return work;
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupChorus::reduce_scatter(
+    std::vector<at::Tensor>& outputs, std::vector<std::vector<at::Tensor>>& inputs,
+    const c10d::ReduceScatterOptions& opts) {
+  const char* op = "reduce_scatter";
+  require_one_tensor(outputs.size(), op);
+  require_one_tensor(inputs.size(), op);
+  Staged out = stage(outputs[0], op);
+  const std::vector<at::Tensor>& list = inputs[0];
+  if (static_cast<int>(list.size()) != getSize()) {
+    throw InvalidArgument(prefix(op) + "the input list has " + std::to_string(list.size()) +
+                          " tensors; the group has " + std::to_string(getSize()) + " ranks");
+  }
+  require_all_like(list, out.user, "input_list", op);
+  for (const auto& t : list) {
+    stage(t, op);
+  }
+  const ReduceOp rop = chorus_reduce_op(opts.reduceOp, out.user.scalar_type(), op);
+  at::Tensor flat = flatten(list);
+  Staged in = stage(flat, op);
+  auto work = make_work(c10d::OpType::REDUCE_SCATTER, op, outputs);
+  Parts parts{group_->reduce_scatter(in.view(), out.view(),
+                                     {.op = rop, .timeout = chorus_timeout(opts.timeout)})};
+  ChorusWork::start(work, std::move(parts), [out] { out.copy_back(); }, {flat, out.buffer});
+  return work;
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupChorus::_reduce_scatter_base(
+    at::Tensor& output, at::Tensor& input, const c10d::ReduceScatterOptions& opts) {
+  const char* op = "reduce_scatter_tensor";
+  Staged in = stage(input, op);
+  Staged out = stage(output, op);
+  require_same_dtype(input, output, op);
+  if (input.numel() != getSize() * output.numel()) {
+    throw InvalidArgument(prefix(op) + "input has " + std::to_string(input.numel()) +
+                          " elements; expected group size " + std::to_string(getSize()) +
+                          " x output's " + std::to_string(output.numel()));
+  }
+  const ReduceOp rop = chorus_reduce_op(opts.reduceOp, output.scalar_type(), op);
+  auto work = make_work(c10d::OpType::_REDUCE_SCATTER_BASE, op, {output});
+  Parts parts{group_->reduce_scatter(in.view(), out.view(),
+                                     {.op = rop, .timeout = chorus_timeout(opts.timeout)})};
+  ChorusWork::start(work, std::move(parts), [out] { out.copy_back(); }, {in.buffer, out.buffer});
+  return work;
+}
+
+void ProcessGroupChorus::exchange_blocks(const at::Tensor& input,
+                                         const std::vector<std::int64_t>& in_offsets,
+                                         const std::vector<std::int64_t>& in_counts,
+                                         const at::Tensor& output,
+                                         const std::vector<std::int64_t>& out_offsets,
+                                         const std::vector<std::int64_t>& out_counts,
+                                         std::optional<Duration> timeout, Parts& parts) {
+  const int me = getRank();
+  const std::uint32_t tag =
+      kExchangeTagBase | (exchanges_.fetch_add(1, std::memory_order_relaxed) & 0x7fffffffu);
+  if (in_counts[me] != out_counts[me]) {
+    throw InvalidArgument(prefix("alltoall") + "this rank sends itself " +
+                          std::to_string(in_counts[me]) + " elements but expects " +
+                          std::to_string(out_counts[me]));
+  }
+  output.narrow(0, out_offsets[me], out_counts[me])
+      .copy_(input.narrow(0, in_offsets[me], in_counts[me]));
+  const Tensor in = Staged{input, input}.view();
+  const Tensor out = Staged{output, output}.view();
+  for (int peer = 0; peer < getSize(); ++peer) {
+    if (peer == me) {
+      continue;
+    }
+    // Receive first: a posted receive lets the peer's send land without buffering.
+    if (out_counts[peer] > 0) {
+      parts.push_back(group_->recv(out.slice(out_offsets[peer], out_counts[peer]), peer, tag,
+                                   {.timeout = timeout}));
+    }
+    if (in_counts[peer] > 0) {
+      parts.push_back(group_->send(in.slice(in_offsets[peer], in_counts[peer]), peer, tag,
+                                   {.timeout = timeout}));
+    }
+  }
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupChorus::alltoall_base(
+    at::Tensor& output, at::Tensor& input, std::vector<std::int64_t>& output_splits,
+    std::vector<std::int64_t>& input_splits, const c10d::AllToAllOptions& opts) {
+  const char* op = "alltoall_base";
+  Staged in = stage(input, op);
+  Staged out = stage(output, op);
+  require_same_dtype(input, output, op);
+  auto work = make_work(c10d::OpType::ALLTOALL_BASE, op, {output});
+  Parts parts;
+  if (output_splits.empty() && input_splits.empty()) {
+    if (input.numel() != output.numel() || input.numel() % getSize() != 0) {
+      throw InvalidArgument(prefix(op) + "input and output need equal element counts divisible "
+                            "by the group size; got " + std::to_string(input.numel()) + " and " +
+                            std::to_string(output.numel()));
+    }
+    parts.push_back(
+        group_->all_to_all(in.view(), out.view(), {.timeout = chorus_timeout(opts.timeout)}));
+  } else {
+    std::vector<std::int64_t> in_offsets, in_counts, out_offsets, out_counts;
+    split_rows(in.buffer, input_splits, getSize(), "input", in_offsets, in_counts);
+    split_rows(out.buffer, output_splits, getSize(), "output", out_offsets, out_counts);
+    exchange_blocks(in.buffer.reshape({-1}), in_offsets, in_counts, out.buffer.reshape({-1}),
+                    out_offsets, out_counts, chorus_timeout(opts.timeout), parts);
+  }
+  ChorusWork::start(work, std::move(parts), [out] { out.copy_back(); }, {in.buffer, out.buffer});
+  return work;
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupChorus::alltoall(std::vector<at::Tensor>& outputs,
+                                                            std::vector<at::Tensor>& inputs,
+                                                            const c10d::AllToAllOptions& opts) {
+  const char* op = "alltoall";
+  const auto n = static_cast<std::size_t>(getSize());
+  if (inputs.size() != n || outputs.size() != n) {
+    throw InvalidArgument(prefix(op) + "needs one input and one output tensor per rank (" +
+                          std::to_string(n) + "); got " + std::to_string(inputs.size()) +
+                          " and " + std::to_string(outputs.size()));
+  }
+  for (std::size_t j = 0; j < n; ++j) {
+    stage(inputs[j], op);
+    stage(outputs[j], op);
+    require_same_dtype(inputs[0], inputs[j], op);
+    require_same_dtype(inputs[0], outputs[j], op);
+  }
+  at::Tensor flat_in = flatten(inputs);
+  at::Tensor flat_out = flatten(outputs);
+  std::vector<std::int64_t> in_offsets, in_counts, out_offsets, out_counts;
+  std::int64_t in_at = 0;
+  std::int64_t out_at = 0;
+  bool even = true;
+  for (std::size_t j = 0; j < n; ++j) {
+    in_offsets.push_back(in_at);
+    in_counts.push_back(inputs[j].numel());
+    out_offsets.push_back(out_at);
+    out_counts.push_back(outputs[j].numel());
+    in_at += inputs[j].numel();
+    out_at += outputs[j].numel();
+    even = even && inputs[j].numel() == inputs[0].numel() &&
+           outputs[j].numel() == inputs[0].numel();
+  }
+  auto work = make_work(c10d::OpType::ALLTOALL, op, outputs);
+  Parts parts;
+  if (even) {
+    parts.push_back(group_->all_to_all(stage(flat_in, op).view(), stage(flat_out, op).view(),
+                                       {.timeout = chorus_timeout(opts.timeout)}));
+  } else {
+    exchange_blocks(flat_in, in_offsets, in_counts, flat_out, out_offsets, out_counts,
+                    chorus_timeout(opts.timeout), parts);
+  }
+  ChorusWork::start(work, std::move(parts),
+                    [flat_out, outputs] { unflatten_into(flat_out, outputs); },
+                    {flat_in, flat_out});
+  return work;
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupChorus::send(std::vector<at::Tensor>& tensors,
+                                                        int dst, int tag) {
+  const char* op = "send";
+  require_one_tensor(tensors.size(), op);
+  if (tag < 0) {
+    throw InvalidArgument(prefix(op) + "tag " + std::to_string(tag) + " is negative");
+  }
+  Staged t = stage(tensors[0], op);
+  auto work = make_work(c10d::OpType::SEND, op, tensors);
+  Parts parts{group_->send(t.view(), dst, static_cast<std::uint32_t>(tag))};
+  ChorusWork::start(work, std::move(parts), nullptr, {t.buffer});
+  return work;
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupChorus::recv(std::vector<at::Tensor>& tensors,
+                                                        int src, int tag) {
+  const char* op = "recv";
+  require_one_tensor(tensors.size(), op);
+  if (tag < 0) {
+    throw InvalidArgument(prefix(op) + "tag " + std::to_string(tag) + " is negative");
+  }
+  Staged t = stage(tensors[0], op);
+  auto work = make_work(c10d::OpType::RECV, op, tensors, src);
+  Parts parts{group_->recv(t.view(), src, static_cast<std::uint32_t>(tag))};
+  ChorusWork::start(work, std::move(parts), [t] { t.copy_back(); }, {t.buffer});
+  return work;
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupChorus::recvAnysource(std::vector<at::Tensor>&,
+                                                                 int) {
+  throw InvalidArgument(
+      "chorus: recv: receiving from any source is not supported; pass the sender's rank "
+      "(dist.recv(tensor, src=...))");
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupChorus::barrier(const c10d::BarrierOptions& opts) {
+  auto work = make_work(c10d::OpType::BARRIER, "barrier", {});
+  Parts parts{group_->barrier({.timeout = chorus_timeout(opts.timeout)})};
+  ChorusWork::start(work, std::move(parts), nullptr, {});
+  return work;
+}
+
+void ProcessGroupChorus::monitoredBarrier(const c10d::BarrierOptions& opts, bool) {
+  // chorus's barrier already names the ranks that did not arrive when it times out.
+  group_->barrier({.timeout = chorus_timeout(opts.timeout)})->wait();
+}
+
+}  // namespace chorus::torch_bridge

@@ -1,0 +1,100 @@
+// SPDX-License-Identifier: BSD-3-Clause
+// The torch.distributed backend "chorus": torch's collective calls on a chorus tcp group.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <chorus/process_group.hpp>
+#include <torch/csrc/distributed/c10d/Store.hpp>
+
+#include "torch_base.hpp"
+#include "torch_work.hpp"
+
+namespace chorus::torch_bridge {
+
+// One chorus tcp group per torch group, bootstrapped through torch's store. Every op checks its
+// tensors (CPU, dtype, shapes) on the calling rank, stages non-contiguous tensors through a
+// contiguous copy, and returns a ChorusWork whose future completes from chorus's callbacks.
+// What torch allows but chorus cannot do (several tensors per call, recv from any source,
+// bitwise ReduceOps) throws a message that says so.
+class ProcessGroupChorus final : public TorchBackendBase {
+ public:
+  // Blocks until the group is connected (every rank calls it), within `timeout`.
+  ProcessGroupChorus(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
+                     std::chrono::milliseconds timeout, const std::string& name);
+  ~ProcessGroupChorus() override;
+
+  const std::string getBackendName() const override { return "chorus"; }
+
+  c10::intrusive_ptr<c10d::Work> broadcast(std::vector<at::Tensor>& tensors,
+                                           const c10d::BroadcastOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> allreduce(std::vector<at::Tensor>& tensors,
+                                           const c10d::AllreduceOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> allreduce_coalesced(
+      std::vector<at::Tensor>& tensors, const c10d::AllreduceCoalescedOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> reduce(std::vector<at::Tensor>& tensors,
+                                        const c10d::ReduceOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> allgather(std::vector<std::vector<at::Tensor>>& outputs,
+                                           std::vector<at::Tensor>& inputs,
+                                           const c10d::AllgatherOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> _allgather_base(at::Tensor& output, at::Tensor& input,
+                                                 const c10d::AllgatherOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> allgather_coalesced(
+      std::vector<std::vector<at::Tensor>>& outputs, std::vector<at::Tensor>& inputs,
+      const c10d::AllgatherOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> gather(std::vector<std::vector<at::Tensor>>& outputs,
+                                        std::vector<at::Tensor>& inputs,
+                                        const c10d::GatherOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> scatter(std::vector<at::Tensor>& outputs,
+                                         std::vector<std::vector<at::Tensor>>& inputs,
+                                         const c10d::ScatterOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> reduce_scatter(std::vector<at::Tensor>& outputs,
+                                                std::vector<std::vector<at::Tensor>>& inputs,
+                                                const c10d::ReduceScatterOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> _reduce_scatter_base(
+      at::Tensor& output, at::Tensor& input, const c10d::ReduceScatterOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> alltoall_base(at::Tensor& output, at::Tensor& input,
+                                               std::vector<std::int64_t>& output_splits,
+                                               std::vector<std::int64_t>& input_splits,
+                                               const c10d::AllToAllOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> alltoall(std::vector<at::Tensor>& outputs,
+                                          std::vector<at::Tensor>& inputs,
+                                          const c10d::AllToAllOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> send(std::vector<at::Tensor>& tensors, int dst,
+                                      int tag) override;
+  c10::intrusive_ptr<c10d::Work> recv(std::vector<at::Tensor>& tensors, int src,
+                                      int tag) override;
+  c10::intrusive_ptr<c10d::Work> recvAnysource(std::vector<at::Tensor>& tensors,
+                                               int tag) override;
+  c10::intrusive_ptr<c10d::Work> barrier(const c10d::BarrierOptions& opts) override;
+  void monitoredBarrier(const c10d::BarrierOptions& opts, bool wait_all_ranks) override;
+  void setSequenceNumberForGroup() override {}
+  std::uint64_t getSequenceNumberForGroup() override { return ops_issued_.load(); }
+
+  // The chorus group underneath (for tests and for reading its name in messages).
+  const std::shared_ptr<chorus::ProcessGroup>& chorus_group() const { return group_; }
+
+ private:
+  // Block j (of `counts[j]` elements at `offsets[j]`) of `input` goes to rank j; block j of
+  // `output` comes from rank j. Uneven blocks travel as tagged send/recv pairs (tags above
+  // 2^31, out of torch's range), the own block as a local copy.
+  void exchange_blocks(const at::Tensor& input, const std::vector<std::int64_t>& in_offsets,
+                       const std::vector<std::int64_t>& in_counts, const at::Tensor& output,
+                       const std::vector<std::int64_t>& out_offsets,
+                       const std::vector<std::int64_t>& out_counts,
+                       std::optional<Duration> timeout,
+                       std::vector<std::shared_ptr<chorus::Work>>& parts);
+  c10::intrusive_ptr<ChorusWork> make_work(c10d::OpType type, const char* name,
+                                           std::vector<at::Tensor> outputs, int source = -1);
+
+  std::shared_ptr<chorus::ProcessGroup> group_;
+  std::atomic<std::uint64_t> ops_issued_{0};
+  std::atomic<std::uint32_t> exchanges_{0};  // uneven all-to-alls issued, for their tags
+};
+
+}  // namespace chorus::torch_bridge

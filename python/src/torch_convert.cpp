@@ -1,0 +1,145 @@
+// SPDX-License-Identifier: BSD-3-Clause
+#include "torch_convert.hpp"
+
+#include <chorus/errors.hpp>
+
+namespace chorus::torch_bridge {
+
+namespace {
+
+std::string op_prefix(const char* op) { return std::string("chorus: ") + op + ": "; }
+
+}  // namespace
+
+std::string torch_dtype_name(at::ScalarType type) {
+  switch (type) {
+    case at::kFloat: return "torch.float32";
+    case at::kDouble: return "torch.float64";
+    case at::kHalf: return "torch.float16";
+    case at::kBFloat16: return "torch.bfloat16";
+    case at::kChar: return "torch.int8";
+    case at::kByte: return "torch.uint8";
+    case at::kBool: return "torch.bool";
+    case at::kShort: return "torch.int16";
+    case at::kInt: return "torch.int32";
+    case at::kLong: return "torch.int64";
+    case at::kComplexFloat: return "torch.complex64";
+    case at::kComplexDouble: return "torch.complex128";
+    default: return std::string("torch ") + c10::toString(type);
+  }
+}
+
+DataType chorus_dtype(at::ScalarType type, const char* op) {
+  switch (type) {
+    case at::kFloat: return DataType::float32;
+    case at::kDouble: return DataType::float64;
+    case at::kHalf: return DataType::float16;
+    case at::kBFloat16: return DataType::bfloat16;
+    case at::kChar: return DataType::int8;
+    case at::kByte: return DataType::uint8;
+    case at::kBool: return DataType::uint8;
+    case at::kInt: return DataType::int32;
+    case at::kLong: return DataType::int64;
+    default:
+      throw InvalidArgument(op_prefix(op) + "tensors of dtype " + torch_dtype_name(type) +
+                            " are not supported (chorus carries float16, bfloat16, float32, "
+                            "float64, int8, uint8, int32, int64 and bool)");
+  }
+}
+
+ReduceOp chorus_reduce_op(const c10d::ReduceOp& op, at::ScalarType type, const char* op_name) {
+  const bool logical = type == at::kBool;
+  switch (op.op_) {
+    case c10d::ReduceOp::SUM: return logical ? ReduceOp::max : ReduceOp::sum;
+    case c10d::ReduceOp::PRODUCT: return logical ? ReduceOp::min : ReduceOp::prod;
+    case c10d::ReduceOp::MIN: return ReduceOp::min;
+    case c10d::ReduceOp::MAX: return ReduceOp::max;
+    case c10d::ReduceOp::AVG:
+      if (logical) {
+        throw InvalidArgument(op_prefix(op_name) + "ReduceOp.AVG is not defined on bool tensors");
+      }
+      return ReduceOp::avg;
+    case c10d::ReduceOp::BAND:
+    case c10d::ReduceOp::BOR:
+    case c10d::ReduceOp::BXOR:
+      throw InvalidArgument(op_prefix(op_name) +
+                            "bitwise ReduceOps (BAND, BOR, BXOR) are not supported; on bool "
+                            "tensors use MAX (or) and MIN (and)");
+    default:
+      throw InvalidArgument(op_prefix(op_name) +
+                            "this ReduceOp is not supported (chorus reduces with SUM, PRODUCT, "
+                            "MIN, MAX and AVG)");
+  }
+}
+
+std::optional<Duration> chorus_timeout(std::chrono::milliseconds timeout) {
+  if (timeout <= std::chrono::milliseconds::zero()) {
+    return std::nullopt;
+  }
+  return std::chrono::duration_cast<Duration>(timeout);
+}
+
+Tensor Staged::view() const {
+  return Tensor(buffer.data_ptr(), static_cast<std::size_t>(buffer.numel()),
+                chorus_dtype(buffer.scalar_type(), "tensor"));
+}
+
+Staged stage(const at::Tensor& t, const char* op) {
+  if (!t.defined()) {
+    throw InvalidArgument(op_prefix(op) + "got an undefined tensor");
+  }
+  if (!t.device().is_cpu()) {
+    throw InvalidArgument(op_prefix(op) + "tensor is on " + t.device().str() +
+                          "; the chorus torch backend runs the tcp backend on CPU tensors");
+  }
+  if (t.layout() != at::kStrided) {
+    throw InvalidArgument(op_prefix(op) + "only dense (strided) tensors are supported");
+  }
+  chorus_dtype(t.scalar_type(), op);
+  if (t.is_contiguous()) {
+    return Staged{t, t};
+  }
+  return Staged{t, t.contiguous()};
+}
+
+void require_one_tensor(std::size_t n, const char* op) {
+  if (n != 1) {
+    throw InvalidArgument(op_prefix(op) + "expects exactly one tensor per call, got " +
+                          std::to_string(n) +
+                          " (the chorus torch backend runs one CPU device per process)");
+  }
+}
+
+void require_all_like(const std::vector<at::Tensor>& list, const at::Tensor& like,
+                      const char* what, const char* op) {
+  for (std::size_t i = 0; i < list.size(); ++i) {
+    const at::Tensor& t = list[i];
+    if (t.scalar_type() != like.scalar_type() || t.numel() != like.numel()) {
+      throw InvalidArgument(op_prefix(op) + what + "[" + std::to_string(i) + "] has dtype " +
+                            torch_dtype_name(t.scalar_type()) + " and " +
+                            std::to_string(t.numel()) + " elements; expected " +
+                            torch_dtype_name(like.scalar_type()) + " and " +
+                            std::to_string(like.numel()) + " like the input");
+    }
+  }
+}
+
+at::Tensor flatten(const std::vector<at::Tensor>& list) {
+  std::vector<at::Tensor> flat;
+  flat.reserve(list.size());
+  for (const auto& t : list) {
+    flat.push_back(t.reshape({-1}));
+  }
+  return at::cat(flat, 0);
+}
+
+void unflatten_into(const at::Tensor& flat, const std::vector<at::Tensor>& list) {
+  std::int64_t offset = 0;
+  for (const auto& t : list) {
+    const std::int64_t n = t.numel();
+    t.copy_(flat.narrow(0, offset, n).view(t.sizes()));
+    offset += n;
+  }
+}
+
+}  // namespace chorus::torch_bridge

@@ -1,0 +1,112 @@
+// SPDX-License-Identifier: BSD-3-Clause
+#include "torch_work.hpp"
+
+#include <chorus/errors.hpp>
+
+namespace chorus::torch_bridge {
+
+ChorusWork::ChorusWork(int rank, c10d::OpType type, std::string name,
+                       std::vector<at::Tensor> outputs, int source_rank)
+    : c10d::Work(rank, type),
+      name_(std::move(name)),
+      outputs_(std::move(outputs)),
+      source_rank_(source_rank) {}
+
+void ChorusWork::start(const c10::intrusive_ptr<ChorusWork>& work,
+                       std::vector<std::shared_ptr<chorus::Work>> parts,
+                       std::function<void()> finisher, std::vector<at::Tensor> keep) {
+  work->finisher_ = std::move(finisher);
+  work->keep_ = std::move(keep);
+  if (parts.empty()) {
+    work->complete(nullptr);
+    return;
+  }
+  // One extra count held while arming, so a part that is already done cannot complete the
+  // work before every callback is registered.
+  work->remaining_.store(static_cast<int>(parts.size()) + 1, std::memory_order_relaxed);
+  for (auto& part : parts) {
+    part->then([self = work](chorus::Work& w) { self->part_done(w.exception()); });
+  }
+  work->part_done(nullptr);
+}
+
+void ChorusWork::part_done(std::exception_ptr error) {
+  if (error) {
+    std::lock_guard<std::mutex> lock(error_mu_);
+    if (!first_error_) {
+      first_error_ = error;
+    }
+  }
+  if (remaining_.fetch_sub(1, std::memory_order_acq_rel) != 1) {
+    return;
+  }
+  std::exception_ptr first;
+  {
+    std::lock_guard<std::mutex> lock(error_mu_);
+    first = first_error_;
+  }
+  complete(first);
+}
+
+void ChorusWork::complete(std::exception_ptr error) {
+  if (!error && finisher_) {
+    try {
+      finisher_();
+    } catch (...) {
+      error = std::current_exception();
+    }
+  }
+  finisher_ = nullptr;
+  keep_.clear();
+  finish(error);
+  c10::intrusive_ptr<c10::ivalue::Future> future;
+  {
+    std::lock_guard<std::mutex> lock(future_mu_);
+    done_ = true;
+    done_error_ = error;
+    future = future_;
+  }
+  if (future) {
+    complete_future(future, error);
+  }
+}
+
+void ChorusWork::complete_future(const c10::intrusive_ptr<c10::ivalue::Future>& future,
+                                 const std::exception_ptr& error) const {
+  if (error) {
+    future->setError(error);
+  } else {
+    future->markCompleted(c10::IValue(outputs_));
+  }
+}
+
+c10::intrusive_ptr<c10::ivalue::Future> ChorusWork::getFuture() {
+  static const auto tensor_list = c10::ListType::create(c10::TensorType::get());
+  std::lock_guard<std::mutex> lock(future_mu_);
+  if (!future_) {
+    future_ = c10::make_intrusive<c10::ivalue::Future>(tensor_list);
+    if (done_) {
+      // Nobody else holds this future yet, so no callback runs under the lock.
+      complete_future(future_, done_error_);
+    }
+  }
+  return future_;
+}
+
+bool ChorusWork::wait(std::chrono::milliseconds timeout) {
+  std::unique_lock<std::mutex> lock(mutex_);
+  if (timeout <= std::chrono::milliseconds::zero()) {
+    cv_.wait(lock, [&] { return completed_; });
+  } else if (!cv_.wait_for(lock, timeout, [&] { return completed_; })) {
+    throw TimeoutError("chorus: " + name_ + ": Work.wait(timeout=" +
+                       std::to_string(timeout.count()) +
+                       " ms) returned before the op completed; the op is still running under "
+                       "the group's timeout");
+  }
+  if (exception_) {
+    std::rethrow_exception(exception_);
+  }
+  return true;
+}
+
+}  // namespace chorus::torch_bridge

@@ -1,0 +1,64 @@
+// SPDX-License-Identifier: BSD-3-Clause
+// The torch Work of one torch op, made of one or more chorus ops.
+#pragma once
+
+#include <atomic>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include <ATen/core/ivalue.h>
+#include <chorus/work.hpp>
+#include <torch/csrc/distributed/c10d/Work.hpp>
+
+namespace chorus::torch_bridge {
+
+// Completes when every chorus op it is made of has completed and its finisher (copies out of
+// staging buffers, unpacking a gathered buffer into a list) has run; then its future
+// completes with the op's output tensors, or with the first error. Driven by the chorus ops'
+// own then() callbacks, which run on the engine thread: no thread per op, no polling.
+class ChorusWork final : public c10d::Work {
+ public:
+  ChorusWork(int rank, c10d::OpType type, std::string name, std::vector<at::Tensor> outputs,
+             int source_rank);
+
+  // Arms the callbacks of `parts` (once). `keep` are tensors the ops read or write (staging
+  // buffers, flattened inputs) that must live until they complete. With no parts, completes
+  // at once.
+  static void start(const c10::intrusive_ptr<ChorusWork>& work,
+                    std::vector<std::shared_ptr<chorus::Work>> parts,
+                    std::function<void()> finisher, std::vector<at::Tensor> keep);
+
+  // Blocks until done and rethrows the op's error. A bounded wait that runs out throws a
+  // message naming the op; the op itself keeps running (its own deadline is the group's).
+  bool wait(std::chrono::milliseconds timeout) override;
+  void synchronize() override {}
+  int sourceRank() const override { return source_rank_; }
+  std::vector<at::Tensor> result() override { return outputs_; }
+  // Made on the first call (most ops are only waited on: DDP's gradient buckets ask, a plain
+  // dist.all_reduce does not), completed at once if the op already has.
+  c10::intrusive_ptr<c10::ivalue::Future> getFuture() override;
+
+ private:
+  void part_done(std::exception_ptr error);
+  void complete(std::exception_ptr error);
+
+  const std::string name_;
+  const std::vector<at::Tensor> outputs_;
+  const int source_rank_;
+  void complete_future(const c10::intrusive_ptr<c10::ivalue::Future>& future,
+                       const std::exception_ptr& error) const;
+  std::mutex future_mu_;
+  c10::intrusive_ptr<c10::ivalue::Future> future_;  // guarded by future_mu_
+  bool done_ = false;                               // guarded by future_mu_
+  std::exception_ptr done_error_;                   // guarded by future_mu_
+  std::atomic<int> remaining_{0};
+  std::mutex error_mu_;
+  std::exception_ptr first_error_;
+  std::function<void()> finisher_;
+  std::vector<at::Tensor> keep_;
+};
+
+}  // namespace chorus::torch_bridge

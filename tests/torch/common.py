@@ -1,0 +1,44 @@
+# SPDX-License-Identifier: BSD-3-Clause
+"""Shared by the rank scripts: init, version shims between torch 1.13 and 2.x, checks."""
+import datetime
+import os
+import sys
+
+import torch
+import torch.distributed as dist
+
+import chorus.torch  # noqa: F401  (registers the backend)
+
+
+_rank = os.environ.get("RANK", "?")  # also valid after destroy_process_group()
+
+
+def init(timeout_s=60):
+    dist.init_process_group("chorus", init_method="env://",
+                            timeout=datetime.timedelta(seconds=timeout_s))
+    return dist.get_rank(), dist.get_world_size()
+
+
+def say(*parts):
+    print(f"[rank {_rank}]", *parts, flush=True)
+
+
+def fail(message):
+    print(f"[rank {_rank}] FAIL: {message}", flush=True)
+    sys.stdout.flush()
+    os._exit(1)
+
+
+def check(cond, message):
+    if not cond:
+        fail(message)
+
+
+def all_gather_into_tensor(out, inp, group=None):
+    f = getattr(dist, "all_gather_into_tensor", None) or dist._all_gather_base
+    return f(out, inp, group=group)
+
+
+def reduce_scatter_tensor(out, inp, op=dist.ReduceOp.SUM, group=None):
+    f = getattr(dist, "reduce_scatter_tensor", None) or dist._reduce_scatter_base
+    return f(out, inp, op=op, group=group)

@@ -1,0 +1,127 @@
+# SPDX-License-Identifier: BSD-3-Clause
+"""Starting torch ranks for the tests: by hand (env://), by torchrun, by chorusrun.
+
+Every launch has a hard deadline: ranks still running past it are killed and the launch fails
+with their output, so a hang is a failure, never a stuck CI.
+"""
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def free_port():
+    # Bound and closed at once: the kernel hands out ephemeral ports in turn, so the port is
+    # still free when the ranks start (the same window torchrun has).
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def base_env(extra=None):
+    env = dict(os.environ)
+    env.update(extra or {})
+    pythonpath = env.get("CHORUS_PYTHONPATH", "")
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (pythonpath, HERE, env.get("PYTHONPATH")) if p)
+    env["USE_LIBUV"] = "0"  # Debian's torch 2.6 is built without libuv; 1.13 ignores it
+    env.setdefault("OMP_NUM_THREADS", "1")
+    env.setdefault("GLOO_SOCKET_IFNAME", "lo")
+    return env
+
+
+class Launch:
+    """Processes of one launch, their output, and a deadline."""
+
+    def __init__(self, procs, deadline_s, what):
+        self.procs = procs
+        self.deadline = time.monotonic() + deadline_s
+        self.what = what
+        self.outputs = [None] * len(procs)
+        self.codes = [None] * len(procs)
+
+    def wait(self, i):
+        """Waits for process i (until the deadline); returns its exit code."""
+        p = self.procs[i]
+        left = max(0.1, self.deadline - time.monotonic())
+        try:
+            out, _ = p.communicate(timeout=left)
+        except subprocess.TimeoutExpired:
+            self.kill_all()
+            out, _ = p.communicate()
+            self.codes[i] = "timeout"
+            self.outputs[i] = out
+            raise AssertionError(f"{self.what}: process {i} still running at the deadline; "
+                                 f"output:\n{out}\n" + self.report())
+        self.codes[i] = p.returncode
+        self.outputs[i] = out
+        return p.returncode
+
+    def wait_all(self):
+        for i in range(len(self.procs)):
+            if self.codes[i] is None:
+                self.wait(i)
+        return self.codes
+
+    def kill_all(self):
+        for p in self.procs:
+            if p.poll() is None:
+                try:
+                    os.killpg(p.pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+
+    def report(self):
+        lines = []
+        for i, p in enumerate(self.procs):
+            lines.append(f"--- {self.what} process {i}: exit {self.codes[i]} ---")
+            lines.append(self.outputs[i] or "(output not collected)")
+        return "\n".join(lines)
+
+    def expect_success(self):
+        self.wait_all()
+        if any(c != 0 for c in self.codes):
+            raise AssertionError(f"{self.what} failed:\n" + self.report())
+        return self.outputs
+
+
+def _popen(cmd, env, stdin=subprocess.DEVNULL):
+    return subprocess.Popen(cmd, env=env, stdin=stdin, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, start_new_session=True)
+
+
+def by_hand(script, n, args=(), env=None, deadline_s=120, stdin=subprocess.DEVNULL):
+    """n ranks with env:// variables set by hand (as a user would without a launcher)."""
+    port = free_port()
+    procs = []
+    for r in range(n):
+        e = base_env(env)
+        e.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(r), WORLD_SIZE=str(n),
+                 LOCAL_RANK=str(r), LOCAL_WORLD_SIZE=str(n))
+        procs.append(_popen([sys.executable, script, *args], e, stdin))
+    return Launch(procs, deadline_s, f"{os.path.basename(script)} x{n}")
+
+
+def torchrun(script, n, args=(), env=None, deadline_s=180):
+    """torchrun --nproc_per_node n. --redirects/--tee 1 and a log dir: Debian 12's torch 1.13
+    torchrun misparses its defaults on Python 3.11 (an IntFlag change). With nolibuv/ on
+    PYTHONPATH: Debian 13's torch 2.6 torchrun cannot run a script otherwise."""
+    logs = tempfile.mkdtemp(prefix="chorus_torchrun_")
+    env = dict(env or {})
+    env["PYTHONPATH"] = os.pathsep.join(
+        p for p in (os.path.join(HERE, "nolibuv"), os.environ.get("PYTHONPATH")) if p)
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "1",
+           "--nproc_per_node", str(n), "--master_addr", "127.0.0.1",
+           "--master_port", str(free_port()), "--redirects", "1", "--tee", "1",
+           "--log_dir", logs, script, *args]
+    return Launch([_popen(cmd, base_env(env))], deadline_s, f"torchrun {os.path.basename(script)} x{n}")
+
+
+def chorusrun(chorusrun_path, script, n, args=(), env=None, deadline_s=180):
+    """chorusrun --standalone --nproc-per-node n: the torch script runs unchanged."""
+    cmd = [chorusrun_path, "--standalone", "--nproc-per-node", str(n), sys.executable, script, *args]
+    return Launch([_popen(cmd, base_env(env))], deadline_s, f"chorusrun {os.path.basename(script)} x{n}")

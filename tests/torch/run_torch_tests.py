@@ -1,0 +1,145 @@
+# SPDX-License-Identifier: BSD-3-Clause
+"""The torch backend's tests. usage: run_torch_tests.py CASE... (or "all")
+
+Environment: CHORUS_PYTHONPATH (the build's python/ directory), CHORUS_CHORUSRUN (the
+chorusrun binary). Each case launches real ranks with a hard deadline; a hang is a failure.
+Prints one line per case and exits non-zero if any failed."""
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+import launch
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+OPS = os.path.join(HERE, "ops_check.py")
+DDP = os.path.join(HERE, "ddp_check.py")
+FAILURE = os.path.join(HERE, "failure_check.py")
+INIT = os.path.join(HERE, "init_check.py")
+
+
+def last_line(outputs, marker):
+    lines = [ln for out in outputs for ln in (out or "").splitlines() if marker in ln]
+    if not lines:
+        raise AssertionError(f"no line with {marker!r} in the output:\n" + "\n".join(outputs))
+    return lines[-1]
+
+
+def ranks_reporting(outputs, marker):
+    return sum(1 for out in outputs for ln in (out or "").splitlines() if marker in ln)
+
+
+def case_ops(n):
+    outputs = launch.by_hand(OPS, n, deadline_s=240).expect_success()
+    if ranks_reporting(outputs, "OK ops:") != n:
+        raise AssertionError("not every rank finished:\n" + "\n".join(outputs))
+    return last_line(outputs, "OK ops:")
+
+
+def case_init(method):
+    """tcp://, file:// and store= rendezvous (env:// is what every other case uses)."""
+    tmp = tempfile.mkdtemp(prefix="chorus_init_")
+    try:
+        shared = os.path.join(tmp, "rendezvous") if method == "file" else str(launch.free_port())
+        outputs = launch.by_hand(INIT, 3, args=[method, shared], deadline_s=120).expect_success()
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    if ranks_reporting(outputs, f"OK init {method}") != 3:
+        raise AssertionError("not every rank finished:\n" + "\n".join(outputs))
+    return f"3 ranks formed through {method}, allreduce/broadcast/subgroup exact"
+
+
+def run_ddp(launcher, n):
+    tmp = tempfile.mkdtemp(prefix="chorus_ddp_")
+    try:
+        if launcher == "torchrun":
+            outputs = launch.torchrun(DDP, n, args=[tmp]).expect_success()
+        else:
+            outputs = launch.chorusrun(os.environ["CHORUS_CHORUSRUN"], DDP, n,
+                                       args=[tmp]).expect_success()
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    if ranks_reporting(outputs, "OK ddp:") != n:
+        raise AssertionError("not every rank finished:\n" + "\n".join(outputs))
+    return last_line(outputs, "OK ddp:")
+
+
+def case_failure(mode):
+    """Rank 1 is killed or stopped; ranks 0 and 2 must raise naming it, then exit 0."""
+    run = launch.by_hand(FAILURE, 3, args=[mode], deadline_s=90)
+    try:
+        for i in (0, 2):
+            if run.wait(i) != 0:
+                raise AssertionError(f"survivor {i} failed:\n" + run.report())
+    finally:
+        if run.procs[1].poll() is None:
+            os.killpg(run.procs[1].pid, signal.SIGKILL)  # the stopped rank
+    run.wait(1)
+    return last_line(run.outputs, "RAISED")[:160]
+
+
+def case_exit(first, how):
+    """Ranks leave in an order the driver controls (no sleeps): the first ones, then, once they
+    are gone, the rest (released by closing their stdin). Nobody may hang."""
+    run = launch.by_hand(FAILURE, 3, args=["exit", first, how], deadline_s=90,
+                         stdin=subprocess.PIPE)
+    firsts = [0] if first == "store" else [1, 2]
+    for i in firsts:
+        if run.wait(i) != 0:
+            raise AssertionError(f"rank {i} failed:\n" + run.report())
+    for i in range(3):
+        if i not in firsts:
+            run.procs[i].stdin.close()
+            run.procs[i].stdin = None
+    for i in range(3):
+        if i not in firsts and run.wait(i) != 0:
+            raise AssertionError(f"rank {i} failed:\n" + run.report())
+    if ranks_reporting(run.outputs, "EXITING") != 3:
+        raise AssertionError("not every rank exited cleanly:\n" + run.report())
+    return f"rank {'0 (store host)' if first == 'store' else '1, 2'} left first, {how}: all exited"
+
+
+CASES = {
+    "ops_2": lambda: case_ops(2),
+    "ops_4": lambda: case_ops(4),
+    "init_tcp": lambda: case_init("tcp"),
+    "init_file": lambda: case_init("file"),
+    "init_store": lambda: case_init("store"),
+    "ddp_torchrun_2": lambda: run_ddp("torchrun", 2),
+    "ddp_torchrun_4": lambda: run_ddp("torchrun", 4),
+    "ddp_chorusrun_2": lambda: run_ddp("chorusrun", 2),
+    "ddp_chorusrun_4": lambda: run_ddp("chorusrun", 4),
+    "killed_rank": lambda: case_failure("killed"),
+    "stopped_rank": lambda: case_failure("stopped"),
+    "exit_store_first_destroy": lambda: case_exit("store", "destroy"),
+    "exit_store_first_no_destroy": lambda: case_exit("store", "exit"),
+    "exit_store_last_destroy": lambda: case_exit("others", "destroy"),
+    "exit_store_last_no_destroy": lambda: case_exit("others", "exit"),
+}
+
+
+def main(argv):
+    names = list(CASES) if argv == ["all"] else argv
+    unknown = [n for n in names if n not in CASES]
+    if not names or unknown:
+        print(f"usage: run_torch_tests.py CASE... | all   (cases: {', '.join(CASES)})")
+        return 2
+    failed = []
+    for name in names:
+        start = time.monotonic()
+        try:
+            summary = CASES[name]()
+            print(f"PASS {name} ({time.monotonic() - start:.1f} s): {summary}", flush=True)
+        except Exception as e:  # noqa: BLE001 - report every case, then fail
+            failed.append(name)
+            print(f"FAIL {name} ({time.monotonic() - start:.1f} s):\n{e}", flush=True)
+    print(f"{len(names) - len(failed)} of {len(names)} torch cases passed"
+          + (f"; failed: {', '.join(failed)}" if failed else ""))
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
