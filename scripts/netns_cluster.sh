@@ -5,7 +5,8 @@
 #
 #   netns_cluster.sh check                 exit 0 when namespaces can be made here, else 77 + why
 #   netns_cluster.sh up N RATE             make N namespaces; prints the cluster id (chorus-<pid>)
-#   netns_cluster.sh run I CMD...          run CMD inside namespace I (ip netns exec)
+#   netns_cluster.sh run I CMD...          run CMD inside namespace I (ip netns exec), with
+#                                          CHORUS_HOST_ID naming the namespace as its host
 #   netns_cluster.sh addr I                the IPv4 address of namespace I
 #   netns_cluster.sh ifname                the name of each namespace's link (the same in all)
 #   netns_cluster.sh cut I | heal I        take namespace I's link down / up at the bridge
@@ -183,7 +184,8 @@ case $cmd in
     need_id; need_index "${1:-}"
     i=$1; shift
     [ $# -ge 1 ] || die "usage: run I CMD..."
-    exec ip netns exec "$CHORUS_NETNS_ID-$i" "$@"
+    # Each namespace is a host: its ranks share memory with each other, never across.
+    CHORUS_HOST_ID="$CHORUS_NETNS_ID-$i" exec ip netns exec "$CHORUS_NETNS_ID-$i" "$@"
     ;;
   addr) need_id; need_index "${1:-}"; echo "$(subnet_of "$CHORUS_NETNS_ID").$(($1 + 1))" ;;
   ifname) echo "$IFNAME" ;;

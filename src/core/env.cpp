@@ -136,6 +136,39 @@ LogLevel debug_level() {
 
 std::optional<std::string> socket_ifname() { return get("CHORUS_SOCKET_IFNAME"); }
 
+std::optional<std::string> host_id() {
+  auto text = get("CHORUS_HOST_ID");
+  if (!text) {
+    return std::nullopt;
+  }
+  const bool printable =
+      std::all_of(text->begin(), text->end(), [](char c) { return c > ' ' && c < 127; });
+  if (!printable || text->size() > 128) {
+    throw InvalidArgument(fmt::format(
+        "CHORUS_HOST_ID='{}' is not a host id: use up to 128 printable characters without spaces "
+        "(ranks with equal ids share memory), or unset it to use the boot id and hostname",
+        *text));
+  }
+  return text;
+}
+
+TransportChoice transport_choice() {
+  auto text = get("CHORUS_TRANSPORT");
+  if (!text || *text == "auto") {
+    return TransportChoice::automatic;
+  }
+  if (*text == "tcp") {
+    return TransportChoice::tcp;
+  }
+  if (*text == "shm") {
+    return TransportChoice::shm;
+  }
+  throw InvalidArgument(fmt::format(
+      "CHORUS_TRANSPORT='{}' is not one of auto, tcp, shm; unset it for auto (shared memory "
+      "between ranks on one host, sockets between hosts)",
+      *text));
+}
+
 }  // namespace chorus::env
 
 namespace chorus {

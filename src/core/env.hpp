@@ -41,4 +41,15 @@ LogLevel debug_level();
 // CHORUS_SOCKET_IFNAME: interface name or local address for data sockets.
 std::optional<std::string> socket_ifname();
 
+// CHORUS_HOST_ID: which machine this process counts as running on (ranks with the same id
+// talk over shared memory). At most 128 printable characters, no spaces. Throws
+// InvalidArgument on a bad value.
+std::optional<std::string> host_id();
+
+// CHORUS_TRANSPORT=auto|tcp|shm (default auto): how ranks on one host exchange collective
+// data. auto: shared memory, falling back to tcp (with a warning) if it cannot be set up;
+// shm: shared memory or an error; tcp: sockets only. Throws InvalidArgument on a bad value.
+enum class TransportChoice { automatic, tcp, shm };
+TransportChoice transport_choice();
+
 }  // namespace chorus::env

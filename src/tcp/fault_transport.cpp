@@ -12,7 +12,6 @@
 #include "core/check.hpp"
 #include "core/env.hpp"
 #include "core/logging.hpp"
-#include "tcp/socket_transport.hpp"
 
 namespace chorus::tcp {
 namespace {
@@ -147,22 +146,20 @@ std::vector<Fault> parse_faults(const std::string& text) {
   return faults;
 }
 
-std::unique_ptr<EngineTransport> make_transport(int rank, int size, Mesh mesh) {
-  const auto spec = env::get("CHORUS_FAULT");
+std::vector<Fault> faults_for(int rank, int size) {
   std::vector<Fault> mine;
-  if (spec) {
+  if (const auto spec = env::get("CHORUS_FAULT")) {
     for (const Fault& f : parse_faults(*spec)) {
       if (f.rank == rank && f.peer < size) {
         mine.push_back(f);
       }
     }
+    if (!mine.empty()) {
+      CHORUS_WARN(coll, "CHORUS_FAULT='{}': rank {} will inject {} fault(s)", *spec, rank,
+                  mine.size());
+    }
   }
-  auto socket = std::make_unique<SocketTransport>(rank, size, std::move(mesh));
-  if (mine.empty()) {
-    return socket;
-  }
-  CHORUS_WARN(coll, "CHORUS_FAULT='{}': rank {} will inject {} fault(s)", *spec, rank, mine.size());
-  return std::make_unique<FaultTransport>(rank, std::move(socket), std::move(mine));
+  return mine;
 }
 
 FaultTransport::FaultTransport(int rank, std::unique_ptr<EngineTransport> inner,

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: BSD-3-Clause
-// CHORUS_FAULT: rehearse failures on a real cluster. When the variable is set, the socket
-// transport of the named ranks is wrapped in a FaultTransport that injects the faults; when it
-// is unset, make_transport() returns the SocketTransport itself (no cost).
+// CHORUS_FAULT: rehearse failures on a real cluster. When the variable is set, the transport
+// of the named ranks is wrapped in a FaultTransport that injects the faults; when it is unset,
+// nothing is wrapped (no cost; see transport_stack.hpp).
 //
 // Syntax: FAULT[;FAULT...], each FAULT one of
 //   rank=R:close_link=P[,after_bytes=N]  rank R closes its connections to rank P, as a crash
@@ -44,9 +44,8 @@ inline constexpr int kFaultExitStatus = 3;
 // forms when it is malformed.
 std::vector<Fault> parse_faults(const std::string& text);
 
-// The transport of one rank of a group: a SocketTransport over `mesh`, wrapped in a
-// FaultTransport if CHORUS_FAULT names this rank.
-std::unique_ptr<EngineTransport> make_transport(int rank, int size, Mesh mesh);
+// The faults CHORUS_FAULT names for `rank` of a group of `size` (none when it is unset).
+std::vector<Fault> faults_for(int rank, int size);
 
 // Forwards everything to `inner` and injects the faults of this rank.
 class FaultTransport final : public EngineTransport {

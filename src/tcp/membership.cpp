@@ -152,8 +152,13 @@ std::string clash_advice() {
 
 // Waits until every rank's address is in the epoch, looking for clashes and (on rank 0) for a
 // second rank 0 between slices.
-std::vector<std::string> wait_for_addresses(Store& store, const std::string& epoch,
-                                            const MembershipOptions& o) {
+// The address record: "host:port" and the host id (which never holds a space).
+std::string address_record(const MembershipOptions& o) {
+  return o.host_id.empty() ? o.local_address : o.local_address + " " + o.host_id;
+}
+
+void wait_for_addresses(Store& store, Membership& m, const MembershipOptions& o) {
+  const std::string& epoch = m.epoch;
   std::vector<std::string> keys;
   for (int r = 0; r < o.size; ++r) {
     keys.push_back(addr_key(epoch, r));
@@ -209,11 +214,14 @@ std::vector<std::string> wait_for_addresses(Store& store, const std::string& epo
     }
   }
   const std::vector<Bytes> values = store.multi_get(keys, o.deadline.remaining());
-  std::vector<std::string> out;
+  m.addresses.clear();
+  m.host_ids.clear();
   for (const Bytes& v : values) {
-    out.push_back(to_string(v));
+    const std::string record = to_string(v);
+    const std::size_t space = record.find(' ');
+    m.addresses.push_back(record.substr(0, space));
+    m.host_ids.push_back(space == std::string::npos ? std::string() : record.substr(space + 1));
   }
-  return out;
 }
 
 std::string member_record(const MembershipOptions& o) {
@@ -244,9 +252,9 @@ Membership lead(Store& store, const MembershipOptions& o) {
   store.multi_set({epoch_key(m.epoch, "leader"), addr_key(m.epoch, 0), member_key(m.epoch, 0)},
                   {to_bytes(fmt::format("{} {:016x} {} {} {}", o.size, m.group_id, pid_at_host(),
                                         o.local_address, net::to_hex(m.secret))),
-                   to_bytes(o.local_address), to_bytes(member_record(o))});
+                   to_bytes(address_record(o)), to_bytes(member_record(o))});
   store.set(kCurrentEpochKey, m.epoch);
-  m.addresses = wait_for_addresses(store, m.epoch, o);
+  wait_for_addresses(store, m, o);
   return m;
 }
 
@@ -328,12 +336,12 @@ Membership follow(Store& store, const MembershipOptions& o) {
                 clash_advice()));
     }
     store.multi_set({addr_key(epoch, o.rank), member_key(epoch, o.rank)},
-                    {to_bytes(o.local_address), to_bytes(member_record(o))});
+                    {to_bytes(address_record(o)), to_bytes(member_record(o))});
     Membership m;
     m.epoch = epoch;
     m.group_id = leader->group_id;
     m.secret = leader->secret;
-    m.addresses = wait_for_addresses(store, m.epoch, o);
+    wait_for_addresses(store, m, o);
     return m;
   }
 }
@@ -375,7 +383,7 @@ std::string process_identity() { return "process " + pid_at_host(); }
 
 Membership join_group(Store& store, const MembershipOptions& o) {
   if (o.size == 1) {
-    return Membership{{}, random_group_id(), {o.local_address}};
+    return Membership{{}, random_group_id(), {o.local_address}, {o.host_id}};
   }
   return o.rank == 0 ? lead(store, o) : follow(store, o);
 }

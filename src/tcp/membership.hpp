@@ -9,7 +9,7 @@
 //                        (secret: 64 hex digits, the formation's key for the mesh handshake's
 //                        membership proofs; whoever can read the store can read it)
 //   e<epoch>/claim/<r>   counter: how many processes claimed rank r in this formation
-//   e<epoch>/addr/<r>    rank r's "host:port"
+//   e<epoch>/addr/<r>    rank r's "host:port" and, after a space, its host id (host_id.hpp)
 //   e<epoch>/member/<r>  "<world size> <pid>@<host>" (for messages)
 //   e<epoch>/clash       why this formation cannot form (a duplicate rank, ...)
 //   e<epoch>/gone        "<rank> <message>": a member found that rank gone during setup
@@ -45,6 +45,7 @@ struct MembershipOptions {
   Duration timeout{0};  // the group timeout, for messages
   Deadline deadline = Deadline::never();
   std::string local_address;  // our "host:port"
+  std::string host_id;        // which machine we run on (host_id.hpp): picks same-host peers
   // Called between the slices of every wait (rank 0 drains its listener there, so that a
   // large group's liveness probes never fill its backlog).
   std::function<void()> between_slices;
@@ -54,6 +55,7 @@ struct Membership {
   std::string epoch;  // empty for a group of one (no store records)
   std::uint64_t group_id = 0;
   std::vector<std::string> addresses;  // by rank
+  std::vector<std::string> host_ids;   // by rank ("" where a rank published none)
   GroupSecret secret{};                // proves membership in the mesh handshake
 };
 

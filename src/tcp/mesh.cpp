@@ -296,6 +296,7 @@ Mesh build_mesh(Store& store, const MeshOptions& o) {
   mo.timeout = o.timeout;
   mo.deadline = o.deadline;
   mo.local_address = mesh.local_address;
+  mo.host_id = o.host_id;
   if (o.rank == 0) {
     // Nobody connects to rank 0 for the mesh (lower ranks connect to higher ones): what
     // arrives while it waits are the other ranks' liveness probes, and strangers.

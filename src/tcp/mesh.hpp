@@ -43,6 +43,7 @@ struct MeshOptions {
   int sockets_per_peer = 1;
   std::string interface;  // TcpGroupOptions::interface (empty: CHORUS_SOCKET_IFNAME, ...)
   std::string group_name;
+  std::string host_id;  // published with the address (host_id.hpp)
   Duration timeout{0};
   Deadline deadline = Deadline::never();
   Duration hello_timeout = std::chrono::seconds(5);  // TcpGroupOptions::hello_timeout

@@ -7,6 +7,7 @@
 #include <sys/epoll.h>
 
 #include <algorithm>
+#include <iterator>
 
 namespace chorus::tcp {
 
@@ -217,9 +218,10 @@ void SocketTransport::poll(Deadline until, std::vector<std::uint64_t>& completed
                            std::vector<TransportEvent>& events) {
   const bool ready = !completed_.empty() || !events_.empty();
   loop_.run_once(ready ? Deadline::after(Duration::zero()) : until);
-  completed.swap(completed_);
+  // Appends: a decorator may have put its own completions there already.
+  completed.insert(completed.end(), completed_.begin(), completed_.end());
   completed_.clear();
-  events.swap(events_);
+  std::move(events_.begin(), events_.end(), std::back_inserter(events));
   events_.clear();
 }
 

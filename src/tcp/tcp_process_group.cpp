@@ -19,8 +19,9 @@
 #include "core/format.hpp"
 #include "core/logging.hpp"
 #include "tcp/engine.hpp"
-#include "tcp/fault_transport.hpp"
+#include "tcp/host_id.hpp"
 #include "tcp/mesh.hpp"
+#include "tcp/transport_stack.hpp"
 
 namespace chorus {
 namespace tcp {
@@ -61,6 +62,7 @@ class TcpProcessGroup final : public ProcessGroup {
     mo.deadline = Deadline::after(timeout());
     mo.hello_timeout = options.hello_timeout;
     mo.peer_timeout = env::resolve_peer_timeout(options.peer_timeout);
+    mo.host_id = local_host_id();
     Mesh mesh = build_mesh(*store_, mo);
     listener_ = std::move(mesh.listener);
     membership_ = std::move(mesh.membership);
@@ -73,7 +75,9 @@ class TcpProcessGroup final : public ProcessGroup {
     ec.on_start = [this](const OpCall& call, const char* algorithm) {
       trace_started(call, algorithm);
     };
-    engine_ = std::make_unique<Engine>(std::move(ec), make_transport(rank, size, std::move(mesh)));
+    engine_ = std::make_unique<Engine>(
+        std::move(ec),
+        make_transport(rank, size, std::move(mesh), membership_.host_ids, mo.deadline));
   }
 
   ~TcpProcessGroup() override {

@@ -75,7 +75,7 @@ class EngineTransport : public Transport {
   virtual void send_control(int peer, FrameType type, std::vector<std::uint8_t> payload) = 0;
 
   // Waits until something happens or `until` passes (not at all if results are pending) and
-  // hands over what happened: completed collective tokens, and other events.
+  // hands over what happened: appends completed collective tokens, and other events.
   virtual void poll(Deadline until, std::vector<std::uint64_t>& completed,
                     std::vector<TransportEvent>& events) = 0;
   // Any thread: makes a blocked poll() return soon.

@@ -31,7 +31,10 @@ float allreduce_one(ProcessGroup& pg, float value) {
 // Rank r's "host:port" in the group's current formation (the layout of tcp/membership.hpp).
 std::string current_address(Store& group_ns, int rank, Duration timeout) {
   const std::string epoch = group_ns.get_string(tcp::kCurrentEpochKey, timeout);
-  return group_ns.get_string(tcp::epoch_key(epoch, fmt::format("addr/{}", rank)), timeout);
+  // The record is "host:port host-id".
+  const std::string record =
+      group_ns.get_string(tcp::epoch_key(epoch, fmt::format("addr/{}", rank)), timeout);
+  return record.substr(0, record.find(' '));
 }
 
 int connect_loopback(const std::string& address) {

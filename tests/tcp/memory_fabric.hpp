@@ -425,9 +425,9 @@ class MemoryFabric {
       if (me.stalled) {
         return;
       }
-      completed.swap(me.completed);
+      completed.insert(completed.end(), me.completed.begin(), me.completed.end());
       me.completed.clear();
-      events.swap(me.events);
+      std::move(me.events.begin(), me.events.end(), std::back_inserter(events));
       me.events.clear();
     }
     void wakeup() noexcept override {

@@ -1,0 +1,84 @@
+// SPDX-License-Identifier: BSD-3-Clause
+// Shared memory between the ranks of a group that run on one host: one segment per host and
+// group, holding a byte ring for every ordered pair of those ranks and a wake word per rank
+// (shm_transport.hpp moves the collective streams through them).
+//
+// The segment has a name in /dev/shm only while it is set up: the host's lowest rank creates
+// it (O_EXCL, mode 0600, a random name, its pages reserved up front so that a full /dev/shm is
+// an error here and never a SIGBUS later), sends the name to the others over their verified
+// control sockets, and unlinks it as soon as all of them have mapped it. From then on it lives
+// only in the ranks' mappings, and the kernel frees it when the last of them exits, SIGKILL
+// included.
+#pragma once
+
+#include "core/private.hpp"
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <chorus/deadline.hpp>
+
+#include "tcp/mesh.hpp"
+
+namespace chorus::tcp {
+
+// A rank sleeping in the shared-memory transport waits on `seq` (a futex) after setting
+// `sleeping`; whoever makes progress possible for it bumps `seq` and wakes it.
+struct alignas(64) WakeWord {
+  std::atomic<std::uint32_t> seq{0};
+  std::atomic<std::uint32_t> sleeping{0};
+};
+
+// One direction of one pair: a single-producer single-consumer byte ring. `head` counts the
+// bytes ever written (producer), `tail` the bytes ever read (consumer); each on its own cache
+// line so that the two sides never write the same line.
+struct RingIndex {
+  alignas(64) std::atomic<std::uint64_t> head{0};
+  alignas(64) std::atomic<std::uint64_t> tail{0};
+};
+
+class ShmSegment {
+ public:
+  // Maps nothing: takes over a mapping of `bytes` at `base` laid out for `locals` ranks.
+  ShmSegment(void* base, std::size_t bytes, int locals, std::size_t ring_bytes) noexcept;
+  ~ShmSegment();
+  ShmSegment(const ShmSegment&) = delete;
+  ShmSegment& operator=(const ShmSegment&) = delete;
+
+  // The bytes a segment for `locals` ranks with rings of `ring_bytes` takes.
+  static std::size_t size_for(int locals, std::size_t ring_bytes) noexcept;
+
+  // `local` indices are positions in the host's sorted list of ranks.
+  WakeWord& wake(int local) const noexcept;
+  RingIndex& ring(int from, int to) const noexcept;
+  std::byte* ring_data(int from, int to) const noexcept;
+  std::size_t ring_bytes() const noexcept { return ring_bytes_; }
+  int locals() const noexcept { return locals_; }
+
+ private:
+  std::size_t pair_index(int from, int to) const noexcept;
+
+  std::byte* base_;
+  std::size_t bytes_;
+  int locals_;
+  std::size_t ring_bytes_;
+};
+
+// Ring size per direction and pair: large enough that a sender rarely waits for its reader,
+// small enough that a host's rings stay in the last-level cache for a few ranks.
+std::size_t default_ring_bytes(int locals) noexcept;
+
+// Collective over the ranks in `locals` (sorted group ranks on this host, `rank` among them),
+// run right after the mesh is built and before its sockets are handed to the transport. Returns
+// the mapped segment, or nullptr with the reason in `why_not` when it cannot be set up on some
+// rank (no /dev/shm, out of space): every rank of the host then agrees on the same answer.
+// Throws NetworkError/TimeoutError naming the rank if a control socket fails meanwhile.
+std::unique_ptr<ShmSegment> attach_host_segment(Mesh& mesh, int rank,
+                                                const std::vector<int>& locals, Deadline deadline,
+                                                std::string& why_not);
+
+}  // namespace chorus::tcp

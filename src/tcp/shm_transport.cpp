@@ -1,0 +1,260 @@
+// SPDX-License-Identifier: BSD-3-Clause
+#include "tcp/shm_transport.hpp"
+
+#include <linux/futex.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <climits>
+#include <cstring>
+
+namespace chorus::tcp {
+namespace {
+
+// Shared (not FUTEX_PRIVATE): the word lives in a mapping of several processes.
+void futex_wait(std::atomic<std::uint32_t>& word, std::uint32_t expected, Duration timeout) {
+  const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(timeout).count();
+  timespec ts{static_cast<time_t>(ns / 1'000'000'000), static_cast<long>(ns % 1'000'000'000)};
+  ::syscall(SYS_futex, reinterpret_cast<std::uint32_t*>(&word), FUTEX_WAIT, expected, &ts, nullptr,
+            0);
+}
+
+void futex_wake(std::atomic<std::uint32_t>& word) noexcept {
+  ::syscall(SYS_futex, reinterpret_cast<std::uint32_t*>(&word), FUTEX_WAKE, INT_MAX, nullptr,
+            nullptr, 0);
+}
+
+}  // namespace
+
+ShmTransport::ShmTransport(int rank, std::vector<int> locals, std::unique_ptr<ShmSegment> segment,
+                           std::unique_ptr<EngineTransport> inner)
+    : segment_(std::move(segment)), inner_(std::move(inner)) {
+  const auto me = std::find(locals.begin(), locals.end(), rank);
+  local_ = static_cast<int>(me - locals.begin());
+  link_index_.assign(static_cast<std::size_t>(locals.back()) + 1, -1);
+  for (int i = 0; i < static_cast<int>(locals.size()); ++i) {
+    if (i == local_) {
+      continue;
+    }
+    link_index_[static_cast<std::size_t>(locals[static_cast<std::size_t>(i)])] =
+        static_cast<int>(links_.size());
+    link_rank_.push_back(locals[static_cast<std::size_t>(i)]);
+    Link link;
+    link.local = i;
+    link.out = &segment_->ring(local_, i);
+    link.out_data = segment_->ring_data(local_, i);
+    link.in = &segment_->ring(i, local_);
+    link.in_data = segment_->ring_data(i, local_);
+    links_.push_back(std::move(link));
+  }
+}
+
+ShmTransport::Link* ShmTransport::link_of(int peer) noexcept {
+  if (peer < 0 || static_cast<std::size_t>(peer) >= link_index_.size()) {
+    return nullptr;
+  }
+  const int i = link_index_[static_cast<std::size_t>(peer)];
+  return i < 0 ? nullptr : &links_[static_cast<std::size_t>(i)];
+}
+
+void ShmTransport::post_send(int peer, const void* data, std::size_t bytes, std::uint64_t token) {
+  Link* link = link_of(peer);
+  if (link == nullptr) {
+    inner_->post_send(peer, data, bytes, token);
+    return;
+  }
+  if (!link->dropped) {
+    link->sends.push_back({static_cast<std::byte*>(const_cast<void*>(data)), bytes, 0, token});
+  }
+}
+
+void ShmTransport::post_recv(int peer, void* data, std::size_t bytes, std::uint64_t token) {
+  Link* link = link_of(peer);
+  if (link == nullptr) {
+    inner_->post_recv(peer, data, bytes, token);
+    return;
+  }
+  if (!link->dropped) {
+    link->recvs.push_back({static_cast<std::byte*>(data), bytes, 0, token});
+  }
+}
+
+bool ShmTransport::pending() const noexcept {
+  return std::any_of(links_.begin(), links_.end(),
+                     [](const Link& l) { return !l.sends.empty() || !l.recvs.empty(); });
+}
+
+bool ShmTransport::push(Link& link, std::vector<std::uint64_t>& completed) {
+  if (link.sends.empty()) {
+    return false;
+  }
+  Message& m = link.sends.front();
+  const std::size_t cap = segment_->ring_bytes();
+  const std::uint64_t head = link.out->head.load(std::memory_order_relaxed);
+  const std::uint64_t tail = link.out->tail.load(std::memory_order_acquire);
+  const std::size_t room = cap - static_cast<std::size_t>(head - tail);
+  const std::size_t n = std::min({room, m.bytes - m.done, kChunkBytes});
+  if (n > 0) {
+    const std::size_t at = static_cast<std::size_t>(head % cap);
+    const std::size_t first = std::min(n, cap - at);
+    std::memcpy(link.out_data + at, m.data + m.done, first);
+    std::memcpy(link.out_data, m.data + m.done + first, n - first);
+    link.out->head.store(head + n, std::memory_order_release);
+    m.done += n;
+    notify(link.local);
+  }
+  if (m.done < m.bytes) {
+    return n > 0;
+  }
+  completed.push_back(m.token);
+  link.sends.pop_front();
+  return true;
+}
+
+bool ShmTransport::pull(Link& link, std::vector<std::uint64_t>& completed) {
+  if (link.recvs.empty()) {
+    return false;
+  }
+  Message& m = link.recvs.front();
+  const std::size_t cap = segment_->ring_bytes();
+  const std::uint64_t tail = link.in->tail.load(std::memory_order_relaxed);
+  const std::uint64_t head = link.in->head.load(std::memory_order_acquire);
+  const std::size_t n =
+      std::min({static_cast<std::size_t>(head - tail), m.bytes - m.done, kChunkBytes});
+  if (n > 0) {
+    const std::size_t at = static_cast<std::size_t>(tail % cap);
+    const std::size_t first = std::min(n, cap - at);
+    std::memcpy(m.data + m.done, link.in_data + at, first);
+    std::memcpy(m.data + m.done + first, link.in_data, n - first);
+    link.in->tail.store(tail + n, std::memory_order_release);
+    m.done += n;
+    notify(link.local);
+  }
+  if (m.done < m.bytes) {
+    return n > 0;
+  }
+  completed.push_back(m.token);
+  link.recvs.pop_front();
+  return true;
+}
+
+bool ShmTransport::progress(std::vector<std::uint64_t>& completed) {
+  bool any = false;
+  for (;;) {
+    bool moved = false;
+    for (Link& link : links_) {
+      moved |= push(link, completed);
+      moved |= pull(link, completed);
+    }
+    any |= moved;
+    // Hand completions to the engine at once: it posts the next step of the schedule.
+    if (!moved || !completed.empty()) {
+      return any;
+    }
+  }
+}
+
+void ShmTransport::notify(int local) noexcept {
+  WakeWord& w = segment_->wake(local);
+  // Pairs with the fence in sleep(): either the sleeper sees the ring move, or this sees it
+  // asleep.
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  if (w.sleeping.load(std::memory_order_relaxed) != 0) {
+    w.seq.fetch_add(1, std::memory_order_release);
+    futex_wake(w.seq);
+  }
+}
+
+void ShmTransport::wakeup() noexcept {
+  WakeWord& w = segment_->wake(local_);
+  w.seq.fetch_add(1, std::memory_order_release);
+  futex_wake(w.seq);
+  inner_->wakeup();
+}
+
+void ShmTransport::sleep(Deadline until, std::vector<std::uint64_t>& completed) {
+  WakeWord& w = segment_->wake(local_);
+  const std::uint32_t seq = w.seq.load(std::memory_order_acquire);
+  w.sleeping.store(1, std::memory_order_relaxed);
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  if (!progress(completed)) {
+    futex_wait(w.seq, seq, std::min(until.remaining(), kSocketSlice));
+  }
+  w.sleeping.store(0, std::memory_order_relaxed);
+}
+
+void ShmTransport::poll(Deadline until, std::vector<std::uint64_t>& completed,
+                        std::vector<TransportEvent>& events) {
+  const std::size_t before = completed.size();
+  bool moved = progress(completed);
+  if (!pending()) {
+    inner_->poll(completed.size() > before ? Deadline::after(Duration::zero()) : until, completed,
+                 events);
+    watch_departures(events);
+    return;
+  }
+  if (!moved && completed.size() == before && !until.expired()) {
+    sleep(until, completed);
+    progress(completed);
+  }
+  // The sockets are looked at on every round, without waiting: failures and control frames
+  // arrive there.
+  inner_->poll(Deadline::after(Duration::zero()), completed, events);
+  watch_departures(events);
+}
+
+bool ShmTransport::can_move(const Link& link) const noexcept {
+  if (!link.recvs.empty() && link.in->head.load(std::memory_order_acquire) !=
+                                 link.in->tail.load(std::memory_order_relaxed)) {
+    return true;
+  }
+  return !link.sends.empty() && link.out->head.load(std::memory_order_relaxed) -
+                                        link.out->tail.load(std::memory_order_acquire) <
+                                    segment_->ring_bytes();
+}
+
+void ShmTransport::watch_departures(std::vector<TransportEvent>& events) {
+  for (const TransportEvent& ev : events) {
+    if (ev.kind == TransportEvent::Kind::control && ev.frame == FrameType::goodbye) {
+      if (Link* link = link_of(ev.peer)) {
+        link->left = true;
+      }
+    }
+  }
+  for (std::size_t i = 0; i < links_.size(); ++i) {
+    Link& link = links_[i];
+    if (!link.left || link.reported || (link.sends.empty() && link.recvs.empty()) ||
+        can_move(link)) {
+      continue;
+    }
+    link.reported = true;
+    link.sends.clear();
+    link.recvs.clear();
+    TransportEvent ev;
+    ev.kind = TransportEvent::Kind::peer_failed;
+    ev.peer = link_rank_[i];
+    ev.error = "the peer left the group with this rank's transfers to it unfinished";
+    ev.left = true;
+    events.push_back(std::move(ev));
+  }
+}
+
+void ShmTransport::drop_all() noexcept {
+  for (Link& link : links_) {
+    link.sends.clear();
+    link.recvs.clear();
+  }
+  inner_->drop_all();
+}
+
+void ShmTransport::reset_link(int peer) noexcept {
+  if (Link* link = link_of(peer)) {
+    link->sends.clear();
+    link->recvs.clear();
+    link->dropped = true;
+  }
+  inner_->reset_link(peer);
+}
+
+}  // namespace chorus::tcp

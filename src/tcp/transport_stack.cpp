@@ -1,0 +1,76 @@
+// SPDX-License-Identifier: BSD-3-Clause
+#include "tcp/transport_stack.hpp"
+
+#include <fmt/format.h>
+
+#include <chorus/errors.hpp>
+
+#include "core/env.hpp"
+#include "core/format.hpp"
+#include "core/logging.hpp"
+#include "tcp/fault_transport.hpp"
+#include "tcp/shm_segment.hpp"
+#include "tcp/shm_transport.hpp"
+#include "tcp/socket_transport.hpp"
+
+namespace chorus::tcp {
+namespace {
+
+// The group ranks that published this rank's host id (sorted; this rank among them).
+std::vector<int> host_ranks(const std::vector<std::string>& ids, int rank) {
+  std::vector<int> out;
+  if (static_cast<std::size_t>(rank) >= ids.size() || ids[static_cast<std::size_t>(rank)].empty()) {
+    return {rank};
+  }
+  for (std::size_t r = 0; r < ids.size(); ++r) {
+    if (ids[r] == ids[static_cast<std::size_t>(rank)]) {
+      out.push_back(static_cast<int>(r));
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+std::unique_ptr<EngineTransport> make_transport(int rank, int size, Mesh mesh,
+                                                const std::vector<std::string>& host_ids,
+                                                Deadline deadline, TransportInfo* info) {
+  const env::TransportChoice choice = env::transport_choice();
+  const std::vector<int> locals = host_ranks(host_ids, rank);
+  std::unique_ptr<ShmSegment> segment;
+  if (choice != env::TransportChoice::tcp && locals.size() > 1) {
+    std::string why_not;
+    segment = attach_host_segment(mesh, rank, locals, deadline, why_not);
+    if (!segment) {
+      if (choice == env::TransportChoice::shm) {
+        throw InvalidArgument(fmt::format(
+            "CHORUS_TRANSPORT=shm on rank {}: shared memory between host ranks {} cannot be set "
+            "up: {}; check /dev/shm (mounted, writable, free space), or use "
+            "CHORUS_TRANSPORT=auto to fall back to tcp",
+            rank, format_ranks(locals), why_not));
+      }
+      CHORUS_WARN(init,
+                  "rank {}: shared memory between host ranks {} cannot be set up ({}); their "
+                  "collectives go over loopback tcp",
+                  rank, format_ranks(locals), why_not);
+    }
+  }
+  std::unique_ptr<EngineTransport> transport =
+      std::make_unique<SocketTransport>(rank, size, std::move(mesh));
+  if (info != nullptr) {
+    *info = TransportInfo{segment ? "tcp+shm" : "tcp", static_cast<int>(locals.size())};
+  }
+  if (segment) {
+    CHORUS_INFO(init, "rank {}: collectives with host ranks {} go through shared memory", rank,
+                format_ranks(locals));
+    transport =
+        std::make_unique<ShmTransport>(rank, locals, std::move(segment), std::move(transport));
+  }
+  std::vector<Fault> faults = faults_for(rank, size);
+  if (!faults.empty()) {
+    transport = std::make_unique<FaultTransport>(rank, std::move(transport), std::move(faults));
+  }
+  return transport;
+}
+
+}  // namespace chorus::tcp
