@@ -164,8 +164,8 @@ std::vector<Fault> faults_for(int rank, int size) {
 
 FaultTransport::FaultTransport(int rank, std::unique_ptr<EngineTransport> inner,
                                std::vector<Fault> faults)
-    : rank_(rank),
-      inner_(std::move(inner)),
+    : ForwardingTransport(std::move(inner)),
+      rank_(rank),
       faults_(std::move(faults)),
       fired_(faults_.size(), false) {}
 

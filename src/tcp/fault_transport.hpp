@@ -23,8 +23,7 @@
 
 #include <chorus/deadline.hpp>
 
-#include "tcp/mesh.hpp"
-#include "tcp/transport.hpp"
+#include "tcp/forwarding_transport.hpp"
 
 namespace chorus::tcp {
 
@@ -48,41 +47,22 @@ std::vector<Fault> parse_faults(const std::string& text);
 std::vector<Fault> faults_for(int rank, int size);
 
 // Forwards everything to `inner` and injects the faults of this rank.
-class FaultTransport final : public EngineTransport {
+class FaultTransport final : public ForwardingTransport {
  public:
   FaultTransport(int rank, std::unique_ptr<EngineTransport> inner, std::vector<Fault> faults);
 
   void post_send(int peer, const void* data, std::size_t bytes, std::uint64_t token) override;
-  void post_recv(int peer, void* data, std::size_t bytes, std::uint64_t token) override {
-    inner_->post_recv(peer, data, bytes, token);
-  }
   void send_p2p(int peer, std::uint32_t tag, const void* data, std::size_t bytes,
                 std::uint64_t token) override;
-  void recv_p2p(int peer, std::uint32_t tag, void* data, std::size_t bytes,
-                std::uint64_t token) override {
-    inner_->recv_p2p(peer, tag, data, bytes, token);
-  }
   void send_control(int peer, FrameType type, std::vector<std::uint8_t> payload) override;
   void poll(Deadline until, std::vector<std::uint64_t>& completed,
             std::vector<TransportEvent>& events) override;
-  void wakeup() noexcept override { inner_->wakeup(); }
-  void drop_all() noexcept override { inner_->drop_all(); }
-  void flush_control(Deadline until) override { inner_->flush_control(until); }
-  void close_all() noexcept override { inner_->close_all(); }
-  void reset_link(int peer) noexcept override { inner_->reset_link(peer); }
   void op_started(std::uint64_t seq) noexcept override;
-  bool peer_connected(int peer) const override { return inner_->peer_connected(peer); }
-  std::optional<Clock::time_point> last_heard(int peer) const override {
-    return inner_->last_heard(peer);
-  }
-  const std::string& address(int peer) const override { return inner_->address(peer); }
-  const std::string& local_address() const override { return inner_->local_address(); }
 
  private:
   void count_sent(int peer, std::size_t bytes);
 
   int rank_;
-  std::unique_ptr<EngineTransport> inner_;
   std::vector<Fault> faults_;
   std::vector<bool> fired_;
   std::vector<std::uint64_t> sent_;  // bytes sent per peer

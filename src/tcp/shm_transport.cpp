@@ -29,7 +29,7 @@ void futex_wake(std::atomic<std::uint32_t>& word) noexcept {
 
 ShmTransport::ShmTransport(int rank, std::vector<int> locals, std::unique_ptr<ShmSegment> segment,
                            std::unique_ptr<EngineTransport> inner)
-    : segment_(std::move(segment)), inner_(std::move(inner)) {
+    : ForwardingTransport(std::move(inner)), segment_(std::move(segment)) {
   const auto me = std::find(locals.begin(), locals.end(), rank);
   local_ = static_cast<int>(me - locals.begin());
   link_index_.assign(static_cast<std::size_t>(locals.back()) + 1, -1);

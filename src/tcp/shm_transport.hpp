@@ -24,12 +24,12 @@
 #include <memory>
 #include <vector>
 
+#include "tcp/forwarding_transport.hpp"
 #include "tcp/shm_segment.hpp"
-#include "tcp/transport.hpp"
 
 namespace chorus::tcp {
 
-class ShmTransport final : public EngineTransport {
+class ShmTransport final : public ForwardingTransport {
  public:
   static constexpr std::size_t kChunkBytes = 64 * 1024;
   static constexpr Duration kSocketSlice = std::chrono::milliseconds(1);
@@ -41,31 +41,11 @@ class ShmTransport final : public EngineTransport {
 
   void post_send(int peer, const void* data, std::size_t bytes, std::uint64_t token) override;
   void post_recv(int peer, void* data, std::size_t bytes, std::uint64_t token) override;
-  void send_p2p(int peer, std::uint32_t tag, const void* data, std::size_t bytes,
-                std::uint64_t token) override {
-    inner_->send_p2p(peer, tag, data, bytes, token);
-  }
-  void recv_p2p(int peer, std::uint32_t tag, void* data, std::size_t bytes,
-                std::uint64_t token) override {
-    inner_->recv_p2p(peer, tag, data, bytes, token);
-  }
-  void send_control(int peer, FrameType type, std::vector<std::uint8_t> payload) override {
-    inner_->send_control(peer, type, std::move(payload));
-  }
   void poll(Deadline until, std::vector<std::uint64_t>& completed,
             std::vector<TransportEvent>& events) override;
   void wakeup() noexcept override;
   void drop_all() noexcept override;
-  void flush_control(Deadline until) override { inner_->flush_control(until); }
-  void close_all() noexcept override { inner_->close_all(); }
   void reset_link(int peer) noexcept override;
-  void op_started(std::uint64_t seq) noexcept override { inner_->op_started(seq); }
-  bool peer_connected(int peer) const override { return inner_->peer_connected(peer); }
-  std::optional<Clock::time_point> last_heard(int peer) const override {
-    return inner_->last_heard(peer);
-  }
-  const std::string& address(int peer) const override { return inner_->address(peer); }
-  const std::string& local_address() const override { return inner_->local_address(); }
 
  private:
   struct Message {
@@ -106,7 +86,6 @@ class ShmTransport final : public EngineTransport {
 
   int local_ = -1;
   std::unique_ptr<ShmSegment> segment_;
-  std::unique_ptr<EngineTransport> inner_;
   std::vector<int> link_index_;  // by group rank: index in links_, or -1 (other host)
   std::vector<int> link_rank_;   // by index in links_: the peer's group rank
   std::vector<Link> links_;

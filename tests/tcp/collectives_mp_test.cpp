@@ -12,6 +12,7 @@
 #include <catch2/catch.hpp>
 
 #include "tcp/collective_cases.hpp"
+#include "tcp/issue_case.hpp"
 #include "tcp/mp_common.hpp"
 
 namespace chorus::test {
@@ -20,30 +21,6 @@ namespace {
 constexpr OpKind kCollectives[] = {OpKind::allreduce, OpKind::allgather, OpKind::reduce_scatter,
                                    OpKind::broadcast, OpKind::reduce,    OpKind::gather,
                                    OpKind::scatter,   OpKind::all_to_all};
-
-std::shared_ptr<Work> issue(ProcessGroup& pg, const Case& c, RankBuffers& b) {
-  switch (c.kind) {
-    case OpKind::allreduce:
-      return pg.allreduce(b.in, b.out, {.op = c.op});
-    case OpKind::allgather:
-      return pg.allgather(b.in, b.out);
-    case OpKind::reduce_scatter:
-      return pg.reduce_scatter(b.in, b.out, {.op = c.op});
-    case OpKind::broadcast:
-      return pg.broadcast(b.in, {.root = c.root});
-    case OpKind::reduce:
-      return pg.reduce(b.in, b.out, {.op = c.op, .root = c.root});
-    case OpKind::gather:
-      return pg.gather(b.in, b.out, {.root = c.root});
-    case OpKind::scatter:
-      return pg.scatter(b.in, b.out, {.root = c.root});
-    case OpKind::all_to_all:
-      return pg.all_to_all(b.in, b.out);
-    case OpKind::barrier:
-      return pg.barrier();
-  }
-  return nullptr;
-}
 
 // The matrix of cases every rank runs, in the same order.
 std::vector<Case> matrix(int n) {
@@ -98,7 +75,7 @@ void run_matrix_on(int n) {
         for (ProcessGroup* pg : {normal.get(), pipelined.get()}) {
           for (const Case& c : matrix(n)) {
             RankBuffers b = make_buffers(c, rank);
-            issue(*pg, c, b)->wait();
+            issue_case(*pg, c, b)->wait();
             const std::string err = check_result(c, rank, b);
             if (!err.empty()) {
               throw ChildCheckFailed{

@@ -1,8 +1,9 @@
 // SPDX-License-Identifier: BSD-3-Clause
 // The shared-memory transport over real processes: every collective with messages larger than
 // the rings (wrap-around, partial chunks), groups split over "hosts" with CHORUS_HOST_ID (shm
-// inside a host, tcp across), the failure contract (a killed rank is named at once, a stopped
-// one at its timeout) and that no segment is left in /dev/shm, whatever the exit.
+// inside a host, tcp across), a killed rank named at once, and that no segment is left in
+// /dev/shm, whatever the exit. The rest of the failure contract over shared memory is
+// tcp_failures_mp and tcp_fault_mp, which run on it by default (and again on sockets: _tcp).
 #include <dirent.h>
 #include <signal.h>
 #include <stdlib.h>
@@ -17,6 +18,7 @@
 #include <catch2/catch.hpp>
 
 #include "tcp/collective_cases.hpp"
+#include "tcp/issue_case.hpp"
 #include "tcp/mp_common.hpp"
 
 namespace chorus::test {
@@ -53,30 +55,6 @@ std::vector<std::string> segments_of(const std::vector<ChildResult>& results) {
   return found;
 }
 
-std::shared_ptr<Work> issue(ProcessGroup& pg, const Case& c, RankBuffers& b) {
-  switch (c.kind) {
-    case OpKind::allreduce:
-      return pg.allreduce(b.in, b.out, {.op = c.op});
-    case OpKind::allgather:
-      return pg.allgather(b.in, b.out);
-    case OpKind::reduce_scatter:
-      return pg.reduce_scatter(b.in, b.out, {.op = c.op});
-    case OpKind::broadcast:
-      return pg.broadcast(b.in, {.root = c.root});
-    case OpKind::reduce:
-      return pg.reduce(b.in, b.out, {.op = c.op, .root = c.root});
-    case OpKind::gather:
-      return pg.gather(b.in, b.out, {.root = c.root});
-    case OpKind::scatter:
-      return pg.scatter(b.in, b.out, {.root = c.root});
-    case OpKind::all_to_all:
-      return pg.all_to_all(b.in, b.out);
-    case OpKind::barrier:
-      return pg.barrier();
-  }
-  return nullptr;
-}
-
 // Sizes around the 1 MiB ring and the 64 KiB chunk: a message that wraps the ring several
 // times, one just over a chunk, and an odd small one.
 std::vector<Case> large_cases(int n) {
@@ -103,7 +81,7 @@ std::vector<Case> large_cases(int n) {
 void run_cases(ProcessGroup& pg, const std::vector<Case>& cases, int rank) {
   for (const Case& c : cases) {
     RankBuffers b = make_buffers(c, rank);
-    issue(pg, c, b)->wait();
+    issue_case(pg, c, b)->wait();
     const std::string err = check_result(c, rank, b);
     if (!err.empty()) {
       throw ChildCheckFailed{err};
@@ -187,43 +165,6 @@ TEST_CASE("over shared memory a killed rank is named at once and leaves no segme
         }
       },
       90s);
-  INFO(describe(results));
-  CHECK(results[0].ok());
-  CHECK(results[1].ok());
-  CHECK(results[2].signal == SIGKILL);
-  CHECK(segments_of(results).empty());
-}
-
-TEST_CASE("over shared memory a stopped rank times out on schedule, named", "[shm][mp][failure]") {
-  StoreServerProcess server;
-  constexpr int n = 3;
-  const auto results = run_processes(
-      n,
-      [&](int rank) {
-        ::setenv("CHORUS_TRANSPORT", "shm", 1);
-        auto store = child_store(server.port());
-        auto pg = make_tcp_group(store, rank, n, loopback_options(2s));
-        std::vector<float> data(1 << 20, 1.0f);
-        pg->barrier()->wait();
-        if (rank == 2) {
-          store->set("pid2", std::to_string(::getpid()));
-          ::raise(SIGSTOP);  // rank 0 SIGKILLs it once both survivors checked their errors
-          return;
-        }
-        const auto t0 = Clock::now();
-        const Error e =
-            expect_error([&] { pg->allreduce(Tensor::of(data.data(), data.size()))->wait(); });
-        const double took = seconds_since(t0);
-        if (!(e.code() == ErrorCode::timeout && names(e, 2) && took < 2.0 + 0.2 + 3.0)) {
-          throw ChildCheckFailed{fmt::format("after {:.3f} s: {}", took, e.what())};
-        }
-        store->set(fmt::format("checked/{}", rank), "1");
-        if (rank == 0) {
-          store->wait({"checked/1"}, 30s);
-          ::kill(std::stoi(store->get_string("pid2", 30s)), SIGKILL);
-        }
-      },
-      60s);
   INFO(describe(results));
   CHECK(results[0].ok());
   CHECK(results[1].ok());
