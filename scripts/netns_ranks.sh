@@ -25,15 +25,16 @@ netns_start_store() {
   STORE_ADDR="$host:${BASH_REMATCH[1]}"
 }
 
-# netns_start_ranks N DIR LIMIT_S CMD...: rank r runs CMD in namespace r, bounded by LIMIT_S
-# (then SIGKILL 5 s later); stdout/stderr to DIR/rank<r>.{out,err}. Sets RANK_PIDS.
+# netns_start_ranks N DIR LIMIT_S CMD...: rank r runs CMD in namespace r / PER_HOST (env
+# NETNS_RANKS_PER_HOST, default 1: one rank per namespace), bounded by LIMIT_S (then SIGKILL
+# 5 s later); stdout/stderr to DIR/rank<r>.{out,err}. Sets RANK_PIDS.
 netns_start_ranks() {
-  local n=$1 dir=$2 limit=$3 r ifname
+  local n=$1 dir=$2 limit=$3 r ifname per=${NETNS_RANKS_PER_HOST:-1}
   shift 3
   ifname=$("$NETNS_CLUSTER" ifname)
   RANK_PIDS=()
   for ((r = 0; r < n; r++)); do
-    "$NETNS_CLUSTER" run "$r" env RANK="$r" WORLD_SIZE="$n" LOCAL_RANK=0 LOCAL_WORLD_SIZE=1 \
+    "$NETNS_CLUSTER" run "$((r / per))" env RANK="$r" WORLD_SIZE="$n" LOCAL_RANK="$((r % per))" LOCAL_WORLD_SIZE="$per" \
       CHORUS_STORE_ADDR="$STORE_ADDR" CHORUS_RUN_ID="${CHORUS_RUN_ID:-netns-$$}" CHORUS_SOCKET_IFNAME="$ifname" \
       timeout -k 5 "$limit" "$@" >"$dir/rank$r.out" 2>"$dir/rank$r.err" &
     RANK_PIDS+=($!)

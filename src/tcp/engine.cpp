@@ -183,6 +183,7 @@ void Engine::take_submitted() {
       op->work->complete(failure_);
       continue;
     }
+    track_deadline(*op);
     if (op->kind == Op::Kind::collective) {
       queue_.push_back(std::move(op));
       continue;
@@ -218,8 +219,24 @@ void Engine::start_next() {
   }
 }
 
+void Engine::track_deadline(const Op& op) {
+  if (!op.call.deadline.is_never()) {
+    deadlines_.insert(op.call.deadline.when());
+  }
+}
+
+void Engine::untrack_deadline(const Op& op) {
+  if (!op.call.deadline.is_never()) {
+    const auto it = deadlines_.find(op.call.deadline.when());
+    if (it != deadlines_.end()) {
+      deadlines_.erase(it);
+    }
+  }
+}
+
 void Engine::finish_current(std::exception_ptr error) {
   std::unique_ptr<Op> op = std::move(current_);
+  untrack_deadline(*op);
   executor_.reset();
   schedule_.reset();
   arena_.reset();
@@ -266,6 +283,7 @@ void Engine::on_event(TransportEvent& ev) {
       }
       std::unique_ptr<Op> op = std::move(it->second);
       p2p_.erase(it);
+      untrack_deadline(*op);
       if (probe_ && probe_->op == op.get()) {
         probe_.reset();
       }
@@ -371,17 +389,7 @@ Deadline Engine::nearest_deadline() const {
   if (probe_) {
     return earliest(probe_->until, liveness);
   }
-  Deadline d = liveness;
-  if (current_) {
-    d = earliest(d, current_->call.deadline);
-  }
-  for (const auto& op : queue_) {
-    d = earliest(d, op->call.deadline);
-  }
-  for (const auto& [token, op] : p2p_) {
-    d = earliest(d, op->call.deadline);
-  }
-  return d;
+  return deadlines_.empty() ? liveness : earliest(liveness, Deadline::at(*deadlines_.begin()));
 }
 
 Deadline Engine::liveness_deadline() const {
@@ -455,6 +463,10 @@ void Engine::check_deadlines() {
     if (all || probe_->until.expired()) {
       conclude_probe();
     }
+    return;
+  }
+  // Nothing is due (the usual case): no scan of the queue.
+  if (deadlines_.empty() || Clock::now() < *deadlines_.begin()) {
     return;
   }
   Op* expired = nullptr;
@@ -633,6 +645,7 @@ void Engine::fail_group(std::exception_ptr error, bool notify_peers, int root_ra
     failed.push_back(std::move(op));
   }
   p2p_.clear();
+  deadlines_.clear();
   {
     std::lock_guard lock(mu_);
     for (auto& op : submitted_) {
@@ -669,6 +682,7 @@ void Engine::shutdown() {
     pending.push_back(std::move(op));
   }
   p2p_.clear();
+  deadlines_.clear();
   {
     std::lock_guard lock(mu_);
     for (auto& op : submitted_) {

@@ -34,6 +34,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <string>
 #include <thread>
 #include <unordered_map>
@@ -92,6 +93,8 @@ class Engine {
   void run() noexcept;
   void take_submitted();
   void start_next();
+  void track_deadline(const Op& op);
+  void untrack_deadline(const Op& op);
   void finish_current(std::exception_ptr error);
   void on_completion(std::uint64_t token);
   void on_event(TransportEvent& ev);
@@ -138,6 +141,9 @@ class Engine {
   ScratchArena arena_;
   std::uint64_t epoch_ = 0;
   std::unordered_map<std::uint64_t, std::unique_ptr<Op>> p2p_;
+  // The deadlines of every op in queue_, current_ and p2p_ (one entry each, never-deadlines
+  // left out): the nearest is begin(), so thousands of queued ops cost no scan per loop.
+  std::multiset<Clock::time_point> deadlines_;
   std::uint64_t next_p2p_token_ = 1;
   std::optional<Probe> probe_;
   Clock::time_point next_heartbeat_;      // a quarter of the peer timeout after the start

@@ -78,7 +78,52 @@ Schedule::Schedule(int rank, int size, DataType dtype, ReduceOp op, ScratchArena
 TaskId Schedule::add(Task t, std::initializer_list<TaskId> deps) {
   const auto id = static_cast<TaskId>(tasks_.size());
   tasks_.push_back(t);
+  bool depends = false;
   for (TaskId d : deps) {
+    depend(id, d);
+    depends |= d != kNoTask;
+  }
+  if (!depends) {
+    depend(id, gate_);
+  }
+  return id;
+}
+
+int Schedule::group_rank(int peer) const {
+  if (members_.empty()) {
+    return peer;
+  }
+  CHORUS_CHECK(peer >= 0 && static_cast<std::size_t>(peer) < members_.size(),
+               "peer {} outside a view of {} ranks", peer, members_.size());
+  return members_[static_cast<std::size_t>(peer)];
+}
+
+void Schedule::enter_view(std::vector<int> members, TaskId gate) {
+  const auto me = std::find(members.begin(), members.end(), rank_);
+  CHORUS_CHECK(me != members.end(), "rank {} is not in the view", rank_);
+  view_rank_ = static_cast<int>(me - members.begin());
+  members_ = std::move(members);
+  gate_ = gate;
+}
+
+void Schedule::leave_view() noexcept {
+  members_.clear();
+  gate_ = kNoTask;
+}
+
+TaskId Schedule::join_all() {
+  if (tasks_.empty()) {
+    return kNoTask;
+  }
+  // An empty copy: it moves nothing, it only waits.
+  static std::byte nothing;
+  Task t;
+  t.kind = TaskKind::copy;
+  t.dst = &nothing;
+  t.src = &nothing;
+  const auto id = static_cast<TaskId>(tasks_.size());
+  tasks_.push_back(t);
+  for (TaskId d = 0; d < id; ++d) {
     depend(id, d);
   }
   return id;
@@ -107,6 +152,7 @@ TaskId Schedule::transfer(TaskKind kind, int peer, void* dst, const void* src, s
     return kNoTask;
   }
   const bool is_send = kind == TaskKind::send;
+  peer = group_rank(peer);
   CHORUS_CHECK(peer >= 0 && peer < size_ && peer != rank_, "{} peer {}",
                is_send ? "send to" : "recv from", peer);
   Task t;
@@ -150,6 +196,7 @@ TaskId Schedule::reduce(void* dst, const void* a, const void* b, std::size_t cou
 }
 
 void Schedule::interleave(int peer, bool sends, std::size_t split, std::size_t lag) {
+  peer = group_rank(peer);
   auto& fifo = (sends ? send_fifo_ : recv_fifo_)[static_cast<std::size_t>(peer)];
   CHORUS_CHECK(split <= fifo.size(), "interleave at {} of {} transfers", split, fifo.size());
   std::vector<TaskId> merged;

@@ -79,8 +79,9 @@ class Schedule {
  public:
   Schedule(int rank, int size, DataType dtype, ReduceOp op, ScratchArena& arena);
 
-  int rank() const noexcept { return rank_; }
-  int size() const noexcept { return size_; }
+  // This rank and the group size, as the current view sees them (see enter_view()).
+  int rank() const noexcept { return members_.empty() ? rank_ : view_rank_; }
+  int size() const noexcept { return members_.empty() ? size_ : static_cast<int>(members_.size()); }
   DataType dtype() const noexcept { return dtype_; }
   ReduceOp op() const noexcept { return op_; }
 
@@ -96,10 +97,22 @@ class Schedule {
                 std::initializer_list<TaskId> deps = {});
   void depend(TaskId later, TaskId earlier);
 
+  // Phases of a hierarchical algorithm run the ordinary builders on a sub-group: until
+  // leave_view(), rank() and size() are positions in `members` (sorted group ranks, this rank
+  // among them), every peer argument is a position in it, and a task added with no other
+  // dependency waits for `gate` (kNoTask: none).
+  void enter_view(std::vector<int> members, TaskId gate);
+  void leave_view() noexcept;
+  // A task that completes once every task added so far has (the end of a phase); kNoTask if
+  // there is none.
+  TaskId join_all();
+
   // Transfers queued so far to / from `peer` (a mark for interleave()).
-  std::size_t sends_to(int peer) const { return send_fifo_[static_cast<std::size_t>(peer)].size(); }
+  std::size_t sends_to(int peer) const {
+    return send_fifo_[static_cast<std::size_t>(group_rank(peer))].size();
+  }
   std::size_t recvs_from(int peer) const {
-    return recv_fifo_[static_cast<std::size_t>(peer)].size();
+    return recv_fifo_[static_cast<std::size_t>(group_rank(peer))].size();
   }
   // Reorders the FIFO of `peer` (sends or receives): the transfers added after position
   // `split` (phase B) are merged into those before it (phase A) so that B[i] is posted right
@@ -132,12 +145,17 @@ class Schedule {
 
  private:
   TaskId add(Task t, std::initializer_list<TaskId> deps);
+  // A peer as the current view names it -> its group rank.
+  int group_rank(int peer) const;
   // A send (src) or recv (dst) task, appended to the peer's FIFO.
   TaskId transfer(TaskKind kind, int peer, void* dst, const void* src, std::size_t bytes,
                   std::initializer_list<TaskId> deps);
 
   int rank_;
   int size_;
+  std::vector<int> members_;  // the current view (empty: the whole group)
+  int view_rank_ = 0;
+  TaskId gate_ = kNoTask;
   DataType dtype_;
   ReduceOp op_;
   ScratchArena& arena_;

@@ -18,6 +18,7 @@
 #include "core/env.hpp"
 #include "core/format.hpp"
 #include "core/logging.hpp"
+#include "tcp/algorithms/algorithms.hpp"
 #include "tcp/engine.hpp"
 #include "tcp/host_id.hpp"
 #include "tcp/mesh.hpp"
@@ -52,6 +53,10 @@ class TcpProcessGroup final : public ProcessGroup {
  public:
   TcpProcessGroup(std::shared_ptr<Store> store, int rank, int size, const TcpGroupOptions& options)
       : ProcessGroup(rank, size, options.group), store_(std::move(store)), options_(options) {
+    // Before any connection: a bad value fails every rank alike, at once.
+    if (const auto algo = env::get("CHORUS_ALGO")) {
+      forced_ = parse_algorithm_overrides(*algo);
+    }
     MeshOptions mo;
     mo.rank = rank;
     mo.size = size;
@@ -66,6 +71,7 @@ class TcpProcessGroup final : public ProcessGroup {
     Mesh mesh = build_mesh(*store_, mo);
     listener_ = std::move(mesh.listener);
     membership_ = std::move(mesh.membership);
+    hosts_ = make_host_map(membership_.host_ids);
     EngineConfig ec;
     ec.rank = rank;
     ec.size = size;
@@ -188,6 +194,8 @@ class TcpProcessGroup final : public ProcessGroup {
     o->args.root = root;
     o->args.small_bytes = options_.small_allreduce_bytes;
     o->args.slice_bytes = options_.slice_bytes;
+    o->args.hosts = &hosts_;
+    o->args.forced = forced_[static_cast<std::size_t>(kind)];
     o->sig.kind = kind;
     o->sig.seq = call.seq;
     if (kind != OpKind::barrier) {
@@ -237,6 +245,8 @@ class TcpProcessGroup final : public ProcessGroup {
   std::atomic<std::uint64_t> splits_{0};
   net::Listener listener_;  // open for the group's life: answers membership probes
   Membership membership_;
+  HostMap hosts_;                // which ranks share a host: picks the hierarchical algorithms
+  AlgorithmOverrides forced_{};  // CHORUS_ALGO
   std::unique_ptr<Engine> engine_;
 };
 

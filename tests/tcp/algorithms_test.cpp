@@ -5,7 +5,10 @@
 #include <memory>
 #include <vector>
 
+#include <fmt/ranges.h>
 #include <catch2/catch.hpp>
+
+#include <chorus/errors.hpp>
 
 #include "tcp/algorithms/algorithms.hpp"
 #include "tcp/collective_cases.hpp"
@@ -41,7 +44,8 @@ tcp::CollectiveArgs args_for(const Case& c, const RankBuffers& rb, const Variant
 // Runs the case on n loopback ranks; returns "" or what went wrong.
 std::string run_case(const Case& c, const Variant& v, std::uint32_t seed,
                      const std::vector<OpSignature>* sigs = nullptr,
-                     std::vector<std::optional<tcp::SignatureMismatch>>* mismatches = nullptr) {
+                     std::vector<std::optional<tcp::SignatureMismatch>>* mismatches = nullptr,
+                     const tcp::HostMap* hosts = nullptr) {
   LoopbackFabric fabric(c.n, seed);
   std::vector<RankBuffers> bufs;
   std::vector<tcp::ScratchArena> arenas(static_cast<std::size_t>(c.n));
@@ -53,7 +57,9 @@ std::string run_case(const Case& c, const Variant& v, std::uint32_t seed,
   for (int r = 0; r < c.n; ++r) {
     auto s =
         std::make_unique<tcp::Schedule>(r, c.n, c.dtype, c.op, arenas[static_cast<std::size_t>(r)]);
-    tcp::build_schedule(*s, args_for(c, bufs[static_cast<std::size_t>(r)], v));
+    tcp::CollectiveArgs args = args_for(c, bufs[static_cast<std::size_t>(r)], v);
+    args.hosts = hosts;
+    tcp::build_schedule(*s, args);
     s->finalize(sigs ? (*sigs)[static_cast<std::size_t>(r)] : header_of(c, 7));
     scheds.push_back(std::move(s));
     execs.push_back(
@@ -148,6 +154,93 @@ TEST_CASE("loopback broadcast", "[tcp][algorithms]") { run_matrix(OpKind::broadc
 TEST_CASE("loopback gather", "[tcp][algorithms]") { run_matrix(OpKind::gather, false); }
 TEST_CASE("loopback scatter", "[tcp][algorithms]") { run_matrix(OpKind::scatter, false); }
 TEST_CASE("loopback all_to_all", "[tcp][algorithms]") { run_matrix(OpKind::all_to_all, false); }
+
+TEST_CASE("loopback hierarchical allreduce: host layouts, counts, dtypes and ops",
+          "[tcp][algorithms]") {
+  // Host of each rank: contiguous hosts, interleaved ones, uneven ones, a host of one.
+  const std::vector<std::vector<std::string>> layouts = {{"a", "a", "b", "b"},
+                                                         {"a", "b", "a", "b"},
+                                                         {"a", "a", "a", "b"},
+                                                         {"a", "b", "a", "b", "c"},
+                                                         {"x", "y", "y"},
+                                                         {"a", "a", "a", "a", "b", "b", "b", "b"},
+                                                         {"a", "b", "c", "a", "b", "c", "a", "b"}};
+  std::uint32_t seed = 1;
+  int cases = 0;
+  for (const auto& layout : layouts) {
+    const tcp::HostMap hosts = tcp::make_host_map(layout);
+    const int n = static_cast<int>(layout.size());
+    REQUIRE(hosts.mixed());
+    for (std::size_t count : kCounts) {
+      for (DataType dt : {DataType::float32, DataType::int64, DataType::bfloat16}) {
+        for (ReduceOp op : kAllOps) {
+          for (bool in_place : {false, true}) {
+            for (const Variant& v : kVariants) {
+              const Case c{OpKind::allreduce, n, count, dt, op, 0, in_place};
+              tcp::CollectiveArgs a;
+              a.kind = c.kind;
+              a.count = count;
+              a.dtype = dt;
+              a.op = op;
+              a.hosts = &hosts;
+              a.small_bytes = v.small_bytes;
+              const std::string expected = op == ReduceOp::avg ? "flat" : "hierarchical";
+              const std::string chosen = tcp::choose_algorithm(n, a);
+              CHECK((chosen == "hierarchical") == (expected == "hierarchical"));
+              const std::string err = run_case(c, v, seed++, nullptr, nullptr, &hosts);
+              if (!err.empty()) {
+                FAIL(err << " (hosts " << fmt::format("{}", fmt::join(layout, ",")) << ")");
+              }
+              ++cases;
+            }
+          }
+        }
+      }
+    }
+  }
+  CHECK(cases > 1000);
+  // One host, or every rank alone: the flat algorithms.
+  const tcp::HostMap one = tcp::make_host_map({"a", "a", "a"});
+  const tcp::HostMap apart = tcp::make_host_map({"a", "b", "c"});
+  CHECK_FALSE(one.mixed());
+  CHECK_FALSE(apart.mixed());
+}
+
+TEST_CASE("CHORUS_ALGO forces an algorithm where it applies, and names bad entries",
+          "[tcp][algorithms]") {
+  const auto forced = tcp::parse_algorithm_overrides("allreduce=ring,broadcast=tree");
+  tcp::CollectiveArgs a;
+  a.kind = OpKind::allreduce;
+  a.count = 4;
+  a.forced = forced[static_cast<std::size_t>(OpKind::allreduce)];
+  CHECK(std::string(tcp::choose_algorithm(4, a)) == "ring");  // small: default would be rd
+  a.kind = OpKind::broadcast;
+  a.count = 1 << 30;
+  a.forced = forced[static_cast<std::size_t>(OpKind::broadcast)];
+  CHECK(std::string(tcp::choose_algorithm(4, a)) == "tree");  // large: default would be chain
+  CHECK(forced[static_cast<std::size_t>(OpKind::reduce)] == nullptr);
+  // hierarchical applies only to a group over several hosts, and never to avg.
+  const auto hier = tcp::parse_algorithm_overrides("allreduce=hierarchical");
+  a = tcp::CollectiveArgs{};
+  a.kind = OpKind::allreduce;
+  a.count = 4;
+  a.forced = hier[static_cast<std::size_t>(OpKind::allreduce)];
+  CHECK(std::string(tcp::choose_algorithm(4, a)) == "recursive_doubling");
+  const tcp::HostMap hosts = tcp::make_host_map({"a", "a", "b", "b"});
+  a.hosts = &hosts;
+  CHECK(std::string(tcp::choose_algorithm(4, a)) == "hierarchical");
+  a.op = ReduceOp::avg;
+  CHECK(std::string(tcp::choose_algorithm(4, a)) == "recursive_doubling");
+  for (const char* bad : {"allreduce=tree", "allreduce", "reduction=ring", "allreduce=ring,"}) {
+    INFO(bad);
+    try {
+      (void)tcp::parse_algorithm_overrides(bad);
+      FAIL("accepted");
+    } catch (const InvalidArgument& e) {
+      CHECK(std::string(e.what()).find("CHORUS_ALGO='") != std::string::npos);
+    }
+  }
+}
 
 TEST_CASE("loopback barrier completes for every world size", "[tcp][algorithms]") {
   for (int n = 1; n <= 8; ++n) {

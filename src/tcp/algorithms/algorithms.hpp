@@ -6,13 +6,26 @@
 #include "core/private.hpp"
 
 #include <algorithm>
+#include <array>
 #include <cstddef>
 #include <cstdint>
+#include <string>
+#include <vector>
 
 #include "core/signature.hpp"
 #include "tcp/schedule.hpp"
 
 namespace chorus::tcp {
+
+// Which ranks of a group share a host (host_id.hpp), for the hierarchical algorithms.
+struct HostMap {
+  std::vector<int> host_of;               // by rank: index into members
+  std::vector<std::vector<int>> members;  // by host (in order of their lowest rank): sorted ranks
+  // True when a hierarchical algorithm pays: several hosts, and one of them with several ranks.
+  bool mixed() const noexcept;
+};
+// Groups ranks by equal host ids ("" counts as a host of its own).
+HostMap make_host_map(const std::vector<std::string>& host_ids);
 
 // Validated arguments of one collective. Counts follow OpSignature::count.
 struct CollectiveArgs {
@@ -27,17 +40,28 @@ struct CollectiveArgs {
   // slice_bytes per pipeline slice.
   std::size_t small_bytes = 64 * 1024;
   std::size_t slice_bytes = 256 * 1024;
+  const HostMap* hosts = nullptr;  // the group's hosts (nullptr: treat as one host)
+  const char* forced = nullptr;    // CHORUS_ALGO's algorithm for this op, if any
 };
 
-// The algorithm for (op, bytes, world size): "ring", "recursive_doubling", "tree", "chain",
-// "direct", "pairwise", "dissemination", or "local" for one rank (a static string, for the
-// flight recorder and logs).
+// CHORUS_ALGO: "op=algorithm[,op=algorithm...]", e.g. "allreduce=ring,broadcast=tree".
+// Indexed by OpKind; nullptr where the default choice applies. Throws InvalidArgument naming
+// the variable, the entry and the algorithms that op has.
+using AlgorithmOverrides = std::array<const char*, 10>;
+AlgorithmOverrides parse_algorithm_overrides(const std::string& text);
+
+// The algorithm for (op, bytes, world size, hosts): "ring", "recursive_doubling",
+// "hierarchical", "tree", "chain", "direct", "pairwise", "dissemination", or "local" for one
+// rank (a static string, for the flight recorder and logs). A forced one wins, except
+// "hierarchical" where it does not apply (one host, avg): then the default flat choice.
 const char* choose_algorithm(int size, const CollectiveArgs& a);
 // Builds the algorithm choose_algorithm() names into `s` (not finalized).
 void build_schedule(Schedule& s, const CollectiveArgs& a);
 
 void build_ring_allreduce(Schedule& s, const CollectiveArgs& a);
 void build_rd_allreduce(Schedule& s, const CollectiveArgs& a);
+// Reduce to each host's lowest rank, allreduce among those, broadcast back inside each host.
+void build_hierarchical_allreduce(Schedule& s, const CollectiveArgs& a);
 void build_ring_allgather(Schedule& s, const CollectiveArgs& a);
 void build_ring_reduce_scatter(Schedule& s, const CollectiveArgs& a);
 void build_chain_broadcast(Schedule& s, const CollectiveArgs& a);

@@ -2,7 +2,15 @@
 // Algorithm choice by (op, bytes, world size). The small/large switch for allreduce,
 // broadcast and reduce is TcpGroupOptions::small_allreduce_bytes (measured: see
 // docs/architecture.md); world size 1 is a local copy.
+#include <algorithm>
+#include <string>
 #include <string_view>
+#include <vector>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <chorus/errors.hpp>
 
 #include "core/check.hpp"
 #include "tcp/algorithms/algorithms.hpp"
@@ -29,15 +37,76 @@ void build_single_rank(Schedule& s, const CollectiveArgs& a) {
   }
 }
 
+struct OpAlgorithms {
+  OpKind kind;
+  std::vector<const char*> names;
+};
+
+const std::vector<OpAlgorithms>& algorithm_table() {
+  static const std::vector<OpAlgorithms> table = {
+      {OpKind::allreduce, {"ring", "recursive_doubling", "hierarchical"}},
+      {OpKind::allgather, {"ring"}},
+      {OpKind::reduce_scatter, {"ring"}},
+      {OpKind::broadcast, {"tree", "chain"}},
+      {OpKind::reduce, {"tree", "chain"}},
+      {OpKind::gather, {"direct"}},
+      {OpKind::scatter, {"direct"}},
+      {OpKind::all_to_all, {"pairwise"}},
+      {OpKind::barrier, {"dissemination"}},
+  };
+  return table;
+}
+
 }  // namespace
+
+AlgorithmOverrides parse_algorithm_overrides(const std::string& text) {
+  AlgorithmOverrides out{};
+  std::size_t pos = 0;
+  while (pos <= text.size()) {
+    const std::size_t end = std::min(text.find(',', pos), text.size());
+    const std::string entry = text.substr(pos, end - pos);
+    pos = end + 1;
+    const std::size_t eq = entry.find('=');
+    const std::string op = entry.substr(0, eq);
+    const std::string name = eq == std::string::npos ? "" : entry.substr(eq + 1);
+    const OpAlgorithms* row = nullptr;
+    for (const OpAlgorithms& r : algorithm_table()) {
+      if (op == to_string(r.kind)) {
+        row = &r;
+      }
+    }
+    if (row == nullptr) {
+      throw InvalidArgument(fmt::format(
+          "CHORUS_ALGO='{}': '{}' names no collective; use op=algorithm entries separated by "
+          "commas, e.g. allreduce=ring,broadcast=tree",
+          text, entry));
+    }
+    const auto it = std::find_if(row->names.begin(), row->names.end(),
+                                 [&](const char* n) { return name == n; });
+    if (it == row->names.end()) {
+      throw InvalidArgument(fmt::format("CHORUS_ALGO='{}': {} has no algorithm '{}'; it has {}",
+                                        text, op, name, fmt::join(row->names, ", ")));
+    }
+    out[static_cast<std::size_t>(row->kind)] = *it;
+  }
+  return out;
+}
 
 const char* choose_algorithm(int size, const CollectiveArgs& a) {
   if (size == 1) {
     return "local";
   }
+  const bool hierarchical_applies = a.hosts != nullptr && a.hosts->mixed() && a.op != ReduceOp::avg;
+  if (a.forced != nullptr &&
+      (std::string_view(a.forced) != "hierarchical" || hierarchical_applies)) {
+    return a.forced;
+  }
   const bool small = a.count * element_size(a.dtype) <= a.small_bytes;
   switch (a.kind) {
     case OpKind::allreduce:
+      if (a.forced == nullptr && hierarchical_applies) {
+        return "hierarchical";
+      }
       return small ? "recursive_doubling" : "ring";
     case OpKind::allgather:
     case OpKind::reduce_scatter:
@@ -61,6 +130,9 @@ void build_schedule(Schedule& s, const CollectiveArgs& a) {
   const std::string_view algorithm = choose_algorithm(s.size(), a);
   if (algorithm == "local") {
     return build_single_rank(s, a);
+  }
+  if (algorithm == "hierarchical") {
+    return build_hierarchical_allreduce(s, a);
   }
   const bool latency = algorithm == "recursive_doubling" || algorithm == "tree";
   switch (a.kind) {
