@@ -44,9 +44,9 @@ int main(int argc, char** argv) {
     MPI_Allreduce(in.data(), out.data(), static_cast<int>(count), MPI_FLOAT, MPI_SUM,
                   MPI_COMM_WORLD);
   }
-  double us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0)
-                  .count() /
-              iters;
+  double us =
+      std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count() /
+      iters;
   double slowest = 0;
   MPI_Reduce(&us, &slowest, 1, MPI_DOUBLE, MPI_MAX, 0, MPI_COMM_WORLD);
   if (rank == 0) {
