@@ -153,6 +153,10 @@ std::string Client::address() const { return net::format_host_port(host_, port_)
 void Client::connect_locked(Deadline deadline) {
   net::ConnectOptions o;
   o.what = "the store server";
+  // Once connected, a refusal means the server process is gone (the job's store host exited):
+  // say so at once rather than retry until the deadline. Before the first connection it may
+  // simply not be up yet.
+  o.refused_is_final = generation_ > 0;
   const bool member = member_;
   o.after_connect = [member, this](net::Socket& s, Deadline d) {
     return do_hello(s, d, member, token_);

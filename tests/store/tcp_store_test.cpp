@@ -140,6 +140,31 @@ TEST_CASE("TcpStore: a client started before its server connects once the server
   REQUIRE(ok);
 }
 
+TEST_CASE("TcpStore: once its server is gone, a call fails at once instead of at the timeout",
+          "[store]") {
+  // A job's store host (rank 0) that exits first must not hold every other rank's group
+  // cleanup for the whole store timeout.
+  const std::uint16_t port = unused_port();
+  auto server = std::make_unique<TcpStoreServer>([&] {
+    TcpStoreServerOptions so;
+    so.host = "127.0.0.1";
+    so.port = port;
+    return so;
+  }());
+  TcpStore store(client_options(port, 60s));
+  store.set("k", std::string_view("v"));
+  server.reset();
+  const auto start = Clock::now();
+  try {
+    (void)store.delete_key("k");
+    FAIL("a call to a stopped server succeeded");
+  } catch (const NetworkError& e) {
+    INFO(e.what());
+    CHECK(e.context().os_error == ECONNREFUSED);
+  }
+  CHECK(test::since(start) < 10s);  // the timeout is 60 s
+}
+
 TEST_CASE("TcpStoreServer: address in use names the port and the way out", "[store]") {
   TcpStoreServer first({.host = "127.0.0.1", .port = 0});
   try {
