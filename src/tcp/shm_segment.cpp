@@ -129,7 +129,8 @@ std::string recv_message(Mesh& mesh, int peer, Deadline deadline, const std::str
   auto fail = [&](const net::IoResult& r) {
     const std::string msg = fmt::format(
         "{}: rank {} ({}) did not answer the shared-memory setup: {}", where, peer, link.address,
-        r.closed() ? "it closed the connection (it exited or failed)" : r.describe());
+        r.closed() ? "it closed the connection (it exited or failed; check that rank's log)"
+                   : r.describe());
     if (r.timed_out()) {
       throw TimeoutError(msg, ErrorContext{.peers = {peer}});
     }

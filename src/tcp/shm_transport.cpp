@@ -39,9 +39,9 @@ ShmTransport::ShmTransport(int rank, std::vector<int> locals, std::unique_ptr<Sh
     }
     link_index_[static_cast<std::size_t>(locals[static_cast<std::size_t>(i)])] =
         static_cast<int>(links_.size());
-    link_rank_.push_back(locals[static_cast<std::size_t>(i)]);
     Link link;
     link.local = i;
+    link.rank = locals[static_cast<std::size_t>(i)];
     link.out = &segment_->ring(local_, i);
     link.out_data = segment_->ring_data(local_, i);
     link.in = &segment_->ring(i, local_);
@@ -167,9 +167,14 @@ void ShmTransport::notify(int local) noexcept {
 }
 
 void ShmTransport::wakeup() noexcept {
+  // The bump always happens (a sleep about to start sees the word changed and returns); the
+  // system call only when this rank's engine is asleep on it.
   WakeWord& w = segment_->wake(local_);
   w.seq.fetch_add(1, std::memory_order_release);
-  futex_wake(w.seq);
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  if (w.sleeping.load(std::memory_order_relaxed) != 0) {
+    futex_wake(w.seq);
+  }
   inner_->wakeup();
 }
 
@@ -222,8 +227,7 @@ void ShmTransport::watch_departures(std::vector<TransportEvent>& events) {
       }
     }
   }
-  for (std::size_t i = 0; i < links_.size(); ++i) {
-    Link& link = links_[i];
+  for (Link& link : links_) {
     if (!link.left || link.reported || (link.sends.empty() && link.recvs.empty()) ||
         can_move(link)) {
       continue;
@@ -233,7 +237,7 @@ void ShmTransport::watch_departures(std::vector<TransportEvent>& events) {
     link.recvs.clear();
     TransportEvent ev;
     ev.kind = TransportEvent::Kind::peer_failed;
-    ev.peer = link_rank_[i];
+    ev.peer = link.rank;
     ev.error = "the peer left the group with this rank's transfers to it unfinished";
     ev.left = true;
     events.push_back(std::move(ev));

@@ -57,6 +57,7 @@ class ShmTransport final : public ForwardingTransport {
   // This rank's two rings with one host peer.
   struct Link {
     int local = -1;  // the peer's index in locals
+    int rank = -1;   // the peer's group rank
     RingIndex* out = nullptr;
     std::byte* out_data = nullptr;
     RingIndex* in = nullptr;
@@ -87,7 +88,6 @@ class ShmTransport final : public ForwardingTransport {
   int local_ = -1;
   std::unique_ptr<ShmSegment> segment_;
   std::vector<int> link_index_;  // by group rank: index in links_, or -1 (other host)
-  std::vector<int> link_rank_;   // by index in links_: the peer's group rank
   std::vector<Link> links_;
 };
 

@@ -82,8 +82,10 @@ class TcpProcessGroup final : public ProcessGroup {
       trace_started(call, algorithm);
     };
     engine_ = std::make_unique<Engine>(
-        std::move(ec),
-        make_transport(rank, size, std::move(mesh), membership_.host_ids, mo.deadline));
+        std::move(ec), make_transport(rank, size, std::move(mesh),
+                                      hosts_.members[static_cast<std::size_t>(
+                                          hosts_.host_of[static_cast<std::size_t>(rank)])],
+                                      mo.deadline));
   }
 
   ~TcpProcessGroup() override {

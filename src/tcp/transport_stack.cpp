@@ -14,29 +14,10 @@
 #include "tcp/socket_transport.hpp"
 
 namespace chorus::tcp {
-namespace {
-
-// The group ranks that published this rank's host id (sorted; this rank among them).
-std::vector<int> host_ranks(const std::vector<std::string>& ids, int rank) {
-  std::vector<int> out;
-  if (static_cast<std::size_t>(rank) >= ids.size() || ids[static_cast<std::size_t>(rank)].empty()) {
-    return {rank};
-  }
-  for (std::size_t r = 0; r < ids.size(); ++r) {
-    if (ids[r] == ids[static_cast<std::size_t>(rank)]) {
-      out.push_back(static_cast<int>(r));
-    }
-  }
-  return out;
-}
-
-}  // namespace
 
 std::unique_ptr<EngineTransport> make_transport(int rank, int size, Mesh mesh,
-                                                const std::vector<std::string>& host_ids,
-                                                Deadline deadline, TransportInfo* info) {
+                                                const std::vector<int>& locals, Deadline deadline) {
   const env::TransportChoice choice = env::transport_choice();
-  const std::vector<int> locals = host_ranks(host_ids, rank);
   std::unique_ptr<ShmSegment> segment;
   if (choice != env::TransportChoice::tcp && locals.size() > 1) {
     std::string why_not;
@@ -57,9 +38,6 @@ std::unique_ptr<EngineTransport> make_transport(int rank, int size, Mesh mesh,
   }
   std::unique_ptr<EngineTransport> transport =
       std::make_unique<SocketTransport>(rank, size, std::move(mesh));
-  if (info != nullptr) {
-    *info = TransportInfo{segment ? "tcp+shm" : "tcp", static_cast<int>(locals.size())};
-  }
   if (segment) {
     CHORUS_INFO(init, "rank {}: collectives with host ranks {} go through shared memory", rank,
                 format_ranks(locals));

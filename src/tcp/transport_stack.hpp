@@ -10,7 +10,6 @@
 #include "core/private.hpp"
 
 #include <memory>
-#include <string>
 #include <vector>
 
 #include <chorus/deadline.hpp>
@@ -20,17 +19,13 @@
 
 namespace chorus::tcp {
 
-struct TransportInfo {
-  const char* kind = "tcp";  // "tcp", or "tcp+shm" when shared memory carries some streams
-  int host_ranks = 1;        // ranks of the group on this host (this one included)
-};
-
 // Collective over the group (ranks on one host agree on shared memory over their control
 // sockets before the sockets are handed over). Throws InvalidArgument when
 // CHORUS_TRANSPORT=shm and shared memory cannot be set up.
-// `host_ids`: every rank's host id (Membership::host_ids).
+// `host_ranks`: the sorted group ranks on this rank's host, this one included
+// (HostMap::members of its host).
 std::unique_ptr<EngineTransport> make_transport(int rank, int size, Mesh mesh,
-                                                const std::vector<std::string>& host_ids,
-                                                Deadline deadline, TransportInfo* info = nullptr);
+                                                const std::vector<int>& host_ranks,
+                                                Deadline deadline);
 
 }  // namespace chorus::tcp
