@@ -35,11 +35,12 @@ void SocketTransport::p2p_done(int peer, std::uint64_t token, std::string error)
 void SocketTransport::send_p2p(int peer, std::uint32_t tag, const void* data, std::size_t bytes,
                                std::uint64_t token) {
   Peer& p = peers_[static_cast<std::size_t>(peer)];
-  if (!peer_connected(peer)) {
+  if (!usable(peer)) {
     p2p_done(peer, token,
              p.goodbye ? "the peer left the group" : "the connection to the peer is gone");
     return;
   }
+  ensure_link(peer);
   // One frame per chunk (wire.hpp), so that control frames can be queued between them.
   const bool idle = p.control->sendq.empty();
   const auto* base = static_cast<const std::byte*>(data);
@@ -63,27 +64,31 @@ void SocketTransport::send_p2p(int peer, std::uint32_t tag, const void* data, st
 void SocketTransport::recv_p2p(int peer, std::uint32_t tag, void* data, std::size_t bytes,
                                std::uint64_t token) {
   Peer& p = peers_[static_cast<std::size_t>(peer)];
-  Control& c = *p.control;
-  for (auto it = c.unexpected.begin(); it != c.unexpected.end(); ++it) {
-    if (it->tag != tag) {
-      continue;
+  // A message that arrived before its recv is delivered even if its sender is gone since.
+  if (p.control) {
+    Control& c = *p.control;
+    for (auto it = c.unexpected.begin(); it != c.unexpected.end(); ++it) {
+      if (it->tag != tag) {
+        continue;
+      }
+      std::string error;
+      if (it->bytes.size() != bytes) {
+        error = size_mismatch(peer, it->bytes.size(), tag, bytes);
+      } else if (bytes > 0) {
+        std::memcpy(data, it->bytes.data(), bytes);
+      }
+      c.unexpected.erase(it);
+      p2p_done(peer, token, std::move(error));
+      return;
     }
-    std::string error;
-    if (it->bytes.size() != bytes) {
-      error = size_mismatch(peer, it->bytes.size(), tag, bytes);
-    } else if (bytes > 0) {
-      std::memcpy(data, it->bytes.data(), bytes);
-    }
-    c.unexpected.erase(it);
-    p2p_done(peer, token, std::move(error));
-    return;
   }
-  if (!peer_connected(peer)) {
+  if (!usable(peer)) {
     p2p_done(peer, token,
              p.goodbye ? "the peer left the group" : "the connection to the peer is gone");
     return;
   }
-  c.posted.push_back({tag, static_cast<std::byte*>(data), bytes, token});
+  ensure_link(peer);
+  p.control->posted.push_back({tag, static_cast<std::byte*>(data), bytes, token});
 }
 
 void SocketTransport::send_control(int peer, FrameType type, std::vector<std::uint8_t> payload) {
@@ -115,7 +120,7 @@ void SocketTransport::send_control(int peer, FrameType type, std::vector<std::ui
 
 void SocketTransport::update_control_interest(int peer) {
   Control& c = *peers_[static_cast<std::size_t>(peer)].control;
-  if (c.dead) {
+  if (c.dead || !c.registered) {
     return;
   }
   const std::uint32_t want =
@@ -128,6 +133,9 @@ void SocketTransport::update_control_interest(int peer) {
 
 void SocketTransport::write_control(int peer) {
   Control& c = *peers_[static_cast<std::size_t>(peer)].control;
+  if (!c.registered) {
+    return;  // no link yet: the queue goes out once it is made
+  }
   while (!c.sendq.empty() && !c.dead) {
     iovec iov[kMaxIov];
     int cnt = 0;
@@ -247,6 +255,9 @@ bool SocketTransport::start_frame(int peer) {
 
 void SocketTransport::read_control(int peer) {
   Control& c = *peers_[static_cast<std::size_t>(peer)].control;
+  if (!c.registered) {
+    return;
+  }
   std::size_t moved = 0;
   while (!c.dead && moved < kIoBudget) {
     if (!c.in_body) {

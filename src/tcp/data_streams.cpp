@@ -36,11 +36,12 @@ void SocketTransport::post_recv(int peer, void* data, std::size_t bytes, std::ui
 void SocketTransport::post(int peer, std::byte* base, std::size_t bytes, std::uint64_t token,
                            bool send) {
   Peer& p = peers_[static_cast<std::size_t>(peer)];
-  const std::size_t k = p.data.size();
   const std::uint64_t index = send ? p.sends++ : p.recvs++;
   if (p.failed) {
     return;  // the engine already heard about it and fails the op
   }
+  ensure_link(peer);
+  const std::size_t k = p.data.size();
   auto queue = [send](Stream& s) -> std::deque<Part>& { return send ? s.sendq : s.recvq; };
   auto pump = [this, send](Stream& s) { send ? write_stream(s) : read_stream(s); };
   if (k > 1 && bytes >= k * kStripeBytes) {
@@ -68,7 +69,7 @@ void SocketTransport::post(int peer, std::byte* base, std::size_t bytes, std::ui
 }
 
 void SocketTransport::update_interest(Stream& s) {
-  if (s.dead) {
+  if (s.dead || !s.registered) {
     return;
   }
   const std::uint32_t want = (s.recvq.empty() ? 0u : static_cast<std::uint32_t>(EPOLLIN)) |
@@ -104,6 +105,9 @@ bool SocketTransport::read_stream(Stream& s) { return move_stream(s, false); }
 // Moves the socket's posted messages (sends or receives) until it would block or kIoBudget
 // bytes moved. False if the stream failed.
 bool SocketTransport::move_stream(Stream& s, bool send) {
+  if (!s.registered) {
+    return true;  // no link yet: the queue moves once it is made
+  }
   std::deque<Part>& q = send ? s.sendq : s.recvq;
   std::size_t& off = send ? s.send_off : s.recv_off;
   std::size_t moved = 0;

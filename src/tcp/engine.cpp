@@ -36,9 +36,8 @@ Duration probe_grace(Duration timeout) {
 Engine::Engine(EngineConfig config, std::unique_ptr<EngineTransport> transport)
     : config_(std::move(config)), transport_(std::move(transport)) {
   local_address_ = transport_->local_address();
-  for (int r = 0; r < config_.size; ++r) {
-    addresses_.push_back(r == config_.rank ? local_address_ : transport_->address(r));
-  }
+  addresses_.resize(static_cast<std::size_t>(config_.size));
+  addresses_[static_cast<std::size_t>(config_.rank)] = local_address_;
   // Not at once: the mesh's setup was just heard from everyone, and a short-lived group
   // (created, one op, destroyed) then sends no heartbeat at all.
   next_heartbeat_ = Clock::now() + config_.peer_timeout / 4;
@@ -57,12 +56,19 @@ Engine::~Engine() {
   }
 }
 
-std::string Engine::peer_address(int rank) const {
-  return addresses_[static_cast<std::size_t>(rank)];
+// Links are made on demand, so a peer's address is learned late: asked again until known.
+const std::string& Engine::peer_address(int rank) const {
+  std::string& known = addresses_[static_cast<std::size_t>(rank)];
+  if (known.empty()) {
+    known = transport_->address(rank);
+  }
+  return known;
 }
 
 std::string Engine::rank_name(int rank) const {
-  return fmt::format("rank {} ({})", rank, addresses_[static_cast<std::size_t>(rank)]);
+  const std::string& address = peer_address(rank);
+  return address.empty() ? fmt::format("rank {}", rank)
+                         : fmt::format("rank {} ({})", rank, address);
 }
 
 std::string Engine::prefix(const Op* op) const {
@@ -84,7 +90,7 @@ ErrorContext Engine::context(const Op* op, std::vector<int> peers) const {
                                                      (op->call.deadline.when() - op->call.timeout));
   }
   if (!peers.empty()) {
-    c.peer_address = addresses_[static_cast<std::size_t>(peers.front())];
+    c.peer_address = peer_address(peers.front());
   }
   c.peers = std::move(peers);
   return c;
@@ -584,10 +590,12 @@ void Engine::fail_from_news(int from, const AbortNotice& n, bool left) {
                                   code <= static_cast<int>(ErrorCode::internal)
                               ? static_cast<ErrorCode>(code)
                               : ErrorCode::network;
-  // An abort notice went to every rank already; a goodbye went only here, so pass it on.
+  // Pass the news on: links are made on demand, so the peers linked to this rank may have no
+  // link to the sender (and a goodbye went only here anyway). A rank that already failed
+  // ignores it, so the news crosses every link once.
   fail_group(make_error(error_code, fmt::format("{}: {}", prefix(op), what),
                         context(op, std::move(peers))),
-             left, root, root_message);
+             true, root, root_message);
 }
 
 void Engine::fail_group(std::exception_ptr error, bool notify_peers, int root_rank,

@@ -80,7 +80,6 @@ class Engine {
   void abort(std::exception_ptr error);
 
   const std::string& local_address() const { return local_address_; }
-  std::string peer_address(int rank) const;
 
  private:
   struct Probe {
@@ -122,7 +121,9 @@ class Engine {
   EngineConfig config_;
   std::unique_ptr<EngineTransport> transport_;
   std::string local_address_;
-  std::vector<std::string> addresses_;
+  // Peers' "host:port" for messages (engine thread; filled in as links are made).
+  mutable std::vector<std::string> addresses_;
+  const std::string& peer_address(int rank) const;
 
   std::mutex mu_;
   std::condition_variable cv_;

@@ -75,7 +75,7 @@ std::string check_hello(const std::uint8_t* b, std::uint64_t group_id, int my_ra
     return fmt::format("from a rank with WORLD_SIZE={} but this rank has WORLD_SIZE={}", out.size,
                        size);
   }
-  if (out.channel == kProbeChannel) {
+  if (out.channel == kProbeChannel || out.channel == kCrossingChannel) {
     return {};
   }
   if (out.dst != static_cast<std::uint32_t>(my_rank)) {
@@ -84,7 +84,8 @@ std::string check_hello(const std::uint8_t* b, std::uint64_t group_id, int my_ra
   if (out.src >= static_cast<std::uint32_t>(size) ||
       out.src == static_cast<std::uint32_t>(my_rank) ||
       (expect_src >= 0 && out.src != static_cast<std::uint32_t>(expect_src)) ||
-      (expect_src < 0 && out.src > static_cast<std::uint32_t>(my_rank))) {
+      (expect_src < 0 && expect_src != kAnySource &&
+       out.src > static_cast<std::uint32_t>(my_rank))) {
     return fmt::format("from rank {}, which should not connect here", out.src);
   }
   if (out.channels != channels || out.channel >= channels) {

@@ -27,6 +27,10 @@ namespace chorus::tcp {
 inline constexpr std::uint32_t kHelloMagic = 0x43544843;  // "CHTC"
 inline constexpr std::uint16_t kProtocolVersion = 3;
 inline constexpr std::uint16_t kProbeChannel = 0xffff;  // "are you alive?", then close
+// The answer to a dial that crossed the answering (lower) rank's own dial: "use mine".
+inline constexpr std::uint16_t kCrossingChannel = 0xfffe;
+// check_hello's expect_src for an end that accepts a link from any other rank.
+inline constexpr int kAnySource = -2;
 inline constexpr std::size_t kHelloBytes = 32;
 inline constexpr std::size_t kNonceBytes = 16;
 inline constexpr std::size_t kOpenBytes = kHelloBytes + kNonceBytes;      // connecting end
@@ -47,9 +51,10 @@ struct Hello {
 std::array<std::uint8_t, kHelloBytes> encode_hello(const Hello& h) noexcept;
 
 // Checks a received hello against what this end expects; returns "" if it is acceptable,
-// else the reason (for a log line or an error message). `expect_src` < 0 accepts any src
-// below `my_rank` (the accepting side learns the peer from the hello). A probe (channel
-// kProbeChannel) of this group is acceptable: the caller checks out.channel and closes it.
+// else the reason (for a log line or an error message). `expect_src` kAnySource accepts any
+// other rank, another negative value any src below `my_rank` (the accepting side learns the
+// peer from the hello). A probe (channel kProbeChannel) or a crossing answer
+// (kCrossingChannel) of this group is acceptable: the caller checks out.channel.
 std::string check_hello(const std::uint8_t* bytes, std::uint64_t group_id, int my_rank,
                         int expect_src, int size, std::uint16_t channels, Hello& out);
 

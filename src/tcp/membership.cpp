@@ -5,6 +5,8 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdlib>
+#include <map>
 #include <random>
 #include <sstream>
 #include <thread>
@@ -22,14 +24,17 @@
 namespace chorus::tcp {
 namespace {
 
-// How often a waiting rank looks for a clash or a new epoch: the bound on "at once".
+// How often a waiting rank looks at the deadline; rank 0 also drains its listener then.
+constexpr Duration kLeaderSlice = std::chrono::milliseconds(100);
+constexpr Duration kFollowerSlice = std::chrono::seconds(1);
+// A rank waiting for a new rank 0 looks at `current` this often.
 constexpr Duration kPollSlice = std::chrono::milliseconds(100);
-// Keys named in one bounded wait for the members' addresses.
-constexpr std::size_t kKeysPerWait = 64;
 // A leader that does not accept a connection within this is treated as gone for now.
 constexpr Duration kProbeTimeout = std::chrono::seconds(2);
-// A leader that did not answer is probed again after this many slices.
+// A skipped formation (its rank 0 did not answer) is probed again after this many slices.
 constexpr int kReprobeSlices = 10;
+// At most this many ranks are named as missing in a timeout message.
+constexpr std::size_t kMaxNamedMissing = 32;
 
 std::string random_epoch() {
   std::random_device rd;
@@ -48,8 +53,13 @@ std::string claim_key(const std::string& e, int r) {
 std::string addr_key(const std::string& e, int r) {
   return epoch_key(e, fmt::format("addr/{}", r));
 }
-std::string member_key(const std::string& e, int r) {
-  return epoch_key(e, fmt::format("member/{}", r));
+
+// The value of `key`, or "" if it does not exist: one round trip, no wait. (A compare_set
+// whose expected value no record ever holds changes nothing and returns what is there.)
+std::string peek(Store& store, const std::string& key) {
+  static const Bytes kNever = to_bytes(std::string_view("\x01never-stored"));
+  const Bytes b = store.compare_set(key, kNever, kNever);
+  return b == kNever ? std::string() : to_string(b);
 }
 
 struct Leader {
@@ -77,28 +87,8 @@ std::optional<Leader> parse_leader(const std::string& text) {
   return l;
 }
 
-// The current epoch, or "" if none is recorded (no rank 0 yet, or the last one left).
-std::string current_epoch(Store& store) {
-  if (!store.check({kCurrentEpochKey})) {
-    return {};
-  }
-  try {
-    return store.get_string(kCurrentEpochKey, std::chrono::milliseconds(0));
-  } catch (const TimeoutError&) {
-    return {};  // deleted between check and get
-  }
-}
-
 std::optional<Leader> read_leader(Store& store, const std::string& epoch) {
-  const std::string key = epoch_key(epoch, "leader");
-  if (!store.check({key})) {
-    return std::nullopt;
-  }
-  try {
-    return parse_leader(store.get_string(key, std::chrono::milliseconds(0)));
-  } catch (const TimeoutError&) {
-    return std::nullopt;
-  }
+  return parse_leader(peek(store, epoch_key(epoch, "leader")));
 }
 
 // True if a process accepts connections at the leader's address: a leader record left by a
@@ -108,41 +98,14 @@ bool leader_alive(const Leader& leader, int my_rank, Deadline deadline) {
                     earliest(deadline, Deadline::after(kProbeTimeout)));
 }
 
-// Records the clash for every member of the epoch, then throws it here.
+// Records the clash as the formation's outcome (unless it already has one), then throws it.
 [[noreturn]] void clash(Store& store, const std::string& epoch, const std::string& message) {
   try {
-    store.set(epoch_key(epoch, "clash"), message);
+    store.compare_set(epoch_key(epoch, "state"), {}, to_bytes("clash " + message));
   } catch (const Error&) {
     // The message still reaches this rank's caller.
   }
   throw InvalidArgument(message);
-}
-
-std::string who_claims(Store& store, const std::string& epoch, int rank) {
-  try {
-    const std::string m = store.get_string(member_key(epoch, rank), std::chrono::seconds(1));
-    return "process " + m.substr(m.find(' ') + 1);
-  } catch (const Error&) {
-    return "another process";
-  }
-}
-
-std::optional<std::string> recorded_clash(Store& store, const std::string& epoch) {
-  const std::string key = epoch_key(epoch, "clash");
-  if (!store.check({key})) {
-    return std::nullopt;
-  }
-  try {
-    return store.get_string(key, std::chrono::seconds(1));
-  } catch (const TimeoutError&) {
-    return std::nullopt;
-  }
-}
-
-void throw_recorded_clash(Store& store, const std::string& epoch) {
-  if (auto message = recorded_clash(store, epoch)) {
-    throw InvalidArgument(*message);
-  }
 }
 
 std::string clash_advice() {
@@ -150,89 +113,259 @@ std::string clash_advice() {
          "and two jobs that share a store need distinct CHORUS_RUN_IDs";
 }
 
-// Waits until every rank's address is in the epoch, looking for clashes and (on rank 0) for a
-// second rank 0 between slices.
 // The address record: "host:port" and the host id (which never holds a space).
 std::string address_record(const MembershipOptions& o) {
   return o.host_id.empty() ? o.local_address : o.local_address + " " + o.host_id;
-}
-
-void wait_for_addresses(Store& store, Membership& m, const MembershipOptions& o) {
-  const std::string& epoch = m.epoch;
-  std::vector<std::string> keys;
-  for (int r = 0; r < o.size; ++r) {
-    keys.push_back(addr_key(epoch, r));
-  }
-  // In chunks, so that a large group's ranks do not each re-send every key every slice.
-  std::size_t next = 0;
-  while (next < keys.size()) {
-    const std::size_t end = std::min(keys.size(), next + kKeysPerWait);
-    const std::vector<std::string> chunk(keys.begin() + static_cast<std::ptrdiff_t>(next),
-                                         keys.begin() + static_cast<std::ptrdiff_t>(end));
-    try {
-      store.wait(chunk, std::min(kPollSlice, o.deadline.remaining()));
-      next = end;
-      continue;
-    } catch (const TimeoutError&) {
-    }
-    if (o.between_slices) {
-      o.between_slices();
-    }
-    throw_recorded_clash(store, epoch);
-    if (o.rank == 0) {
-      const std::string now = current_epoch(store);
-      if (!now.empty() && now != epoch) {
-        const std::string other = read_leader(store, now).value_or(Leader{}).who;
-        clash(store, now,
-              fmt::format(
-                  "{}: two processes claim rank 0 of this group: this one ({}) and {}; a duplicate "
-                  "RANK=0, or another job using the same store and run id; {}",
-                  o.where, process_identity(),
-                  other.empty() ? "another process" : "process " + other, clash_advice()));
-      }
-    }
-    if (o.deadline.expired()) {
-      std::vector<int> missing;
-      for (int r = 0; r < o.size; ++r) {
-        if (!store.check({keys[static_cast<std::size_t>(r)]})) {
-          missing.push_back(r);
-        }
-      }
-      ErrorContext c;
-      c.rank = o.rank;
-      c.size = o.size;
-      c.group = o.group;
-      c.op = "connect";
-      c.peers = missing;
-      c.timeout = o.timeout;
-      throw TimeoutError(
-          fmt::format(
-              "{}: ranks {} never showed up within {} (no address published in the store); "
-              "check that they were started with the same store and WORLD_SIZE={}, and their logs",
-              o.where, format_ranks(missing), format_duration(o.timeout), o.size),
-          c);
-    }
-  }
-  const std::vector<Bytes> values = store.multi_get(keys, o.deadline.remaining());
-  m.addresses.clear();
-  m.host_ids.clear();
-  for (const Bytes& v : values) {
-    const std::string record = to_string(v);
-    const std::size_t space = record.find(' ');
-    m.addresses.push_back(record.substr(0, space));
-    m.host_ids.push_back(space == std::string::npos ? std::string() : record.substr(space + 1));
-  }
 }
 
 std::string member_record(const MembershipOptions& o) {
   return fmt::format("{} {}", o.size, pid_at_host());
 }
 
+ErrorContext timeout_context(const MembershipOptions& o, std::vector<int> peers) {
+  ErrorContext c;
+  c.rank = o.rank;
+  c.size = o.size;
+  c.group = o.group;
+  c.op = "connect";
+  c.peers = std::move(peers);
+  c.timeout = o.timeout;
+  return c;
+}
+
+// The host map of the `state` record: each rank's host as an index in order of first
+// appearance, run-length coded ("0*4 1*4" for two hosts of four consecutive ranks). A rank
+// without a host id is a host of its own.
+std::string encode_host_map(const std::vector<Bytes>& records) {
+  std::map<std::string, int> index;
+  std::string out;
+  int run_host = -1;
+  int run_length = 0;
+  auto flush = [&] {
+    if (run_length > 0) {
+      out += fmt::format("{}{}*{}", out.empty() ? "" : " ", run_host, run_length);
+    }
+  };
+  for (std::size_t r = 0; r < records.size(); ++r) {
+    const std::string record = to_string(records[r]);
+    const std::size_t space = record.find(' ');
+    const std::string id = space == std::string::npos ? "\n" + std::to_string(r)
+                                                      : record.substr(space + 1);
+    const int host = index.emplace(id, static_cast<int>(index.size())).first->second;
+    if (host == run_host) {
+      ++run_length;
+      continue;
+    }
+    flush();
+    run_host = host;
+    run_length = 1;
+  }
+  flush();
+  return out;
+}
+
+// Calls run(host, count) for each run of the host map; false if the map is malformed or does
+// not cover exactly `size` ranks.
+template <class Run>
+bool for_each_host_run(const std::string& text, int size, Run run) {
+  long covered = 0;
+  const char* p = text.c_str();
+  while (*p != '\0') {
+    char* end = nullptr;
+    const long host = std::strtol(p, &end, 10);
+    if (end == p || *end != '*') {
+      return false;
+    }
+    p = end + 1;
+    const long count = std::strtol(p, &end, 10);
+    if (end == p || host < 0 || count < 1 || count > size - covered) {
+      return false;
+    }
+    run(host, count);
+    covered += count;
+    p = *end == ' ' ? end + 1 : end;
+    if (*end != ' ' && *end != '\0') {
+      return false;
+    }
+  }
+  return covered == size;
+}
+
+// The ranks among [0, size) whose address record is missing (at most kMaxNamedMissing of them),
+// by bisection: one `check` per range, so a few missing ranks cost O(log N) round trips.
+void find_missing(Store& store, const std::string& epoch, int lo, int hi, std::vector<int>& out) {
+  if (lo >= hi || out.size() >= kMaxNamedMissing) {
+    return;
+  }
+  std::vector<std::string> keys;
+  for (int r = lo; r < hi; ++r) {
+    keys.push_back(addr_key(epoch, r));
+  }
+  if (store.check(keys)) {
+    return;
+  }
+  if (hi - lo == 1) {
+    out.push_back(lo);
+    return;
+  }
+  const int mid = lo + (hi - lo) / 2;
+  find_missing(store, epoch, lo, mid, out);
+  find_missing(store, epoch, mid, hi, out);
+}
+
+// Why a formation did not complete in time, worked out by the first rank to time out and
+// shared through the store (`missing`), so that thousands of ranks timing out together make
+// one search and one probe of rank 0, not thousands. Recorded as "leader" when rank 0 does not
+// answer, else "ranks <more> <r>...": the ranks that published no address (named up to
+// kMaxNamedMissing, `more` counts the rest).
+std::string timeout_story(Store& store, const std::string& epoch, const MembershipOptions& o,
+                          const Leader* leader) {
+  const std::string key = epoch_key(epoch, "missing");
+  if (store.add(epoch_key(epoch, "timeouts"), 1) > 1) {
+    try {
+      return store.get_string(key, std::chrono::seconds(5));
+    } catch (const Error&) {
+      // Whoever searched is slow or gone: search here too.
+    }
+  }
+  std::string story;
+  if (leader && !leader_alive(*leader, o.rank, Deadline::after(kProbeTimeout))) {
+    story = "leader";
+  } else {
+    std::vector<int> missing;
+    find_missing(store, epoch, 0, o.size, missing);
+    const std::int64_t joined = store.add(epoch_key(epoch, "joined"), 0);
+    const std::int64_t more =
+        std::max<std::int64_t>(0, o.size - joined - static_cast<std::int64_t>(missing.size()));
+    story = fmt::format("ranks {}", missing.size() >= kMaxNamedMissing ? more : 0);
+    for (int r : missing) {
+      story += fmt::format(" {}", r);
+    }
+  }
+  return to_string(store.compare_set(key, {}, to_bytes(story)));
+}
+
+[[noreturn]] void throw_formation_timeout(Store& store, const std::string& epoch,
+                                          const MembershipOptions& o, const Leader* leader) {
+  std::string story;
+  try {
+    story = timeout_story(store, epoch, o, leader);
+  } catch (const Error& e) {
+    story = fmt::format("unknown ({})", e.what());
+  }
+  if (story == "leader" && leader) {
+    throw TimeoutError(
+        fmt::format("{}: the formation's rank 0 (process {} at {}) is gone (it does not answer "
+                    "a connection) and no new rank 0 came within {}; check rank 0's log",
+                    o.where, leader->who, leader->address, format_duration(o.timeout)),
+        timeout_context(o, {0}));
+  }
+  std::vector<int> missing;
+  long more = 0;
+  std::string named = "(unknown)";
+  if (story.rfind("ranks ", 0) == 0) {
+    std::istringstream in(story.substr(6));
+    in >> more;
+    for (int r; in >> r;) {
+      missing.push_back(r);
+    }
+    named = missing.empty() ? std::string("(none missing any more)") : format_ranks(missing);
+    if (more > 0) {
+      named += fmt::format(" and {} more", more);
+    }
+  }
+  throw TimeoutError(
+      fmt::format("{}: ranks {} never showed up within {} (no address published in the store); "
+                  "check that they were started with the same store and WORLD_SIZE={}, and "
+                  "their logs",
+                  o.where, named, format_duration(o.timeout), o.size),
+      timeout_context(o, missing));
+}
+
+// Removes what this rank wrote into a formation it gives up on (a dead rank 0, superseded).
+void withdraw(Store& store, const std::string& epoch, int rank) {
+  store.delete_key(addr_key(epoch, rank));
+  store.delete_key(claim_key(epoch, rank));
+  store.add(epoch_key(epoch, "joined"), -1);
+}
+
+// The count is complete: unless rank 0 is gone, read every address once and record the
+// formation as formed with its host map. False if rank 0 does not answer.
+bool complete_formation(Store& store, const std::string& epoch, const Leader& leader,
+                        const MembershipOptions& o) {
+  if (o.rank != 0 && !leader_alive(leader, o.rank, o.deadline)) {
+    return false;
+  }
+  std::vector<std::string> keys;
+  keys.reserve(static_cast<std::size_t>(o.size));
+  for (int r = 0; r < o.size; ++r) {
+    keys.push_back(addr_key(epoch, r));
+  }
+  // Ranks publish their address right after counting themselves: this waits microseconds,
+  // unless one of them died in between.
+  std::vector<Bytes> records;
+  try {
+    records = store.multi_get(keys, o.deadline.remaining());
+  } catch (const TimeoutError&) {
+    throw_formation_timeout(store, epoch, o, nullptr);
+  }
+  store.compare_set(epoch_key(epoch, "state"), {}, to_bytes("formed " + encode_host_map(records)));
+  return true;
+}
+
+enum class Outcome { formed, superseded, timed_out };
+
+// Waits for the formation's state. Throws its clash; returns formed (host ids set),
+// superseded, or timed_out (the deadline passed first).
+Outcome await_state(Store& store, Membership& m, const MembershipOptions& o) {
+  const std::string key = epoch_key(m.epoch, "state");
+  const Duration slice = o.rank == 0 ? kLeaderSlice : kFollowerSlice;
+  for (;;) {
+    std::string state;
+    try {
+      state = store.get_string(key, std::min(slice, o.deadline.remaining()));
+    } catch (const TimeoutError&) {
+      if (o.between_slices) {
+        o.between_slices();
+      }
+      if (o.deadline.expired()) {
+        return Outcome::timed_out;
+      }
+      continue;
+    }
+    if (state.rfind("clash ", 0) == 0) {
+      throw InvalidArgument(state.substr(6));
+    }
+    if (state == "superseded") {
+      return Outcome::superseded;
+    }
+    if (state.rfind("formed ", 0) == 0 &&
+        for_each_host_run(state.substr(7), o.size, [](long, long) {})) {
+      m.host_map = state.substr(7);
+      return Outcome::formed;
+    }
+    throw StoreError(fmt::format("{}: the formation's state record in the store is unreadable "
+                                 "(\"{:.60}\"); was the namespace written by another program?",
+                                 o.where, state));
+  }
+}
+
+Membership membership_of(const std::string& epoch, const Leader& leader,
+                         const MembershipOptions& o) {
+  Membership m;
+  m.epoch = epoch;
+  m.group_id = leader.group_id;
+  m.secret = leader.secret;
+  m.size = o.size;
+  m.addresses[o.rank] = o.local_address;
+  return m;
+}
+
 Membership lead(Store& store, const MembershipOptions& o) {
   // A recorded formation whose rank 0 still answers belongs to another live process claiming
   // rank 0 (a duplicate RANK, or another job on this store and run id); one whose rank 0 is
-  // gone was left by an earlier launch and is simply replaced.
-  const std::string previous = current_epoch(store);
+  // gone was left by an earlier launch: it is superseded, which frees anyone waiting in it.
+  const std::string previous = peek(store, kCurrentEpochKey);
   if (!previous.empty()) {
     if (auto other = read_leader(store, previous);
         other && leader_alive(*other, o.rank, o.deadline)) {
@@ -243,64 +376,80 @@ Membership lead(Store& store, const MembershipOptions& o) {
               "a duplicate RANK=0, or another job using the same store and run id; {}",
               o.where, other->who, other->address, process_identity(), clash_advice()));
     }
+    store.compare_set(epoch_key(previous, "state"), {}, to_bytes(std::string_view("superseded")));
   }
-  Membership m;
-  m.epoch = random_epoch();
-  m.group_id = random_group_id();
-  net::random_bytes(m.secret);
+  Leader me;
+  me.size = o.size;
+  me.group_id = random_group_id();
+  me.who = pid_at_host();
+  me.address = o.local_address;
+  net::random_bytes(me.secret);
+  const std::string epoch = random_epoch();
+  Membership m = membership_of(epoch, me, o);
   // Records first, `current` last: whoever reads `current` finds the leader record.
-  store.multi_set({epoch_key(m.epoch, "leader"), addr_key(m.epoch, 0), member_key(m.epoch, 0)},
-                  {to_bytes(fmt::format("{} {:016x} {} {} {}", o.size, m.group_id, pid_at_host(),
-                                        o.local_address, net::to_hex(m.secret))),
+  store.multi_set({epoch_key(epoch, "leader"), addr_key(epoch, 0), claim_key(epoch, 0)},
+                  {to_bytes(fmt::format("{} {:016x} {} {} {}", o.size, me.group_id, me.who,
+                                        o.local_address, net::to_hex(me.secret))),
                    to_bytes(address_record(o)), to_bytes(member_record(o))});
-  store.set(kCurrentEpochKey, m.epoch);
-  wait_for_addresses(store, m, o);
-  return m;
+  const std::string now = to_string(
+      store.compare_set(kCurrentEpochKey, to_bytes(previous), to_bytes(epoch)));
+  if (now != epoch) {
+    // Another rank 0 started a formation between our read and our write.
+    const std::string message = fmt::format(
+        "{}: two processes claim rank 0 of this group: this one ({}) and {}; a duplicate RANK=0, "
+        "or another job using the same store and run id; {}",
+        o.where, process_identity(),
+        [&] {
+          const auto other = read_leader(store, now);
+          return other ? "process " + other->who : std::string("another process");
+        }(),
+        clash_advice());
+    store.compare_set(epoch_key(now, "state"), {}, to_bytes("clash " + message));
+    clash(store, epoch, message);
+  }
+  if (store.add(epoch_key(epoch, "joined"), 1) == o.size) {
+    complete_formation(store, epoch, me, o);
+  }
+  switch (await_state(store, m, o)) {
+    case Outcome::formed:
+      return m;
+    case Outcome::superseded:
+      throw InvalidArgument(fmt::format(
+          "{}: another process ({}) took over rank 0 of this group while this one ({}) was "
+          "forming it (this one did not answer its check in time); {}",
+          o.where, read_leader(store, peek(store, kCurrentEpochKey)).value_or(Leader{}).who,
+          process_identity(), clash_advice()));
+    case Outcome::timed_out:
+      break;
+  }
+  throw_formation_timeout(store, epoch, o, nullptr);
 }
 
-// A rank r > 0: find a formation whose rank 0 is alive, check it, claim our rank in it.
+// A rank r > 0: find the current formation, check it, claim our rank in it, publish, count.
 Membership follow(Store& store, const MembershipOptions& o) {
-  std::string skipped;  // an epoch whose leader did not answer
+  std::string skipped;  // a formation whose rank 0 did not answer
   int slices_skipped = 0;
-  std::string last_clash;
   for (;;) {
-    const std::string epoch = current_epoch(store);
+    const std::string epoch = peek(store, kCurrentEpochKey);
     std::optional<Leader> leader;
     if (!epoch.empty() && epoch != skipped) {
       leader = read_leader(store, epoch);
-      if (leader && !leader_alive(*leader, o.rank, o.deadline)) {
-        CHORUS_INFO(
-            init,
-            "{}: rank 0 of the recorded formation (process {} at {}) does not answer; waiting for a "
-            "live rank 0 to start a new one",
-            o.where, leader->who, leader->address);
-        skipped = epoch;
-        // A formation that failed on a clash before we came: if no new rank 0 comes, that is
-        // the story to tell at the timeout.
-        if (auto message = recorded_clash(store, epoch)) {
-          last_clash = *message;
-        }
-        leader.reset();
-      }
     }
     if (!leader) {
       if (o.deadline.expired()) {
-        ErrorContext c;
-        c.rank = o.rank;
-        c.size = o.size;
-        c.group = o.group;
-        c.op = "connect";
-        c.peers = {0};
-        c.timeout = o.timeout;
+        std::string why = "no formation recorded in the store";
+        if (!skipped.empty()) {
+          why = "the store only holds a formation whose rank 0 is gone";
+          const std::string state = peek(store, epoch_key(skipped, "state"));
+          if (state.rfind("clash ", 0) == 0) {
+            why += "; that formation failed: " + state.substr(6);
+          }
+        }
         throw TimeoutError(
-            fmt::format(
-                "{}: rank 0 never showed up within {} ({}); check that it was started with the same "
-                "store and run id, and its log{}",
-                o.where, format_duration(o.timeout),
-                skipped.empty() ? "no formation recorded in the store"
-                                : "the store only holds a formation whose rank 0 is gone",
-                last_clash.empty() ? "" : "; that formation failed: " + last_clash),
-            c);
+            fmt::format("{}: rank 0 never showed up within {} ({}); check that it was started "
+                        "with the same store and run id, and its log",
+                        o.where, format_duration(o.timeout), why),
+            timeout_context(o, {0}));
       }
       // Wait a slice for rank 0 to record a new formation; re-probe a skipped leader now and
       // then, in case it was only slow to answer.
@@ -317,8 +466,18 @@ Membership follow(Store& store, const MembershipOptions& o) {
       }
       continue;
     }
-    throw_recorded_clash(store, epoch);
+    auto skip = [&](const char* why) {
+      CHORUS_INFO(init,
+                  "{}: rank 0 of the recorded formation (process {} at {}) does not answer ({}); "
+                  "waiting for a live rank 0 to start a new one",
+                  o.where, leader->who, leader->address, why);
+      skipped = epoch;
+    };
     if (leader->size != o.size) {
+      if (!leader_alive(*leader, o.rank, o.deadline)) {
+        skip("a different world size");
+        continue;
+      }
       clash(
           store, epoch,
           fmt::format(
@@ -327,22 +486,42 @@ Membership follow(Store& store, const MembershipOptions& o) {
               o.where, leader->who, leader->size, o.rank, process_identity(), o.size,
               clash_advice()));
     }
-    if (store.add(claim_key(epoch, o.rank), 1) > 1) {
+    const std::string mine = member_record(o);
+    const std::string claimed =
+        to_string(store.compare_set(claim_key(epoch, o.rank), {}, to_bytes(mine)));
+    if (claimed != mine) {
+      // Taken: by a live duplicate, or by a rank of a dead launch whose records stayed.
+      if (!leader_alive(*leader, o.rank, o.deadline)) {
+        skip("rank already claimed there");
+        continue;
+      }
       clash(store, epoch,
             fmt::format(
-                "{}: two processes claim rank {} of this group: {} and this one ({}); a duplicate "
-                "RANK={}, or another job using the same store and run id; {}",
-                o.where, o.rank, who_claims(store, epoch, o.rank), process_identity(), o.rank,
-                clash_advice()));
+                "{}: two processes claim rank {} of this group: process {} and this one ({}); a "
+                "duplicate RANK={}, or another job using the same store and run id; {}",
+                o.where, o.rank, claimed.substr(claimed.find(' ') + 1), process_identity(),
+                o.rank, clash_advice()));
     }
-    store.multi_set({addr_key(epoch, o.rank), member_key(epoch, o.rank)},
-                    {to_bytes(address_record(o)), to_bytes(member_record(o))});
-    Membership m;
-    m.epoch = epoch;
-    m.group_id = leader->group_id;
-    m.secret = leader->secret;
-    wait_for_addresses(store, m, o);
-    return m;
+    // Counted before the address is published: a rank whose address anyone could see (and
+    // connect to, or find dead) is always part of a complete count.
+    const bool last = store.add(epoch_key(epoch, "joined"), 1) == o.size;
+    store.set(addr_key(epoch, o.rank), address_record(o));
+    Membership m = membership_of(epoch, *leader, o);
+    if (last && !complete_formation(store, epoch, *leader, o)) {
+      withdraw(store, epoch, o.rank);
+      skip("checked when completing the formation");
+      continue;
+    }
+    switch (await_state(store, m, o)) {
+      case Outcome::formed:
+        return m;
+      case Outcome::superseded:
+        withdraw(store, epoch, o.rank);
+        continue;
+      case Outcome::timed_out:
+        break;
+    }
+    throw_formation_timeout(store, epoch, o, &*leader);
   }
 }
 
@@ -383,15 +562,42 @@ std::string process_identity() { return "process " + pid_at_host(); }
 
 Membership join_group(Store& store, const MembershipOptions& o) {
   if (o.size == 1) {
-    return Membership{{}, random_group_id(), {o.local_address}, {o.host_id}};
+    Membership m;
+    m.group_id = random_group_id();
+    m.addresses[0] = o.local_address;
+    m.host_map = "0*1";
+    return m;
   }
   return o.rank == 0 ? lead(store, o) : follow(store, o);
 }
 
-void check_no_clash(Store& store, const Membership& m) {
-  if (!m.epoch.empty()) {
-    throw_recorded_clash(store, m.epoch);
+void fetch_addresses(Store& store, Membership& m, const std::vector<int>& ranks,
+                     Deadline deadline) {
+  std::vector<int> wanted;
+  std::vector<std::string> keys;
+  for (int r : ranks) {
+    if (!m.addresses.contains(r)) {
+      wanted.push_back(r);
+      keys.push_back(addr_key(m.epoch, r));
+    }
   }
+  if (keys.empty()) {
+    return;
+  }
+  const std::vector<Bytes> records = store.multi_get(keys, deadline.remaining());
+  for (std::size_t i = 0; i < wanted.size(); ++i) {
+    const std::string record = to_string(records[i]);
+    m.addresses[wanted[i]] = record.substr(0, record.find(' '));
+  }
+}
+
+std::vector<std::string> host_ids(const Membership& m) {
+  std::vector<std::string> ids;
+  ids.reserve(static_cast<std::size_t>(m.size));
+  for_each_host_run(m.host_map, m.size, [&](long host, long count) {
+    ids.insert(ids.end(), static_cast<std::size_t>(count), fmt::format("h{}", host));
+  });
+  return ids;
 }
 
 void record_gone(Store& store, const Membership& m, int rank, const std::string& message) {
@@ -425,14 +631,16 @@ void leave_group(Store& store, const Membership& m, int rank) noexcept {
   }
   try {
     store.delete_key(addr_key(m.epoch, rank));
-    store.delete_key(member_key(m.epoch, rank));
-    if (rank != 0) {
-      store.delete_key(claim_key(m.epoch, rank));
+    store.delete_key(claim_key(m.epoch, rank));
+    if (store.add(epoch_key(m.epoch, "left"), 1) < m.size) {
       return;
     }
-    store.delete_key(epoch_key(m.epoch, "leader"));
-    if (current_epoch(store) == m.epoch) {
+    // The last member out: nobody reads the formation's shared records any more.
+    if (peek(store, kCurrentEpochKey) == m.epoch) {
       store.delete_key(kCurrentEpochKey);
+    }
+    for (const char* name : {"leader", "joined", "state", "gone", "missing", "timeouts", "left"}) {
+      store.delete_key(epoch_key(m.epoch, name));
     }
   } catch (const std::exception& e) {
     CHORUS_INFO(init, "rank {}: could not remove the group's store keys: {}", rank, e.what());

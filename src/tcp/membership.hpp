@@ -8,17 +8,29 @@
 //   e<epoch>/leader      "<world size> <group id> <pid>@<host> <rank 0's host:port> <secret>"
 //                        (secret: 64 hex digits, the formation's key for the mesh handshake's
 //                        membership proofs; whoever can read the store can read it)
-//   e<epoch>/claim/<r>   counter: how many processes claimed rank r in this formation
+//   e<epoch>/claim/<r>   "<world size> <pid>@<host>" of the process that claimed rank r
+//                        (compare_set: the first claimant wins, a second one is a clash)
 //   e<epoch>/addr/<r>    rank r's "host:port" and, after a space, its host id (host_id.hpp)
-//   e<epoch>/member/<r>  "<world size> <pid>@<host>" (for messages)
-//   e<epoch>/clash       why this formation cannot form (a duplicate rank, ...)
+//   e<epoch>/joined      counter: ranks that claimed and published
+//   e<epoch>/state       the formation's outcome, written once (compare_set):
+//                        "formed <host map>" by the rank whose join completed the count,
+//                        "clash <message>" (a duplicate rank, a different world size, ...),
+//                        "superseded" by a new rank 0 that found this formation's rank 0 gone
 //   e<epoch>/gone        "<rank> <message>": a member found that rank gone during setup
-// Rank 0 always starts a new epoch (so a relaunch never reuses a dead formation). A rank r > 0
-// joins the current epoch only once its rank 0 answers a connection (a leader record left by
-// a dead process is skipped: wait for the next epoch). Every clash is written to the epoch's
-// clash key, so every member fails at once with the same message. A formation that never
-// completes keeps its records (the others' "never showed up" lists stay true while they time
-// out; a relaunch starts a new epoch and ignores them).
+//   e<epoch>/left        counter: members that destroyed the group (the last removes the rest)
+//   e<epoch>/missing     who never showed up, worked out once by the first rank to time out
+// Every rank makes a constant number of store round trips to join (read `current` and the
+// leader, claim, count, publish, wait for `state`), whatever the world size; the rank that
+// completes the count reads every address once to build the host map (O(N) for the whole
+// group), and a rank reads another's address only when it connects to it (fetch_addresses).
+// Rank 0 always starts a new epoch (so a relaunch never reuses a dead formation) and marks the
+// one it replaces "superseded", which moves anyone waiting there to the new one. A formation
+// whose rank 0 is dead never forms: the rank completing the count first checks that rank 0
+// answers a connection (a claim already taken is checked the same way: a leftover of a dead
+// launch is skipped, a live claimant is a clash). Every clash is written to the state, so
+// every member fails at once with the same message. A formation that never completes keeps
+// its records (the others' "never showed up" lists stay true while they time out; a relaunch
+// starts a new epoch and ignores them).
 #pragma once
 
 #include "core/private.hpp"
@@ -27,6 +39,7 @@
 #include <functional>
 #include <optional>
 #include <string>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -54,18 +67,29 @@ struct MembershipOptions {
 struct Membership {
   std::string epoch;  // empty for a group of one (no store records)
   std::uint64_t group_id = 0;
-  std::vector<std::string> addresses;  // by rank
-  std::vector<std::string> host_ids;   // by rank ("" where a rank published none)
-  GroupSecret secret{};                // proves membership in the mesh handshake
+  int size = 1;
+  // "host:port" of the ranks read so far (fetch_addresses), this rank's own included: a rank
+  // holds the addresses of the peers it links to, not the world's.
+  std::unordered_map<int, std::string> addresses;
+  // Which ranks share a host, run-length coded as recorded in the formation's state
+  // ("0*4 1*4": ranks 0-3 on one host, 4-7 on another); host_ids() expands it.
+  std::string host_map;
+  GroupSecret secret{};  // proves membership in the mesh handshake
 };
+
+// One id per rank: ranks with equal ids share a host.
+std::vector<std::string> host_ids(const Membership& membership);
 
 // Publishes this rank and waits until every rank of the formation has. Throws TimeoutError
 // naming the ranks that never showed up, or InvalidArgument naming a clash (duplicate rank,
 // different world size, two rank 0s: another job on the same store and run id).
 Membership join_group(Store& store, const MembershipOptions& options);
 
-// Throws InvalidArgument if a clash was recorded for the formation since it was joined.
-void check_no_clash(Store& store, const Membership& membership);
+// Reads the addresses of `ranks` not read yet, in one store round trip (they were published
+// before the formation completed, so nothing waits unless the store is slow). Afterwards
+// membership.addresses holds every one of them.
+void fetch_addresses(Store& store, Membership& membership, const std::vector<int>& ranks,
+                     Deadline deadline);
 
 // Records that `rank` is gone (its published address refuses connections), so that every
 // member names the root cause, not the members that left because of it. Best effort.
@@ -74,8 +98,9 @@ void record_gone(Store& store, const Membership& membership, int rank, const std
 std::optional<std::pair<int, std::string>> recorded_gone(Store& store,
                                                          const Membership& membership);
 
-// Removes this rank's records (rank 0: also the leader record and `current`). Best effort:
-// never throws. A destroyed group leaves no keys behind.
+// Removes this rank's records; the last member to leave also removes the formation's shared
+// records and `current` (if still this formation's). Best effort: never throws. Destroyed
+// groups leave no keys behind.
 void leave_group(Store& store, const Membership& membership, int rank) noexcept;
 
 // True if a process accepts connections at `address` (a rank's published one): its listener

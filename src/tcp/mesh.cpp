@@ -1,23 +1,17 @@
 // SPDX-License-Identifier: BSD-3-Clause
-// Mesh setup: join the group's formation in the store (membership.cpp), then three phases
-// that cannot wait on each other in a cycle:
-//   1. connect to every higher rank and send our hello on each socket (the peer's listen
-//      backlog completes the TCP handshake even before it calls accept);
-//   2. accept every lower rank's sockets, verify their hellos, answer with ours
-//      (hello_acceptor.cpp: all pending connections at once, strangers cost nothing);
-//   3. read and verify the answers on the sockets we opened in phase 1, send our proofs;
-//   4. read and verify the lower ranks' proofs on the sockets accepted in phase 2
-//      (handshake.hpp: the membership proof).
-// Every wait is bounded by the group's setup deadline; on expiry the error names the ranks
-// that never published an address, never connected, or never answered.
+// Group setup: listen, join the group's formation in the store (membership.cpp), start the
+// LinkConnector, and wait until the links to the setup peers are verified. The lower rank of
+// each setup pair dials, the higher one waits for it. Every wait is bounded by the group's setup
+// deadline; on expiry the error names the ranks that never connected or never answered. While
+// waiting, a rank looks once a tick for a departure another member recorded, and about once a
+// second probes the lower setup peers that have not dialed yet: one whose listener refuses has
+// exited, which is named at once rather than at the timeout.
 #include "tcp/mesh.hpp"
-
-#include <poll.h>
 
 #include <cerrno>
 
 #include <algorithm>
-#include <array>
+#include <set>
 
 #include <fmt/format.h>
 
@@ -26,11 +20,9 @@
 
 #include "core/format.hpp"
 #include "core/logging.hpp"
-#include "net/connect.hpp"
+#include "net/address.hpp"
 #include "net/interfaces.hpp"
 #include "net/listener.hpp"
-#include "tcp/handshake.hpp"
-#include "tcp/hello_acceptor.hpp"
 
 namespace chorus::tcp {
 namespace {
@@ -50,216 +42,100 @@ std::string where(const MeshOptions& o) {
   return fmt::format("tcp group setup on rank {}/{} [{}]", o.rank, o.size, o.group_name);
 }
 
-[[noreturn]] void throw_gone(const MeshOptions& o, int peer, const std::string& address,
-                             const std::string& message) {
-  ErrorContext c = context(o, {peer});
-  c.peer_address = address;
-  c.os_error = ECONNREFUSED;
-  throw NetworkError(fmt::format("{}: {}", where(o), message), c);
-}
-
-// The acceptor ticks every 250 ms; lower ranks that have not connected are probed every 4th.
+// How often the setup wait looks for a recorded departure; lower setup peers that have not
+// dialed yet are probed every kTicksPerLivenessCheck-th tick.
+constexpr auto kTick = std::chrono::milliseconds(250);
 constexpr int kTicksPerLivenessCheck = 4;
 constexpr auto kLivenessProbeTimeout = std::chrono::milliseconds(500);
 
-// A rank whose published address refuses connections: its listener is closed, so its process
-// exited (or destroyed its group) after it joined the formation. Recorded in the store first,
-// so that the other members name this rank rather than the ones that leave because of it.
-[[noreturn]] void throw_exited(Store& store, const Mesh& mesh, const MeshOptions& o, int peer,
-                               const std::string& address) {
-  const std::string message = fmt::format(
-      "rank {} published its address {} and then stopped listening (connection refused): its "
-      "process exited or destroyed the group during setup; check rank {}'s log",
-      peer, address, peer);
-  record_gone(store, mesh.membership, peer, message);
-  throw_gone(o, peer, address, message);
+[[noreturn]] void throw_failure(const MeshOptions& o, const LinkFailure& f,
+                                const std::string& address) {
+  ErrorContext c = context(o, {f.peer});
+  c.peer_address = address;
+  c.os_error = f.os_error;
+  const std::string message = fmt::format("{}: {}", where(o), f.message);
+  if (f.timed_out) {
+    throw TimeoutError(message, c);
+  }
+  throw NetworkError(message, c);
 }
 
-// Phases 1-3 over the formation's addresses.
-void connect_mesh(Store& store, const MeshOptions& o, Mesh& mesh, int channels) {
-  const int n = o.size;
-  mesh.group_id = mesh.membership.group_id;
-  mesh.peers.resize(static_cast<std::size_t>(n));
-  for (int r = 0; r < n; ++r) {
-    mesh.peers[static_cast<std::size_t>(r)].address =
-        mesh.membership.addresses[static_cast<std::size_t>(r)];
-  }
-
-  // Phase 1: connect to higher ranks, hello and nonce on each socket.
-  std::vector<std::vector<Open>> opens(static_cast<std::size_t>(n));  // what we sent, by peer
-  for (int peer = o.rank + 1; peer < n; ++peer) {
-    PeerLink& link = mesh.peers[static_cast<std::size_t>(peer)];
-    const net::HostPort hp = net::parse_host_port(link.address);
-    for (int ch = 0; ch < channels; ++ch) {
-      net::ConnectOptions co;
-      co.what = fmt::format("rank {}", peer);
-      const Open open =
-          make_open({mesh.group_id, static_cast<std::uint32_t>(o.rank),
-                     static_cast<std::uint32_t>(peer), static_cast<std::uint16_t>(ch),
-                     static_cast<std::uint16_t>(channels), static_cast<std::uint32_t>(n)});
-      opens[static_cast<std::size_t>(peer)].push_back(open);
-      co.after_connect = [open](net::Socket& s, Deadline d) {
-        const net::IoResult r = net::send_all(s, open.data(), open.size(), d);
-        return r.ok() ? 0 : (r.os_error ? r.os_error : ECONNRESET);
-      };
-      co.refused_is_final = true;            // it listened before it published: refused means gone
-      co.unanswered_limit = o.peer_timeout;  // and a host that answers nothing is gone too
-      net::Socket s;
-      try {
-        s = net::connect(hp.host, hp.port, o.deadline, co);
-      } catch (const NetworkError& e) {
-        if (e.context().os_error == ETIMEDOUT) {
-          throw NetworkError(
-              fmt::format("{}: rank {} published its address {} but does not answer there: {}; "
-                          "no reset came, so its host is down, unreachable, or drops packets "
-                          "(peer timeout {}, CHORUS_PEER_TIMEOUT)",
-                          where(o), peer, link.address, e.what(), format_duration(o.peer_timeout)),
-              context(o, {peer}));
-        }
-        if (e.context().os_error != ECONNREFUSED) {
-          throw;
-        }
-        throw_exited(store, mesh, o, peer, link.address);
-      } catch (const TimeoutError& e) {
-        throw TimeoutError(fmt::format("{}: could not connect to rank {} at {}: {}", where(o), peer,
-                                       link.address, e.what()),
-                           context(o, {peer}));
-      }
-      if (ch == 0) {
-        link.control = std::move(s);
-      } else {
-        link.data.push_back(std::move(s));
-      }
+// Waits for the links to `peers` (dialing the higher ones); links to anyone else that arrive
+// meanwhile are kept too.
+void link_setup_peers(Store& store, const MeshOptions& o, Mesh& mesh,
+                      const std::vector<int>& peers) {
+  LinkConnector& connector = *mesh.connector;
+  std::set<int> missing(peers.begin(), peers.end());
+  for (int p : peers) {
+    if (p > o.rank) {
+      connector.request(p);
     }
   }
-
-  // Phase 2: accept the lower ranks' sockets, all pending connections at once.
-  AcceptOptions ao;
-  ao.rank = o.rank;
-  ao.size = n;
-  ao.channels = static_cast<std::uint16_t>(channels);
-  ao.group_id = mesh.group_id;
-  ao.where = where(o);
-  ao.group = o.group_name;
-  ao.local_address = mesh.local_address;
-  ao.timeout = o.timeout;
-  ao.deadline = o.deadline;
-  ao.hello_timeout = o.hello_timeout;
-  ao.secret = mesh.membership.secret;
   int ticks = 0;
-  ao.on_tick = [&](const std::vector<int>& missing) {
-    check_no_clash(store, mesh.membership);
-    if (auto gone = recorded_gone(store, mesh.membership);
-        gone && gone->first >= 0 && gone->first < n) {
-      throw_gone(o, gone->first, mesh.peers[static_cast<std::size_t>(gone->first)].address,
-                 gone->second);
+  while (!missing.empty()) {
+    const Deadline tick = earliest(o.deadline, Deadline::after(kTick));
+    connector.wait(tick);
+    std::vector<NewLink> links;
+    std::vector<LinkFailure> failures;
+    connector.take(links, failures);
+    for (NewLink& l : links) {
+      PeerLink& link = mesh.peers[static_cast<std::size_t>(l.peer)];
+      link.address = l.address;
+      link.control = std::move(l.sockets[0]);
+      for (std::size_t i = 1; i < l.sockets.size(); ++i) {
+        link.data.push_back(std::move(l.sockets[i]));
+      }
+      missing.erase(l.peer);
     }
-    // About once a second: a lower rank that has not connected and whose published address
+    if (!failures.empty()) {
+      throw_failure(o, failures.front(), connector.address_of(failures.front().peer));
+    }
+    if (missing.empty()) {
+      break;
+    }
+    if (auto gone = recorded_gone(store, mesh.membership);
+        gone && gone->first >= 0 && gone->first < o.size) {
+      ErrorContext c = context(o, {gone->first});
+      c.os_error = ECONNREFUSED;
+      throw NetworkError(fmt::format("{}: {}", where(o), gone->second), c);
+    }
+    if (o.deadline.expired()) {
+      const std::vector<int> late(missing.begin(), missing.end());
+      throw TimeoutError(
+          fmt::format("{}: ranks {} published their addresses but did not connect to {} within "
+                      "{}; they may have died or be stuck: check their logs",
+                      where(o), format_ranks(late), mesh.local_address,
+                      format_duration(o.timeout)),
+          context(o, late));
+    }
+    // About once a second: a lower setup peer that has not dialed and whose published address
     // refuses connections has exited; say so now rather than at the timeout.
     if (++ticks % kTicksPerLivenessCheck != 0) {
-      return;
+      continue;
     }
-    for (int peer : missing) {
-      const std::string& address = mesh.peers[static_cast<std::size_t>(peer)].address;
-      if (!answers_at(address, mesh.group_id, o.rank, n,
+    std::vector<int> lower;
+    for (int p : missing) {
+      if (p < o.rank) {
+        lower.push_back(p);
+      }
+    }
+    if (lower.empty()) {
+      continue;
+    }
+    fetch_addresses(store, mesh.membership, lower, o.deadline);
+    for (int p : lower) {
+      const std::string& address = mesh.membership.addresses.at(p);
+      if (!answers_at(address, mesh.group_id, o.rank, o.size,
                       earliest(o.deadline, Deadline::after(kLivenessProbeTimeout)))) {
-        throw_exited(store, mesh, o, peer, address);
-      }
-    }
-  };
-  std::vector<std::vector<AcceptedLink>> incoming = accept_lower_ranks(mesh.listener, ao);
-
-  // Phase 3: the answers of the higher ranks.
-  for (int peer = o.rank + 1; peer < n; ++peer) {
-    PeerLink& link = mesh.peers[static_cast<std::size_t>(peer)];
-    for (int ch = 0; ch < channels; ++ch) {
-      net::Socket& s = ch == 0 ? link.control : link.data[static_cast<std::size_t>(ch - 1)];
-      std::uint8_t buf[kAnswerBytes];
-      const net::IoResult r = net::recv_exact(s, buf, sizeof(buf), o.deadline);
-      if (r.timed_out()) {
-        throw TimeoutError(
-            fmt::format("{}: rank {} at {} accepted the connection but did not answer the "
-                        "handshake within {}; it may be stuck: check its log",
-                        where(o), peer, link.address, format_duration(o.timeout)),
-            context(o, {peer}));
-      }
-      Hello h;
-      const std::string bad = r.ok() ? check_hello(buf, mesh.group_id, o.rank, peer, n,
-                                                   static_cast<std::uint16_t>(channels), h)
-                                     : r.describe();
-      if (bad.empty() && h.channel == kProbeChannel) {
-        h.channel = 0xfffe;  // a probe is never an answer
-      }
-      if (!bad.empty() || h.channel != ch) {
-        ErrorContext c = context(o, {peer});
-        c.peer_address = link.address;
-        throw NetworkError(
-            fmt::format("{}: handshake with rank {} at {} failed: {}", where(o), peer, link.address,
-                        bad.empty() ? "channel out of order" : bad),
-            c);
-      }
-      const std::uint8_t* open =
-          opens[static_cast<std::size_t>(peer)][static_cast<std::size_t>(ch)].data();
-      net::Mac theirs{};
-      std::copy(buf + kOpenBytes, buf + kAnswerBytes, theirs.begin());
-      if (!net::equal_macs(theirs, accept_proof(mesh.membership.secret, open, buf))) {
-        ErrorContext c = context(o, {peer});
-        c.peer_address = link.address;
-        throw NetworkError(
-            fmt::format("{}: the process at {} answered as rank {} but cannot prove it belongs "
-                        "to this group (wrong membership proof): not this formation's rank {} "
-                        "(another job, or an impostor at that address)",
-                        where(o), link.address, peer, peer),
-            c);
-      }
-      const net::Mac mine = connect_proof(mesh.membership.secret, open, buf);
-      if (!net::send_all(s, mine.data(), mine.size(), o.deadline).ok()) {
-        ErrorContext c = context(o, {peer});
-        c.peer_address = link.address;
-        throw NetworkError(fmt::format("{}: rank {} at {} closed the connection during the "
-                                       "handshake; check its log",
-                                       where(o), peer, link.address),
-                           c);
-      }
-    }
-  }
-
-  // Phase 4: the lower ranks' proofs, sent in their phase 3 (which never waits on our phase
-  // 4, so this completes). A connection without a valid proof fails the setup naming it: its
-  // rank's real connection was refused as a duplicate, or it is not a member at all.
-  for (int peer = 0; peer < o.rank; ++peer) {
-    PeerLink& link = mesh.peers[static_cast<std::size_t>(peer)];
-    auto& links = incoming[static_cast<std::size_t>(peer)];
-    for (int ch = 0; ch < channels; ++ch) {
-      AcceptedLink& a = links[static_cast<std::size_t>(ch)];
-      net::Mac theirs{};
-      const net::IoResult r = net::recv_exact(a.socket, theirs.data(), theirs.size(), o.deadline);
-      if (!r.ok() || !net::equal_macs(theirs, a.expected_proof)) {
-        ErrorContext c = context(o, {peer});
-        c.peer_address = link.address;
-        const std::string why =
-            r.ok() ? "sent a wrong membership proof: not a member of this formation (a replayed "
-                     "or forged handshake)"
-                   : (r.timed_out() ? "sent no membership proof in time" : r.describe());
-        auto error = fmt::format("{}: the connection from {} claiming to be rank {} {}", where(o),
-                                 a.from, peer, why);
-        if (r.timed_out()) {
-          throw TimeoutError(error, c);
-        }
-        throw NetworkError(error, c);
-      }
-      if (ch == 0) {
-        link.control = std::move(a.socket);
-      } else {
-        link.data.push_back(std::move(a.socket));
-      }
-    }
-  }
-  for (auto& link : mesh.peers) {
-    if (link.control.valid()) {
-      link.control.set_nodelay(true);
-      for (auto& s : link.data) {
-        s.set_nodelay(true);
+        const std::string message = fmt::format(
+            "rank {} published its address {} and then stopped listening (connection refused): "
+            "its process exited or destroyed the group during setup; check rank {}'s log",
+            p, address, p);
+        record_gone(store, mesh.membership, p, message);
+        ErrorContext c = context(o, {p});
+        c.peer_address = address;
+        c.os_error = ECONNREFUSED;
+        throw NetworkError(fmt::format("{}: {}", where(o), message), c);
       }
     }
   }
@@ -267,10 +143,28 @@ void connect_mesh(Store& store, const MeshOptions& o, Mesh& mesh, int channels) 
 
 }  // namespace
 
+std::vector<int> setup_peers(int rank, int size, const std::vector<std::string>& host_ids,
+                             bool host_peers) {
+  std::set<int> peers;
+  if (size > 1) {
+    peers.insert((rank + 1) % size);
+    peers.insert((rank + size - 1) % size);
+  }
+  if (host_peers && static_cast<int>(host_ids.size()) == size) {
+    const std::string& mine = host_ids[static_cast<std::size_t>(rank)];
+    for (int r = 0; r < size; ++r) {
+      if (host_ids[static_cast<std::size_t>(r)] == mine) {
+        peers.insert(r);
+      }
+    }
+  }
+  peers.erase(rank);
+  return {peers.begin(), peers.end()};
+}
+
 Mesh build_mesh(Store& store, const MeshOptions& o) {
   const auto start = Clock::now();
   const int n = o.size;
-  const int channels = o.sockets_per_peer + 1;
   Mesh mesh;
 
   // Listen on port 0 of the chosen address; publish what we actually got.
@@ -284,8 +178,8 @@ Mesh build_mesh(Store& store, const MeshOptions& o) {
     }
   }
   const net::SocketAddress local = net::pick_local_address(o.interface, remote);
-  mesh.listener = net::Listener::bind(local);
-  mesh.local_address = mesh.listener.address().to_string();
+  net::Listener listener = net::Listener::bind(local);
+  mesh.local_address = listener.address().to_string();
   CHORUS_INFO(init, "{}: listening on {}", where(o), mesh.local_address);
 
   MembershipOptions mo;
@@ -298,23 +192,39 @@ Mesh build_mesh(Store& store, const MeshOptions& o) {
   mo.local_address = mesh.local_address;
   mo.host_id = o.host_id;
   if (o.rank == 0) {
-    // Nobody connects to rank 0 for the mesh (lower ranks connect to higher ones): what
-    // arrives while it waits are the other ranks' liveness probes, and strangers.
-    mo.between_slices = [&listener = mesh.listener] {
+    // What arrives while rank 0 waits are the other ranks' liveness probes, and strangers.
+    mo.between_slices = [&listener] {
       while (listener.accept().io.ok()) {
       }
     };
   }
   mesh.membership = join_group(store, mo);
+  mesh.group_id = mesh.membership.group_id;
+  mesh.peers.resize(static_cast<std::size_t>(n));
+  mesh.sockets_per_peer = o.sockets_per_peer;
+  const std::vector<int> peers =
+      setup_peers(o.rank, n, host_ids(mesh.membership), o.link_host_peers);
   try {
-    connect_mesh(store, o, mesh, channels);
+    LinkConnectorOptions co;
+    co.rank = o.rank;
+    co.size = n;
+    co.channels = o.sockets_per_peer + 1;
+    co.where = where(o);
+    co.local_address = mesh.local_address;
+    co.timeout = o.timeout;
+    co.hello_timeout = o.hello_timeout;
+    co.peer_timeout = o.peer_timeout;
+    mesh.connector =
+        std::make_unique<LinkConnector>(store, mesh.membership, std::move(listener), co);
+    link_setup_peers(store, o, mesh, peers);
   } catch (const InvalidArgument&) {
     throw;  // a clash: its record stays for the ranks that have yet to see it
   } catch (...) {
+    mesh.connector.reset();  // refuse connections from now on
     leave_group(store, mesh.membership, o.rank);
     throw;
   }
-  CHORUS_INFO(init, "{}: connected to {} peers in {} ms", where(o), n - 1,
+  CHORUS_INFO(init, "{}: linked to {} setup peers in {} ms", where(o), peers.size(),
               std::chrono::duration_cast<Duration>(Clock::now() - start).count());
   return mesh;
 }

@@ -1,14 +1,16 @@
 // SPDX-License-Identifier: BSD-3-Clause
-// The connection mesh of a group, built through the store: every rank listens on port 0 of
-// the chosen local address and joins the group's formation in the store (membership.hpp);
-// the lower rank of each pair connects (one control socket plus sockets_per_peer data
-// sockets); both ends verify a hello (handshake.hpp); the accepting end verifies all pending
-// connections at once (hello_acceptor.hpp).
+// The connections of a group, built through the store: every rank listens on port 0 of the
+// chosen local address and joins the group's formation in the store (membership.hpp). Setup
+// links a rank only to the peers every group needs at once: its ring neighbours and the ranks
+// of its host when they share memory (shm_segment.hpp sets that up over their control
+// sockets). Every other link is made when an op first needs it, by the LinkConnector that
+// setup starts and hands over with the mesh (link_connector.hpp).
 #pragma once
 
 #include "core/private.hpp"
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -17,6 +19,7 @@
 
 #include "net/listener.hpp"
 #include "net/socket.hpp"
+#include "tcp/link_connector.hpp"
 #include "tcp/membership.hpp"
 
 namespace chorus::tcp {
@@ -30,10 +33,11 @@ struct PeerLink {
 struct Mesh {
   std::uint64_t group_id = 0;
   std::string local_address;    // this rank's "host:port"
-  std::vector<PeerLink> peers;  // indexed by rank; this rank's entry is empty
-  // The listening socket stays open for the group's life, never accepted from again: a live
-  // group answers connections (membership probes), a dead one refuses them.
-  net::Listener listener;
+  std::vector<PeerLink> peers;  // indexed by rank; empty where no link was made yet
+  int sockets_per_peer = 1;     // data sockets per link
+  // Owns the listening socket for the group's life (a live group answers connections,
+  // membership probes among them; a dead one refuses them) and makes the other links.
+  std::unique_ptr<LinkConnector> connector;
   Membership membership;  // what leave_group() removes from the store
 };
 
@@ -50,9 +54,16 @@ struct MeshOptions {
   // A published peer whose address answers nothing for this long is named as gone (its host
   // is down) rather than waited for until the deadline. Zero: off.
   Duration peer_timeout = Duration::zero();
+  // Link the ranks of this host at setup (their shared memory is set up over those links).
+  bool link_host_peers = true;
 };
 
-// Collective over the group. Blocks until every connection is up and verified, or throws:
+// The peers setup links to: ring neighbours, and the ranks sharing this rank's host when
+// `host_peers` (by the formation's host ids). Symmetric: if a links to b, b links to a.
+std::vector<int> setup_peers(int rank, int size, const std::vector<std::string>& host_ids,
+                             bool host_peers);
+
+// Collective over the group. Blocks until the setup links are up and verified, or throws:
 // TimeoutError naming the ranks that never published an address or never connected (within
 // the deadline), NetworkError for a bad address or a refused handshake, InvalidArgument for a
 // clash (duplicate rank, different world size, another job's rank 0). On failure this rank's

@@ -6,6 +6,8 @@
 
 #include <sys/epoll.h>
 
+#include <utility>
+
 #include <algorithm>
 #include <iterator>
 
@@ -14,30 +16,103 @@ namespace chorus::tcp {
 SocketTransport::SocketTransport(int rank, int size, Mesh mesh)
     : rank_(rank),
       size_(size),
+      sockets_per_peer_(mesh.sockets_per_peer),
       local_address_(mesh.local_address),
       peers_(static_cast<std::size_t>(size)),
       discard_(64 * 1024) {
   for (int p = 0; p < size; ++p) {
     PeerLink& link = mesh.peers[static_cast<std::size_t>(p)];
-    Peer& peer = peers_[static_cast<std::size_t>(p)];
-    peer.address = link.address;
-    if (p == rank_) {
+    peers_[static_cast<std::size_t>(p)].address = link.address;
+    if (p == rank_ || !link.control.valid()) {
       continue;
     }
-    peer.control = std::make_unique<Control>();
-    peer.control->sock = std::move(link.control);
-    peer.control->interest = EPOLLIN;
-    loop_.add(peer.control->sock.fd(), EPOLLIN, [this, p](std::uint32_t ev) { on_control(p, ev); });
-    peer.control->registered = true;
+    std::vector<net::Socket> sockets;
+    sockets.push_back(std::move(link.control));
     for (auto& sock : link.data) {
-      auto s = std::make_unique<Stream>();
-      s->sock = std::move(sock);
-      s->peer = p;
-      Stream* raw = s.get();
-      loop_.add(raw->sock.fd(), 0, [this, raw](std::uint32_t ev) { on_stream(*raw, ev); });
-      raw->registered = true;
-      peer.data.push_back(std::move(s));
+      sockets.push_back(std::move(sock));
     }
+    install_link(p, std::move(sockets), link.address);
+  }
+  connector_ = std::move(mesh.connector);
+  if (connector_) {
+    connector_->set_notify([this] { loop_.wakeup(); });
+  }
+}
+
+bool SocketTransport::usable(int peer) const {
+  const Peer& p = peers_[static_cast<std::size_t>(peer)];
+  return !p.failed && !(p.control && p.control->dead);
+}
+
+void SocketTransport::ensure_link(int peer) {
+  Peer& p = peers_[static_cast<std::size_t>(peer)];
+  if (!p.control) {
+    p.control = std::make_unique<Control>();
+    for (int i = 0; i < sockets_per_peer_; ++i) {
+      auto s = std::make_unique<Stream>();
+      s->peer = peer;
+      p.data.push_back(std::move(s));
+    }
+  }
+  if (!p.link_requested && !p.failed && connector_) {
+    p.link_requested = true;
+    connector_->request(peer);
+  }
+}
+
+void SocketTransport::install_link(int peer, std::vector<net::Socket> sockets,
+                                   const std::string& address) {
+  Peer& p = peers_[static_cast<std::size_t>(peer)];
+  if (p.failed || static_cast<int>(sockets.size()) != sockets_per_peer_ + 1 ||
+      (p.control && p.control->registered)) {
+    return;  // too late (the peer failed meanwhile), or a duplicate: the sockets close
+  }
+  p.link_requested = true;
+  ensure_link(peer);
+  p.address = address;
+  p.last_heard = Clock::now();
+  sockets[0].set_nodelay(true);
+  Control& c = *p.control;
+  c.sock = std::move(sockets[0]);
+  c.interest = EPOLLIN;
+  loop_.add(c.sock.fd(), EPOLLIN, [this, peer](std::uint32_t ev) { on_control(peer, ev); });
+  c.registered = true;
+  for (int i = 0; i < sockets_per_peer_; ++i) {
+    Stream& s = *p.data[static_cast<std::size_t>(i)];
+    s.sock = std::move(sockets[static_cast<std::size_t>(i) + 1]);
+    s.sock.set_nodelay(true);
+    Stream* raw = &s;
+    loop_.add(s.sock.fd(), 0, [this, raw](std::uint32_t ev) { on_stream(*raw, ev); });
+    s.registered = true;
+  }
+  // What was queued while the link was being made starts moving.
+  write_control(peer);
+  for (auto& s : p.data) {
+    if (!s->sendq.empty() && !write_stream(*s)) {
+      return;
+    }
+    if (!s->recvq.empty() && !read_stream(*s)) {
+      return;
+    }
+  }
+}
+
+void SocketTransport::take_links() {
+  if (!connector_) {
+    return;
+  }
+  std::vector<NewLink> links;
+  std::vector<LinkFailure> failures;
+  connector_->take(links, failures);
+  for (NewLink& l : links) {
+    install_link(l.peer, std::move(l.sockets), l.address);
+  }
+  for (const LinkFailure& f : failures) {
+    Peer& p = peers_[static_cast<std::size_t>(f.peer)];
+    if (p.address.empty()) {
+      p.address = connector_->address_of(f.peer);
+    }
+    peer_failed(f.peer, f.message, f.os_error);
   }
 }
 
@@ -66,7 +141,7 @@ void SocketTransport::part_done(std::uint32_t req) {
 
 bool SocketTransport::peer_connected(int peer) const {
   const Peer& p = peers_[static_cast<std::size_t>(peer)];
-  return p.control && !p.control->dead && !p.failed;
+  return p.control && p.control->registered && !p.control->dead && !p.failed;
 }
 
 std::optional<Clock::time_point> SocketTransport::last_heard(int peer) const {
@@ -87,7 +162,7 @@ void SocketTransport::peer_failed(int peer, const std::string& what, int os_erro
   // What the peer wrote on its control socket before its connections broke comes first: an
   // abort notice (then the engine reports the original cause, not this symptom) or a goodbye
   // (then the peer left the group rather than died).
-  if (p.control && !p.control->dead) {
+  if (p.control && p.control->registered && !p.control->dead) {
     p.draining = true;
     read_control(peer);
     p.draining = false;
@@ -195,7 +270,7 @@ void SocketTransport::flush_control(Deadline until) {
     bool pending = false;
     for (int p = 0; p < size_; ++p) {
       const Peer& peer = peers_[static_cast<std::size_t>(p)];
-      if (peer.control && !peer.control->dead && !peer.control->sendq.empty()) {
+      if (peer_connected(p) && !peer.control->sendq.empty()) {
         pending = true;
       }
     }
@@ -216,8 +291,10 @@ void SocketTransport::close_all() noexcept {
 
 void SocketTransport::poll(Deadline until, std::vector<std::uint64_t>& completed,
                            std::vector<TransportEvent>& events) {
+  take_links();
   const bool ready = !completed_.empty() || !events_.empty();
   loop_.run_once(ready ? Deadline::after(Duration::zero()) : until);
+  take_links();
   // Appends: a decorator may have put its own completions there already.
   completed.insert(completed.end(), completed_.begin(), completed_.end());
   completed_.clear();

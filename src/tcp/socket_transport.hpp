@@ -1,6 +1,9 @@
 // SPDX-License-Identifier: BSD-3-Clause
-// SocketTransport: the EngineTransport over the group's mesh. It owns the event loop that the
-// engine's thread runs in poll(). The code is in three files: socket_transport.cpp (setup,
+// SocketTransport: the EngineTransport over the group's links. It owns the event loop that the
+// engine's thread runs in poll(), and the LinkConnector that makes the links setup did not:
+// a transfer posted to a peer without a link is queued, the connector is asked for the link
+// (link_connector.hpp), and the queue starts moving when the link arrives. A link that cannot
+// be made fails that peer as a broken one would. The code is in three files: socket_transport.cpp (setup,
 // poll, failures, teardown), data_streams.cpp (collective streams) and control_channel.cpp
 // (framed tagged messages and control frames).
 //
@@ -131,6 +134,7 @@ class SocketTransport final : public EngineTransport {
   };
   struct Peer {
     std::string address;
+    bool link_requested = false;  // asked the connector for it (or setup made it)
     std::vector<std::unique_ptr<Stream>> data;
     std::unique_ptr<Control> control;
     std::uint64_t sends = 0;  // messages posted, for striping
@@ -166,10 +170,19 @@ class SocketTransport final : public EngineTransport {
   void stream_failed(Stream& s, const std::string& what, int os_error);
   void peer_failed(int peer, const std::string& what, int os_error);
   void close_peer(int peer) noexcept;
+  // False once the peer failed: nothing more goes to it.
+  bool usable(int peer) const;
+  // Makes the peer's queues (sockets still absent) and asks for its link, once.
+  void ensure_link(int peer);
+  // Takes the connector's finished links and failures (start of every poll).
+  void take_links();
+  void install_link(int peer, std::vector<net::Socket> sockets, const std::string& address);
 
   int rank_;
   int size_;
+  int sockets_per_peer_;
   net::EventLoop loop_;
+  std::unique_ptr<LinkConnector> connector_;  // declared after loop_: stops before it closes
   std::string local_address_;
   std::vector<Peer> peers_;
   std::vector<Req> reqs_;

@@ -1,7 +1,6 @@
 // SPDX-License-Identifier: BSD-3-Clause
 // TcpProcessGroup: the tcp backend's ProcessGroup. The public methods (in the base) have
 // checked the arguments; each do_<op>() here only builds an Op and hands it to the engine.
-#include <sys/resource.h>
 
 #include <algorithm>
 #include <atomic>
@@ -41,13 +40,11 @@ struct WeakKeyLess {
   }
 };
 
-// A full mesh of more ranks than this is never what was meant (and would not fit in memory).
+// More ranks than this is never what was meant (a WORLD_SIZE typo).
 constexpr int kMaxTcpWorldSize = 1 << 20;
-// Descriptors kept free for the store client, files and the application.
-constexpr unsigned long long kSpareDescriptors = 64;
 
 std::uint64_t next_group_index(const std::shared_ptr<Store>& store, int rank);
-void check_world_size_fits(int rank, int size, int sockets_per_peer);
+void check_world_size_fits(int rank, int size);
 
 class TcpProcessGroup final : public ProcessGroup {
  public:
@@ -68,10 +65,10 @@ class TcpProcessGroup final : public ProcessGroup {
     mo.hello_timeout = options.hello_timeout;
     mo.peer_timeout = env::resolve_peer_timeout(options.peer_timeout);
     mo.host_id = local_host_id();
+    mo.link_host_peers = env::transport_choice() != env::TransportChoice::tcp;
     Mesh mesh = build_mesh(*store_, mo);
-    listener_ = std::move(mesh.listener);
-    membership_ = std::move(mesh.membership);
-    hosts_ = make_host_map(membership_.host_ids);
+    membership_ = mesh.membership;
+    hosts_ = make_host_map(host_ids(membership_));
     EngineConfig ec;
     ec.rank = rank;
     ec.size = size;
@@ -245,7 +242,6 @@ class TcpProcessGroup final : public ProcessGroup {
   std::shared_ptr<Store> store_;
   TcpGroupOptions options_;
   std::atomic<std::uint64_t> splits_{0};
-  net::Listener listener_;  // open for the group's life: answers membership probes
   Membership membership_;
   HostMap hosts_;                // which ranks share a host: picks the hierarchical algorithms
   AlgorithmOverrides forced_{};  // CHORUS_ALGO
@@ -262,26 +258,15 @@ std::uint64_t next_group_index(const std::shared_ptr<Store>& store, int rank) {
   return ++counters[{std::weak_ptr<Store>(store), rank}];
 }
 
-// A full mesh holds (size - 1) x (sockets_per_peer + 1) sockets: refuse a world that cannot fit
-// in the open-file limit before anything is allocated for it.
-void check_world_size_fits(int rank, int size, int sockets_per_peer) {
+// Refuse a world size that cannot be meant (a WORLD_SIZE typo) before anything is sized by it.
+// There is no open-file check: links are made on demand (an allreduce-only group of any size
+// holds a few per rank), and a dial that runs out of descriptors names the limit.
+void check_world_size_fits(int rank, int size) {
   if (size > kMaxTcpWorldSize) {
     throw InvalidArgument(fmt::format(
-        "make_tcp_group on rank {}: size {} is more than the tcp backend's full mesh supports ({}); check WORLD_SIZE",
+        "make_tcp_group on rank {}: size {} is more than the tcp backend supports ({}); check "
+        "WORLD_SIZE",
         rank, size, kMaxTcpWorldSize));
-  }
-  rlimit limit{};
-  if (::getrlimit(RLIMIT_NOFILE, &limit) != 0 || limit.rlim_cur == RLIM_INFINITY) {
-    return;
-  }
-  const auto needed =
-      static_cast<unsigned long long>(size - 1) * static_cast<unsigned>(sockets_per_peer + 1) + 1;
-  if (needed + kSpareDescriptors > limit.rlim_cur) {
-    throw InvalidArgument(fmt::format(
-        "make_tcp_group on rank {}: WORLD_SIZE={} needs {} sockets per rank for the tcp backend's full mesh "
-        "(sockets_per_peer={}), but the open-file limit is {}; check WORLD_SIZE, or raise the limit "
-        "(ulimit -n)",
-        rank, size, needed, sockets_per_peer, static_cast<unsigned long long>(limit.rlim_cur)));
   }
 }
 
@@ -299,7 +284,7 @@ std::shared_ptr<ProcessGroup> make_tcp_group(std::shared_ptr<Store> store, int r
             "make_tcp_group: hello_timeout must be positive");
   check_arg(size >= 1 && rank >= 0 && rank < size,
             "make_tcp_group: rank {} is not in [0, {}); check RANK and WORLD_SIZE", rank, size);
-  tcp::check_world_size_fits(rank, size, options.sockets_per_peer);
+  tcp::check_world_size_fits(rank, size);
   // Each group gets its own namespace in the store: the k-th group this process creates as
   // `rank` on `store` is "tcp/g<k>" (all ranks create their groups in the same order, like
   // every other collective), so two groups over one store never read each other's addresses.

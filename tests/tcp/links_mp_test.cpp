@@ -1,0 +1,200 @@
+// SPDX-License-Identifier: BSD-3-Clause
+// Links on demand (link_connector.hpp), over real processes: how many sockets a rank holds
+// after the ops of a data-parallel job, links made by ops that need new peers (tagged
+// send/recv whose dials cross, all_to_all), and failure news reaching ranks that have no link
+// to the rank that died. Run with CHORUS_TRANSPORT=tcp (meson.build): the ranks of one host
+// would otherwise all be linked at setup for their shared memory.
+#include <dirent.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <climits>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+#include <catch2/catch.hpp>
+
+#include "tcp/mp_common.hpp"
+
+namespace chorus::test {
+namespace {
+
+// Sockets this process holds: the store client's, the group's listener and the links'.
+int open_sockets() {
+  int count = 0;
+  DIR* dir = ::opendir("/proc/self/fd");
+  if (!dir) {
+    throw ChildCheckFailed{"cannot read /proc/self/fd"};
+  }
+  while (const dirent* e = ::readdir(dir)) {
+    char target[64] = {};
+    const std::string path = std::string("/proc/self/fd/") + e->d_name;
+    const ssize_t n = ::readlink(path.c_str(), target, sizeof(target) - 1);
+    if (n > 0 && std::string(target, static_cast<std::size_t>(n)).rfind("socket:", 0) == 0) {
+      ++count;
+    }
+  }
+  ::closedir(dir);
+  return count;
+}
+
+// Links held by a group with one data socket per peer: two sockets each, besides the store
+// client's and the listener.
+int links_held() { return (open_sockets() - 2) / 2; }
+
+int ceil_log2(int n) {
+  int k = 0;
+  while ((1 << k) < n) {
+    ++k;
+  }
+  return k;
+}
+
+}  // namespace
+
+// 64 ranks run what data-parallel training runs (small and large allreduce, barrier). Each
+// rank links to its ring neighbours, its recursive-doubling partners and its barrier
+// partners: O(log N) peers, where a full mesh would hold 63.
+TEST_CASE("a 64-rank allreduce and barrier job links each rank to O(log N) peers",
+          "[tcp][mp][links]") {
+  constexpr int kRanks = 64;
+  StoreServerProcess server;
+  const auto port = server.port();
+  auto results = run_processes(
+      kRanks,
+      [port](int rank) {
+        auto store = child_store(port, 120s);
+        auto pg = make_tcp_group(store, rank, kRanks, loopback_options(120s));
+        // Counted before anyone's first op can dial this rank (a store barrier: a group barrier
+        // would make links itself).
+        const int after_setup = links_held();
+        if (store->add("counted", 1) == kRanks) {
+          store->set("all-counted", std::string_view("1"));
+        }
+        store->get("all-counted", 120s);
+        CHILD_CHECK(after_setup <= 2);  // setup links the ring neighbours only
+        std::vector<float> small(8, 1.0f);
+        pg->allreduce(Tensor::of(small.data(), small.size()))->wait();
+        std::vector<float> large(96 * 1024, 1.0f);  // 384 KiB: the ring
+        pg->allreduce(Tensor::of(large.data(), large.size()))->wait();
+        pg->barrier()->wait();
+        CHILD_CHECK(small[0] == kRanks && small[7] == kRanks);
+        CHILD_CHECK(large.front() == kRanks && large.back() == kRanks);
+        const int links = links_held();
+        // ring (2) + recursive doubling (log2 N) + dissemination barrier (2 log2 N)
+        const int bound = 2 + 3 * ceil_log2(kRanks);
+        if (links > bound) {
+          throw ChildCheckFailed{fmt::format("rank {} holds {} links (bound {})", rank, links,
+                                             bound)};
+        }
+        store->set(fmt::format("links/{}", rank), std::to_string(links));
+        pg->barrier()->wait();
+        if (rank == 0) {
+          std::vector<int> all;
+          for (int r = 0; r < kRanks; ++r) {
+            all.push_back(std::stoi(store->get_string(fmt::format("links/{}", r), 30s)));
+          }
+          std::sort(all.begin(), all.end());
+          std::fprintf(stderr,
+                       "links per rank after allreduce + barrier at %d ranks: min %d, median %d, "
+                       "max %d (a full mesh: %d)\n",
+                       kRanks, all.front(), all[all.size() / 2], all.back(), kRanks - 1);
+        }
+      },
+      180s);
+  REQUIRE_ALL_OK(results);
+}
+
+// Every rank sends to and receives from the rank opposite it on the ring at the same time:
+// both ends of each pair dial at once, and the lower rank's link wins. Then all_to_all links
+// everyone to everyone.
+TEST_CASE("crossing dials from tagged send/recv, then all_to_all, link every pair once",
+          "[tcp][mp][links]") {
+  constexpr int kRanks = 8;
+  StoreServerProcess server;
+  const auto port = server.port();
+  auto results = run_processes(
+      kRanks,
+      [port](int rank) {
+        auto store = child_store(port);
+        auto pg = make_tcp_group(store, rank, kRanks, loopback_options(60s));
+        const int opposite = (rank + kRanks / 2) % kRanks;
+        std::vector<float> out(1000, static_cast<float>(rank));
+        std::vector<float> in(1000, -1.0f);
+        auto sent = pg->send(Tensor::of(out.data(), out.size()), opposite, 7);
+        auto got = pg->recv(Tensor::of(in.data(), in.size()), opposite, 7);
+        sent->wait();
+        got->wait();
+        CHILD_CHECK(in.front() == opposite && in.back() == opposite);
+        if (links_held() != 3) {  // the two ring neighbours and the opposite rank
+          throw ChildCheckFailed{fmt::format("rank {} holds {} sockets after the tagged exchange",
+                                             rank, open_sockets())};
+        }
+        // Through the store, not the group: a barrier would link the barrier partners, and
+        // all_to_all on a rank that went ahead would link to this one before it counted.
+        if (store->add("counted", 1) == kRanks) {
+          store->set("all-counted", std::string_view("1"));
+        }
+        store->get("all-counted", 30s);
+
+        std::vector<float> a2a_in(kRanks * 4);
+        std::vector<float> a2a_out(kRanks * 4, -1.0f);
+        for (int i = 0; i < kRanks * 4; ++i) {
+          a2a_in[static_cast<std::size_t>(i)] = static_cast<float>(rank * 1000 + i);
+        }
+        pg->all_to_all(Tensor::of(a2a_in.data(), a2a_in.size()),
+                       Tensor::of(a2a_out.data(), a2a_out.size()))
+            ->wait();
+        for (int src = 0; src < kRanks; ++src) {
+          for (int j = 0; j < 4; ++j) {
+            CHILD_CHECK(a2a_out[static_cast<std::size_t>(src * 4 + j)] ==
+                        static_cast<float>(src * 1000 + rank * 4 + j));
+          }
+        }
+        CHILD_CHECK(links_held() == kRanks - 1);
+        pg->barrier()->wait();
+      },
+      120s);
+  REQUIRE_ALL_OK(results);
+}
+
+// Rank 5 dies after a ring allreduce (so only ranks 4 and 6 hold a link to it). Its neighbours
+// see the link break; every other rank hears it from the notices passed on along the links,
+// at once, naming rank 5.
+TEST_CASE("ranks with no link to a killed rank fail at once, naming it", "[tcp][mp][links]") {
+  constexpr int kRanks = 8;
+  StoreServerProcess server;
+  const auto port = server.port();
+  auto results = run_processes(
+      kRanks,
+      [port](int rank) {
+        auto store = child_store(port);
+        auto pg = make_tcp_group(store, rank, kRanks, loopback_options(60s));
+        std::vector<float> data(96 * 1024, 1.0f);
+        pg->allreduce(Tensor::of(data.data(), data.size()))->wait();
+        const auto t0 = Clock::now();
+        auto work = pg->allreduce(Tensor::of(data.data(), data.size()));
+        if (rank == 5) {
+          ::kill(::getpid(), SIGKILL);
+        }
+        const Error e = expect_error([&] { work->wait(); });
+        const double took = seconds_since(t0);
+        if (!(contains(e.what(), "rank 5") && took < 10.0)) {
+          throw ChildCheckFailed{fmt::format("after {:.3f} s: {}", took, e.what())};
+        }
+      },
+      90s);
+  INFO(describe(results));
+  for (int r = 0; r < kRanks; ++r) {
+    if (r == 5) {
+      CHECK(results[static_cast<std::size_t>(r)].signal == SIGKILL);
+    } else {
+      CHECK(results[static_cast<std::size_t>(r)].ok());
+    }
+  }
+}
+
+}  // namespace chorus::test
