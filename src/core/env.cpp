@@ -169,6 +169,11 @@ TransportChoice transport_choice() {
       *text));
 }
 
+std::optional<long long> max_peer_sockets() {
+  return get_int("CHORUS_MAX_PEER_SOCKETS", 2, 1LL << 24,
+                 "the job's environment (a bound on each rank's sockets to its peers)");
+}
+
 }  // namespace chorus::env
 
 namespace chorus {

@@ -52,4 +52,9 @@ std::optional<std::string> host_id();
 enum class TransportChoice { automatic, tcp, shm };
 TransportChoice transport_choice();
 
+// CHORUS_MAX_PEER_SOCKETS: at most this many sockets to peers per rank (tcp backend), met by
+// closing the least recently used idle links; unset: no bound. Throws InvalidArgument on a
+// bad value.
+std::optional<long long> max_peer_sockets();
+
 }  // namespace chorus::env

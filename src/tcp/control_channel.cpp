@@ -40,7 +40,11 @@ void SocketTransport::send_p2p(int peer, std::uint32_t tag, const void* data, st
              p.goodbye ? "the peer left the group" : "the connection to the peer is gone");
     return;
   }
+  if (defer_if_closing(peer, [=, this] { send_p2p(peer, tag, data, bytes, token); })) {
+    return;
+  }
   ensure_link(peer);
+  p.last_used = Clock::now();
   // One frame per chunk (wire.hpp), so that control frames can be queued between them.
   const bool idle = p.control->sendq.empty();
   const auto* base = static_cast<const std::byte*>(data);
@@ -87,7 +91,11 @@ void SocketTransport::recv_p2p(int peer, std::uint32_t tag, void* data, std::siz
              p.goodbye ? "the peer left the group" : "the connection to the peer is gone");
     return;
   }
+  if (defer_if_closing(peer, [=, this] { recv_p2p(peer, tag, data, bytes, token); })) {
+    return;
+  }
   ensure_link(peer);
+  p.last_used = Clock::now();
   p.control->posted.push_back({tag, static_cast<std::byte*>(data), bytes, token});
 }
 
@@ -178,6 +186,11 @@ void SocketTransport::write_control(int peer) {
     }
   }
   update_control_interest(peer);
+  Peer& p = peers_[static_cast<std::size_t>(peer)];
+  if (p.release_when_flushed && c.sendq.empty()) {
+    p.release_when_flushed = false;
+    to_drop_.push_back(peer);  // our "ok" is out: close at the end of this poll
+  }
 }
 
 // Sets up where the body of the frame whose header was just read goes. False if the peer
@@ -242,6 +255,9 @@ bool SocketTransport::start_frame(int peer) {
     case FrameType::status_request:
     case FrameType::status_reply:
     case FrameType::heartbeat:
+    case FrameType::link_release:
+    case FrameType::link_release_ok:
+    case FrameType::link_release_no:
       if (c.frame.length > kMaxControlPayload) {
         return protocol_error("a control frame over the size limit");
       }
@@ -259,7 +275,9 @@ void SocketTransport::read_control(int peer) {
     return;
   }
   std::size_t moved = 0;
-  while (!c.dead && moved < kIoBudget) {
+  const Peer& owner = peers_[static_cast<std::size_t>(peer)];
+  // An agreed release stops reading: the peer's end closes right after its last frame.
+  while (!c.dead && moved < kIoBudget && owner.release != Release::agreed) {
     if (!c.in_body) {
       const net::IoResult r =
           c.sock.read(c.header.data() + c.header_got, kFrameHeaderBytes - c.header_got);
@@ -278,10 +296,17 @@ void SocketTransport::read_control(int peer) {
         return;
       }
       if (ended) {
-        peer_failed(peer,
-                    "the connection was closed without the peer leaving the group: the process "
-                    "died, was killed, or exited without destroying its group",
-                    0);
+        // Reported at the next poll: what the peer sent on its data sockets before it went may
+        // complete the op in hand once the engine has posted its next receive (a peer that
+        // did its part and exited is not a failure of that op).
+        if (!p.lost) {
+          p.lost = true;
+          lost_.push_back(peer);
+        }
+        c.dead = true;
+        loop_.remove(c.sock.fd());
+        c.registered = false;
+        c.sock.close();
         return;
       }
       if (!r.ok()) {
@@ -364,6 +389,11 @@ void SocketTransport::control_frame_complete(int peer) {
   }
   if (c.frame.type == FrameType::heartbeat) {
     return;  // it was heard (read_control noted the time); nothing for the engine
+  }
+  if (c.frame.type == FrameType::link_release || c.frame.type == FrameType::link_release_ok ||
+      c.frame.type == FrameType::link_release_no) {
+    on_release_frame(peer, c.frame.type, c.body_buf);
+    return;
   }
   TransportEvent ev;
   ev.peer = peer;

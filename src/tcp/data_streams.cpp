@@ -35,12 +35,16 @@ void SocketTransport::post_recv(int peer, void* data, std::size_t bytes, std::ui
 
 void SocketTransport::post(int peer, std::byte* base, std::size_t bytes, std::uint64_t token,
                            bool send) {
+  if (defer_if_closing(peer, [=, this] { post(peer, base, bytes, token, send); })) {
+    return;
+  }
   Peer& p = peers_[static_cast<std::size_t>(peer)];
   const std::uint64_t index = send ? p.sends++ : p.recvs++;
   if (p.failed) {
     return;  // the engine already heard about it and fails the op
   }
   ensure_link(peer);
+  p.last_used = Clock::now();
   const std::size_t k = p.data.size();
   auto queue = [send](Stream& s) -> std::deque<Part>& { return send ? s.sendq : s.recvq; };
   auto pump = [this, send](Stream& s) { send ? write_stream(s) : read_stream(s); };
@@ -143,8 +147,8 @@ bool SocketTransport::move_stream(Stream& s, bool send) {
 }
 
 void SocketTransport::on_stream(Stream& s, std::uint32_t events) {
-  if (s.dead) {
-    return;
+  if (s.dead || peers_[static_cast<std::size_t>(s.peer)].release == Release::agreed) {
+    return;  // a link being released: its end closes, which is no failure
   }
   if ((events & EPOLLIN) && !read_stream(s)) {
     return;

@@ -383,6 +383,9 @@ void Engine::on_control(TransportEvent& ev) {
     case FrameType::p2p:
     case FrameType::p2p_more:
     case FrameType::heartbeat:  // the transport keeps these (it notes when each peer was heard)
+    case FrameType::link_release:
+    case FrameType::link_release_ok:
+    case FrameType::link_release_no:
       return;
   }
 }
@@ -592,14 +595,14 @@ void Engine::fail_from_news(int from, const AbortNotice& n, bool left) {
                               : ErrorCode::network;
   // Pass the news on: links are made on demand, so the peers linked to this rank may have no
   // link to the sender (and a goodbye went only here anyway). A rank that already failed
-  // ignores it, so the news crosses every link once.
+  // ignores it, so the news crosses every link once; neither the sender nor the root needs it.
   fail_group(make_error(error_code, fmt::format("{}: {}", prefix(op), what),
                         context(op, std::move(peers))),
-             true, root, root_message);
+             true, root, root_message, from);
 }
 
 void Engine::fail_group(std::exception_ptr error, bool notify_peers, int root_rank,
-                        std::string root_message) {
+                        std::string root_message, int news_from) {
   if (failure_) {
     return;
   }
@@ -631,8 +634,9 @@ void Engine::fail_group(std::exception_ptr error, bool notify_peers, int root_ra
   transport_->drop_all();
   if (notify_peers) {
     const std::vector<std::uint8_t> payload = encode(notice);
+    const bool forwarded = news_from >= 0;
     for (int p = 0; p < config_.size; ++p) {
-      if (p != config_.rank) {
+      if (p != config_.rank && !(forwarded && (p == news_from || p == notice.root_rank))) {
         transport_->send_control(p, FrameType::abort, payload);
       }
     }

@@ -107,8 +107,10 @@ class Engine {
   void conclude_probe();
   // root_rank: where the failure began (this rank, a dead peer, a timeout's culprit, or the
   // root named by a peer's notice); root_message: what that rank said (empty: this error's).
+  // notify_peers: send the abort notice to every linked peer except `news_from` (the peer
+  // whose news this is) and the root rank.
   void fail_group(std::exception_ptr error, bool notify_peers, int root_rank,
-                  std::string root_message = {});
+                  std::string root_message = {}, int news_from = -1);
   // A peer's abort notice, or the cause in its goodbye: fail naming the root cause.
   void fail_from_news(int from, const AbortNotice& notice, bool left);
   bool valid_rank(int r) const { return r >= 0 && r < config_.size; }

@@ -95,6 +95,11 @@ struct LinkConnector::Incoming {
   std::size_t proof_got = 0;
   Deadline deadline = Deadline::never();
   bool done = false;
+  // A dial from a peer we still hold a link to: the peer released it and dials again, and
+  // our engine has not told us yet (or an abandoned crossing dial, which closes). Decided on
+  // release(), dropped at its deadline or EOF.
+  bool parked = false;
+  Hello parked_hello{};
 };
 
 LinkConnector::LinkConnector(Store& store, Membership membership, net::Listener listener,
@@ -139,6 +144,15 @@ void LinkConnector::request(int peer) {
   (void)!::write(wake_fd_, &one, sizeof(one));
 }
 
+void LinkConnector::release(int peer) {
+  {
+    std::lock_guard lock(mu_);
+    requests_.push_back(-peer - 1);
+  }
+  const std::uint64_t one = 1;
+  (void)!::write(wake_fd_, &one, sizeof(one));
+}
+
 void LinkConnector::take(std::vector<NewLink>& links, std::vector<LinkFailure>& failures) {
   std::lock_guard lock(mu_);
   std::move(ready_links_.begin(), ready_links_.end(), std::back_inserter(links));
@@ -177,9 +191,21 @@ void LinkConnector::run() {
       }
       requests.swap(requests_);
     }
-    for (int peer : requests) {
-      if (state_[static_cast<std::size_t>(peer)] == State::none) {
-        start_dial(peer);
+    for (int request : requests) {
+      if (request < 0) {
+        const int peer = -request - 1;
+        if (state_[static_cast<std::size_t>(peer)] == State::up) {
+          state_[static_cast<std::size_t>(peer)] = State::none;
+        }
+        // A dial from that peer that came before we heard of the release.
+        for (auto& in : incoming_) {
+          if (in->parked && in->parked_hello.src == static_cast<std::uint32_t>(peer)) {
+            in->parked = false;
+            decide(*in, in->parked_hello);
+          }
+        }
+      } else if (state_[static_cast<std::size_t>(request)] == State::none) {
+        start_dial(request);
       }
     }
 
@@ -443,6 +469,15 @@ void LinkConnector::step_incoming(Incoming& in) {
     in.done = true;
     in.sock.close();
   };
+  if (in.parked) {
+    std::uint8_t byte;
+    const net::IoResult r = in.sock.read(&byte, 1);
+    if (!r.would_block()) {
+      in.done = true;  // closed (an abandoned dial), or bytes out of turn
+      in.sock.close();
+    }
+    return;
+  }
   if (in.peer < 0) {
     // A probe is a bare hello: read the hello first, the nonce only from a real connection.
     const std::size_t want = in.got < kHelloBytes ? kHelloBytes : kOpenBytes;
@@ -518,7 +553,12 @@ void LinkConnector::decide(Incoming& in, const Hello& h) {
   const int peer = static_cast<int>(h.src);
   const auto up = static_cast<std::size_t>(peer);
   const State s = state_[up];
-  if (s == State::up || s == State::failed || (s == State::dialing && peer > o_.rank)) {
+  if (s == State::up) {
+    in.parked = true;
+    in.parked_hello = h;
+    return;
+  }
+  if (s == State::failed || (s == State::dialing && peer > o_.rank)) {
     // Our own dial to that (higher) rank is under way, or the link exists: it keeps ours.
     const auto crossing =
         encode_hello({membership_.group_id, static_cast<std::uint32_t>(o_.rank), h.src,

@@ -81,6 +81,9 @@ class LinkConnector {
   void set_notify(std::function<void()> notify);
   // Any thread: dial `peer` unless a link to it is up or being made.
   void request(int peer);
+  // Any thread: the link to `peer` was closed by agreement (CHORUS_MAX_PEER_SOCKETS); the next
+  // need dials again, and a dial from it that arrived meanwhile is taken.
+  void release(int peer);
   // Any thread: hands over the links and failures that are ready.
   void take(std::vector<NewLink>& links, std::vector<LinkFailure>& failures);
   // Any thread: waits until something is ready to take() or `until` passes.

@@ -293,6 +293,9 @@ void withdraw(Store& store, const std::string& epoch, int rank) {
 // formation as formed with its host map. False if rank 0 does not answer.
 bool complete_formation(Store& store, const std::string& epoch, const Leader& leader,
                         const MembershipOptions& o) {
+  if (!peek(store, epoch_key(epoch, "state")).empty()) {
+    return true;  // already decided (a clash): the wait for the state reports it
+  }
   if (o.rank != 0 && !leader_alive(leader, o.rank, o.deadline)) {
     return false;
   }

@@ -81,6 +81,7 @@ void link_setup_peers(Store& store, const MeshOptions& o, Mesh& mesh,
     for (NewLink& l : links) {
       PeerLink& link = mesh.peers[static_cast<std::size_t>(l.peer)];
       link.address = l.address;
+      link.setup = std::find(peers.begin(), peers.end(), l.peer) != peers.end();
       link.control = std::move(l.sockets[0]);
       for (std::size_t i = 1; i < l.sockets.size(); ++i) {
         link.data.push_back(std::move(l.sockets[i]));
@@ -202,6 +203,7 @@ Mesh build_mesh(Store& store, const MeshOptions& o) {
   mesh.group_id = mesh.membership.group_id;
   mesh.peers.resize(static_cast<std::size_t>(n));
   mesh.sockets_per_peer = o.sockets_per_peer;
+  mesh.max_links = o.max_links;
   const std::vector<int> peers =
       setup_peers(o.rank, n, host_ids(mesh.membership), o.link_host_peers);
   try {

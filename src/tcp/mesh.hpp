@@ -28,6 +28,7 @@ struct PeerLink {
   std::string address;            // "host:port" the peer listens on (for messages)
   net::Socket control;            // channel 0: control frames and tagged send/recv
   std::vector<net::Socket> data;  // channels 1..: the collective streams
+  bool setup = false;             // a setup peer's link (kept for the group's life)
 };
 
 struct Mesh {
@@ -35,6 +36,8 @@ struct Mesh {
   std::string local_address;    // this rank's "host:port"
   std::vector<PeerLink> peers;  // indexed by rank; empty where no link was made yet
   int sockets_per_peer = 1;     // data sockets per link
+  // CHORUS_MAX_PEER_SOCKETS as links (sockets / (1 + sockets_per_peer)); 0: no bound.
+  std::size_t max_links = 0;
   // Owns the listening socket for the group's life (a live group answers connections,
   // membership probes among them; a dead one refuses them) and makes the other links.
   std::unique_ptr<LinkConnector> connector;
@@ -56,6 +59,7 @@ struct MeshOptions {
   Duration peer_timeout = Duration::zero();
   // Link the ranks of this host at setup (their shared memory is set up over those links).
   bool link_host_peers = true;
+  std::size_t max_links = 0;  // see Mesh::max_links
 };
 
 // The peers setup links to: ring neighbours, and the ranks sharing this rank's host when

@@ -6,10 +6,11 @@
 
 #include <sys/epoll.h>
 
-#include <utility>
-
 #include <algorithm>
 #include <iterator>
+#include <utility>
+
+#include "core/bytes.hpp"
 
 namespace chorus::tcp {
 
@@ -19,6 +20,7 @@ SocketTransport::SocketTransport(int rank, int size, Mesh mesh)
       sockets_per_peer_(mesh.sockets_per_peer),
       local_address_(mesh.local_address),
       peers_(static_cast<std::size_t>(size)),
+      max_links_(mesh.max_links),
       discard_(64 * 1024) {
   for (int p = 0; p < size; ++p) {
     PeerLink& link = mesh.peers[static_cast<std::size_t>(p)];
@@ -31,6 +33,10 @@ SocketTransport::SocketTransport(int rank, int size, Mesh mesh)
     for (auto& sock : link.data) {
       sockets.push_back(std::move(sock));
     }
+    // Setup peers' links stay (both ends pin the same ones); an early link to another peer
+    // (it dialed during our setup) is an ordinary one.
+    peers_[static_cast<std::size_t>(p)].pinned = link.setup;
+    pinned_links_ += link.setup ? 1 : 0;
     install_link(p, std::move(sockets), link.address);
   }
   connector_ = std::move(mesh.connector);
@@ -44,7 +50,7 @@ bool SocketTransport::usable(int peer) const {
   return !p.failed && !(p.control && p.control->dead);
 }
 
-void SocketTransport::ensure_link(int peer) {
+void SocketTransport::make_queues(int peer) {
   Peer& p = peers_[static_cast<std::size_t>(peer)];
   if (!p.control) {
     p.control = std::make_unique<Control>();
@@ -54,6 +60,11 @@ void SocketTransport::ensure_link(int peer) {
       p.data.push_back(std::move(s));
     }
   }
+}
+
+void SocketTransport::ensure_link(int peer) {
+  make_queues(peer);
+  Peer& p = peers_[static_cast<std::size_t>(peer)];
   if (!p.link_requested && !p.failed && connector_) {
     p.link_requested = true;
     connector_->request(peer);
@@ -71,6 +82,10 @@ void SocketTransport::install_link(int peer, std::vector<net::Socket> sockets,
   ensure_link(peer);
   p.address = address;
   p.last_heard = Clock::now();
+  p.last_used = p.last_heard;
+  if (!p.pinned) {
+    ++open_links_;
+  }
   sockets[0].set_nodelay(true);
   Control& c = *p.control;
   c.sock = std::move(sockets[0]);
@@ -141,7 +156,8 @@ void SocketTransport::part_done(std::uint32_t req) {
 
 bool SocketTransport::peer_connected(int peer) const {
   const Peer& p = peers_[static_cast<std::size_t>(peer)];
-  return p.control && p.control->registered && !p.control->dead && !p.failed;
+  return p.control && p.control->registered && !p.control->dead && !p.failed &&
+         p.release == Release::none;
 }
 
 std::optional<Clock::time_point> SocketTransport::last_heard(int peer) const {
@@ -150,6 +166,160 @@ std::optional<Clock::time_point> SocketTransport::last_heard(int peer) const {
     return std::nullopt;
   }
   return p.last_heard;
+}
+
+// ---- releasing idle links (CHORUS_MAX_PEER_SOCKETS) ----------------------------------------
+
+bool SocketTransport::idle(int peer) const {
+  const Peer& p = peers_[static_cast<std::size_t>(peer)];
+  if (!p.control || !p.control->registered || p.control->dead) {
+    return false;
+  }
+  const Control& c = *p.control;
+  if (!c.sendq.empty() || !c.posted.empty() || c.msg_open || c.in_body || c.header_got != 0) {
+    return false;
+  }
+  return std::all_of(p.data.begin(), p.data.end(),
+                     [](const auto& s) { return s->sendq.empty() && s->recvq.empty(); });
+}
+
+void SocketTransport::enforce_link_bound() {
+  const auto now = Clock::now();
+  retry_release_ = Deadline::never();
+  std::size_t closing = 0;
+  for (const Peer& p : peers_) {
+    closing += p.release != Release::none ? 1 : 0;
+  }
+  // Setup links count against the bound but are never released.
+  while (open_links_ + pinned_links_ > max_links_ + closing) {
+    int oldest = -1;
+    for (int q = 0; q < size_; ++q) {
+      const Peer& p = peers_[static_cast<std::size_t>(q)];
+      if (q == rank_ || p.pinned || p.failed || p.release != Release::none || !idle(q)) {
+        continue;
+      }
+      // A peer that refused was busy: ask again a little later, not in a tight loop.
+      if (p.refused_at + kReleaseRetry > now) {
+        retry_release_ = earliest(retry_release_, Deadline::at(p.refused_at + kReleaseRetry));
+        continue;
+      }
+      if (oldest < 0 || p.last_used < peers_[static_cast<std::size_t>(oldest)].last_used) {
+        oldest = q;
+      }
+    }
+    if (oldest < 0) {
+      return;  // every link is busy: the bound is met again once some go idle
+    }
+    Peer& p = peers_[static_cast<std::size_t>(oldest)];
+    std::vector<std::uint8_t> counts;
+    append_le(counts, p.sends, 8);
+    append_le(counts, p.recvs, 8);
+    p.release = Release::asked;
+    ++closing;
+    queue_frame(oldest, FrameType::link_release, std::move(counts));
+  }
+}
+
+void SocketTransport::on_release_frame(int peer, FrameType type,
+                                       const std::vector<std::uint8_t>& payload) {
+  Peer& p = peers_[static_cast<std::size_t>(peer)];
+  if (type == FrameType::link_release) {
+    // Agree only if nothing is in flight either way: the asker's counts mirror ours.
+    const bool agree = payload.size() == 16 && !p.pinned && p.release != Release::agreed &&
+                       idle(peer) && get_le(payload.data(), 8) == p.recvs &&
+                       get_le(payload.data() + 8, 8) == p.sends;
+    if (!agree) {
+      queue_frame(peer, FrameType::link_release_no, {});
+      return;
+    }
+    p.release = Release::agreed;
+    p.release_when_flushed = true;
+    queue_frame(peer, FrameType::link_release_ok, {});  // dropped once written
+    return;
+  }
+  if (p.release != Release::asked) {
+    return;  // we agreed to its own request meanwhile: the link is closing anyway
+  }
+  if (type == FrameType::link_release_ok) {
+    p.release = Release::agreed;
+    to_drop_.push_back(peer);
+    return;
+  }
+  p.release = Release::none;  // busy on its side: keep the link
+  p.refused_at = Clock::now();
+  std::vector<std::function<void()>> waiting;
+  waiting.swap(p.deferred);
+  for (auto& post : waiting) {
+    post();
+  }
+}
+
+void SocketTransport::queue_frame(int peer, FrameType type, std::vector<std::uint8_t> payload) {
+  Control& c = *peers_[static_cast<std::size_t>(peer)].control;
+  OutFrame f;
+  f.header = encode_header({type, 0, payload.size()});
+  f.owned = std::move(payload);
+  f.data = reinterpret_cast<const std::byte*>(f.owned.data());
+  f.len = f.owned.size();
+  const bool idle_queue = c.sendq.empty();
+  // Ahead of every tagged chunk not yet started, behind the frame being written (the stream
+  // must stay on frame boundaries) and behind earlier control frames (their order holds: an
+  // abort notice never overtakes the status reply before it).
+  auto at = c.sendq.begin();
+  if (at != c.sendq.end() && at->off > 0) {
+    ++at;
+  }
+  while (at != c.sendq.end() && !at->tagged) {
+    ++at;
+  }
+  c.sendq.insert(at, std::move(f));
+  if (idle_queue) {
+    write_control(peer);
+  }
+}
+
+bool SocketTransport::defer_if_closing(int peer, std::function<void()> post) {
+  Peer& p = peers_[static_cast<std::size_t>(peer)];
+  if (p.release == Release::none) {
+    return false;
+  }
+  p.deferred.push_back(std::move(post));
+  return true;
+}
+
+void SocketTransport::drop_link(int peer) {
+  Peer& p = peers_[static_cast<std::size_t>(peer)];
+  if (p.release != Release::agreed || p.failed) {
+    return;
+  }
+  // Messages that arrived before their recv survive the link.
+  std::deque<Unexpected> unexpected = std::move(p.control->unexpected);
+  if (p.control->registered) {
+    loop_.remove(p.control->sock.fd());
+  }
+  for (auto& s : p.data) {
+    if (s->registered) {
+      loop_.remove(s->sock.fd());
+    }
+  }
+  p.control.reset();
+  p.data.clear();
+  p.link_requested = false;
+  p.release = Release::none;
+  p.release_when_flushed = false;
+  --open_links_;
+  if (connector_) {
+    connector_->release(peer);
+  }
+  if (!unexpected.empty()) {
+    make_queues(peer);
+    p.control->unexpected = std::move(unexpected);
+  }
+  std::vector<std::function<void()>> waiting;
+  waiting.swap(p.deferred);
+  for (auto& post : waiting) {
+    post();
+  }
 }
 
 // ---- failures and teardown -----------------------------------------------------------------
@@ -162,15 +332,30 @@ void SocketTransport::peer_failed(int peer, const std::string& what, int os_erro
   // What the peer wrote on its control socket before its connections broke comes first: an
   // abort notice (then the engine reports the original cause, not this symptom) or a goodbye
   // (then the peer left the group rather than died).
+  p.draining = true;
   if (p.control && p.control->registered && !p.control->dead) {
-    p.draining = true;
     read_control(peer);
-    p.draining = false;
   }
+  // And what it sent on the data sockets before it went: a peer that finished its part of an
+  // op and exited completed that op here too.
+  for (auto& s : p.data) {
+    if (!s->dead && s->registered && !s->recvq.empty()) {
+      read_stream(*s);
+    }
+  }
+  p.draining = false;
   if (p.failed) {
     return;
   }
   p.failed = true;
+  if (p.release == Release::asked || p.release == Release::agreed) {
+    p.release = Release::none;
+    std::vector<std::function<void()>> waiting;
+    waiting.swap(p.deferred);
+    for (auto& post : waiting) {
+      post();  // each fails at once: the peer has failed
+    }
+  }
   TransportEvent ev;
   ev.kind = TransportEvent::Kind::peer_failed;
   ev.peer = peer;
@@ -292,9 +477,25 @@ void SocketTransport::close_all() noexcept {
 void SocketTransport::poll(Deadline until, std::vector<std::uint64_t>& completed,
                            std::vector<TransportEvent>& events) {
   take_links();
+  std::vector<int> lost;
+  lost.swap(lost_);
+  for (int peer : lost) {
+    peer_failed(peer,
+                "the connection was closed without the peer leaving the group: the process "
+                "died, was killed, or exited without destroying its group",
+                0);
+  }
   const bool ready = !completed_.empty() || !events_.empty();
-  loop_.run_once(ready ? Deadline::after(Duration::zero()) : until);
+  loop_.run_once(ready ? Deadline::after(Duration::zero()) : earliest(until, retry_release_));
   take_links();
+  std::vector<int> dropping;
+  dropping.swap(to_drop_);
+  for (int peer : dropping) {
+    drop_link(peer);
+  }
+  if (max_links_ != 0 && open_links_ + pinned_links_ > max_links_) {
+    enforce_link_bound();
+  }
   // Appends: a decorator may have put its own completions there already.
   completed.insert(completed.end(), completed_.begin(), completed_.end());
   completed_.clear();

@@ -23,6 +23,7 @@
 
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -44,6 +45,8 @@ class SocketTransport final : public EngineTransport {
   // Bytes one readiness callback may move before returning to the loop, so that one busy
   // socket cannot starve the others (level-triggered epoll reports it again).
   static constexpr std::size_t kIoBudget = 8u << 20;
+  // A peer that refused to release an idle link is asked again after this.
+  static constexpr auto kReleaseRetry = std::chrono::milliseconds(20);
 
   SocketTransport(int rank, int size, Mesh mesh);
   ~SocketTransport() override;
@@ -132,9 +135,21 @@ class SocketTransport final : public EngineTransport {
     std::deque<P2pRecv> posted;
     std::deque<Unexpected> unexpected;
   };
+  // Closing an idle link to stay under CHORUS_MAX_PEER_SOCKETS (wire.hpp, link_release).
+  enum class Release : std::uint8_t {
+    none,
+    asked,   // we asked the peer; posts wait for its answer
+    agreed,  // closing: posts wait, and the link is dropped at the end of this poll
+  };
   struct Peer {
     std::string address;
     bool link_requested = false;  // asked the connector for it (or setup made it)
+    bool pinned = false;          // a setup link (ring neighbour, host peer): never released
+    Release release = Release::none;
+    bool release_when_flushed = false;  // our "ok" is still being written
+    Clock::time_point last_used{};
+    Clock::time_point refused_at{};  // when it last refused to release the link
+    std::vector<std::function<void()>> deferred;  // posts made while the link was closing
     std::vector<std::unique_ptr<Stream>> data;
     std::unique_ptr<Control> control;
     std::uint64_t sends = 0;  // messages posted, for striping
@@ -143,6 +158,7 @@ class SocketTransport final : public EngineTransport {
     bool goodbye = false;
     bool failed = false;
     bool draining = false;  // peer_failed() is reading the control socket's last frames
+    bool lost = false;      // its control socket ended without a goodbye: fails next poll
   };
   struct Req {
     std::uint64_t token = 0;
@@ -172,11 +188,24 @@ class SocketTransport final : public EngineTransport {
   void close_peer(int peer) noexcept;
   // False once the peer failed: nothing more goes to it.
   bool usable(int peer) const;
-  // Makes the peer's queues (sockets still absent) and asks for its link, once.
+  // Makes the peer's queues (sockets still absent).
+  void make_queues(int peer);
+  // make_queues, and asks the connector for the link, once.
   void ensure_link(int peer);
   // Takes the connector's finished links and failures (start of every poll).
   void take_links();
   void install_link(int peer, std::vector<net::Socket> sockets, const std::string& address);
+  // CHORUS_MAX_PEER_SOCKETS: nothing queued or expected on the link, in either direction.
+  bool idle(int peer) const;
+  // Asks the least recently used idle peers to release their links while over the bound.
+  void enforce_link_bound();
+  void on_release_frame(int peer, FrameType type, const std::vector<std::uint8_t>& payload);
+  // Queues a control frame, whatever the link's state (send_control drops them on a closing one).
+  void queue_frame(int peer, FrameType type, std::vector<std::uint8_t> payload);
+  // Closes an agreed link and returns the pair to "no link yet"; runs the posts that waited.
+  void drop_link(int peer);
+  // True (and the post kept for later) if the peer's link is closing.
+  bool defer_if_closing(int peer, std::function<void()> post);
 
   int rank_;
   int size_;
@@ -185,6 +214,12 @@ class SocketTransport final : public EngineTransport {
   std::unique_ptr<LinkConnector> connector_;  // declared after loop_: stops before it closes
   std::string local_address_;
   std::vector<Peer> peers_;
+  std::size_t max_links_ = 0;   // 0: no bound
+  std::size_t open_links_ = 0;    // links up that may be released (not pinned)
+  std::size_t pinned_links_ = 0;  // setup links
+  std::vector<int> to_drop_;    // agreed releases, done at the end of poll()
+  std::vector<int> lost_;       // peers whose control socket ended (reported next poll)
+  Deadline retry_release_ = Deadline::never();  // when to ask a peer that refused again
   std::vector<Req> reqs_;
   std::vector<std::uint32_t> free_reqs_;
   std::vector<std::uint64_t> completed_;

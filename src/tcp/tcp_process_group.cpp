@@ -66,6 +66,10 @@ class TcpProcessGroup final : public ProcessGroup {
     mo.peer_timeout = env::resolve_peer_timeout(options.peer_timeout);
     mo.host_id = local_host_id();
     mo.link_host_peers = env::transport_choice() != env::TransportChoice::tcp;
+    if (const auto sockets = env::max_peer_sockets()) {
+      mo.max_links = static_cast<std::size_t>(
+          std::max<long long>(1, *sockets / (options.sockets_per_peer + 1)));
+    }
     Mesh mesh = build_mesh(*store_, mo);
     membership_ = mesh.membership;
     hosts_ = make_host_map(host_ids(membership_));

@@ -23,6 +23,13 @@ enum class FrameType : std::uint32_t {
   status_reply = 5,    // payload = StatusReply
   p2p_more = 6,        // tag = the open message's tag; payload = its next chunk
   heartbeat = 7,       // empty: the sender's progress thread is alive (peer liveness)
+  // Closing an idle link (CHORUS_MAX_PEER_SOCKETS). The asker sends how many collective
+  // messages it has sent and received on the pair (u64 each); the peer agrees only if it is
+  // idle too and its counts mirror them, so nothing is in flight either way. Both ends then
+  // close, and the next op that needs the pair links it again.
+  link_release = 8,
+  link_release_ok = 9,
+  link_release_no = 10,
 };
 // A tagged message of L bytes travels as one `p2p` frame whose header says L and whose body is
 // the first min(L, kP2pChunkBytes) bytes, then `p2p_more` frames of at most kP2pChunkBytes each

@@ -45,6 +45,14 @@ int open_sockets() {
 // client's and the listener.
 int links_held() { return (open_sockets() - 2) / 2; }
 
+// Waits until `n` ranks arrived at `name`, through the store (a group barrier would link).
+void store_barrier(Store& store, const std::string& name, int n) {
+  if (store.add(name + "/count", 1) == n) {
+    store.set(name + "/open", std::string_view("1"));
+  }
+  store.get(name + "/open", 60s);
+}
+
 int ceil_log2(int n) {
   int k = 0;
   while ((1 << k) < n) {
@@ -71,10 +79,7 @@ TEST_CASE("a 64-rank allreduce and barrier job links each rank to O(log N) peers
         // Counted before anyone's first op can dial this rank (a store barrier: a group barrier
         // would make links itself).
         const int after_setup = links_held();
-        if (store->add("counted", 1) == kRanks) {
-          store->set("all-counted", std::string_view("1"));
-        }
-        store->get("all-counted", 120s);
+        store_barrier(*store, "counted", kRanks);
         CHILD_CHECK(after_setup <= 2);  // setup links the ring neighbours only
         std::vector<float> small(8, 1.0f);
         pg->allreduce(Tensor::of(small.data(), small.size()))->wait();
@@ -135,10 +140,7 @@ TEST_CASE("crossing dials from tagged send/recv, then all_to_all, link every pai
         }
         // Through the store, not the group: a barrier would link the barrier partners, and
         // all_to_all on a rank that went ahead would link to this one before it counted.
-        if (store->add("counted", 1) == kRanks) {
-          store->set("all-counted", std::string_view("1"));
-        }
-        store->get("all-counted", 30s);
+        store_barrier(*store, "counted", kRanks);
 
         std::vector<float> a2a_in(kRanks * 4);
         std::vector<float> a2a_out(kRanks * 4, -1.0f);
@@ -174,13 +176,16 @@ TEST_CASE("ranks with no link to a killed rank fail at once, naming it", "[tcp][
         auto store = child_store(port);
         auto pg = make_tcp_group(store, rank, kRanks, loopback_options(60s));
         std::vector<float> data(96 * 1024, 1.0f);
-        pg->allreduce(Tensor::of(data.data(), data.size()))->wait();
         const auto t0 = Clock::now();
-        auto work = pg->allreduce(Tensor::of(data.data(), data.size()));
-        if (rank == 5) {
-          ::kill(::getpid(), SIGKILL);
-        }
-        const Error e = expect_error([&] { work->wait(); });
+        // Everything inside: rank 5 dies right after its first allreduce, which may still be
+        // finishing on the others when the news arrives.
+        const Error e = expect_error([&] {
+          pg->allreduce(Tensor::of(data.data(), data.size()))->wait();
+          if (rank == 5) {
+            ::kill(::getpid(), SIGKILL);
+          }
+          pg->allreduce(Tensor::of(data.data(), data.size()))->wait();
+        });
         const double took = seconds_since(t0);
         if (!(contains(e.what(), "rank 5") && took < 10.0)) {
           throw ChildCheckFailed{fmt::format("after {:.3f} s: {}", took, e.what())};
@@ -195,6 +200,62 @@ TEST_CASE("ranks with no link to a killed rank fail at once, naming it", "[tcp][
       CHECK(results[static_cast<std::size_t>(r)].ok());
     }
   }
+}
+
+// CHORUS_MAX_PEER_SOCKETS=8 (4 links of 2 sockets): all_to_all needs all 15 peers at once and
+// gets them; once it is done, idle links are released by agreement until each rank holds at
+// most 4 again. The next rounds link again (reuse), with the same results, and a tagged
+// message that arrived before its recv survives the release of its link.
+TEST_CASE("CHORUS_MAX_PEER_SOCKETS: idle links are released, and linked again when needed",
+          "[tcp][mp][links]") {
+  constexpr int kRanks = 16;
+  constexpr int kMaxLinks = 4;
+  StoreServerProcess server;
+  const auto port = server.port();
+  auto results = run_processes(
+      kRanks,
+      [port](int rank) {
+        ::setenv("CHORUS_MAX_PEER_SOCKETS", "8", 1);
+        auto store = child_store(port);
+        auto pg = make_tcp_group(store, rank, kRanks, loopback_options(60s));
+        // Sent early to the rank opposite; received only after the links were released.
+        const int opposite = (rank + kRanks / 2) % kRanks;
+        float early = static_cast<float>(rank);
+        pg->send(Tensor::of(&early, 1), opposite, 99)->wait();
+        for (int round = 0; round < 3; ++round) {
+          std::vector<float> in(kRanks * 2);
+          std::vector<float> out(kRanks * 2, -1.0f);
+          for (int i = 0; i < kRanks * 2; ++i) {
+            in[static_cast<std::size_t>(i)] = static_cast<float>(round * 100000 + rank * 100 + i);
+          }
+          pg->all_to_all(Tensor::of(in.data(), in.size()), Tensor::of(out.data(), out.size()))
+              ->wait();
+          for (int src = 0; src < kRanks; ++src) {
+            for (int j = 0; j < 2; ++j) {
+              CHILD_CHECK(out[static_cast<std::size_t>(src * 2 + j)] ==
+                          static_cast<float>(round * 100000 + src * 100 + rank * 2 + j));
+            }
+          }
+          // Everyone is done with the round before anyone checks (a rank already in the next
+          // round would keep its links to this one busy); through the store, not the group.
+          store_barrier(*store, fmt::format("round{}", round), kRanks);
+          // The releases take a few round trips after the op: wait for them, bounded.
+          const auto until = Clock::now() + 20s;
+          while (links_held() > kMaxLinks && Clock::now() < until) {
+            ::usleep(10'000);
+          }
+          if (links_held() > kMaxLinks) {
+            throw ChildCheckFailed{fmt::format("rank {} still holds {} links after round {}",
+                                               rank, links_held(), round)};
+          }
+          store_barrier(*store, fmt::format("checked{}", round), kRanks);
+        }
+        float got = -1.0f;
+        pg->recv(Tensor::of(&got, 1), opposite, 99)->wait();
+        CHILD_CHECK(got == static_cast<float>(opposite));
+      },
+      120s);
+  REQUIRE_ALL_OK(results);
 }
 
 }  // namespace chorus::test
