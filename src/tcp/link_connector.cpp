@@ -70,7 +70,7 @@ struct LinkConnector::Dial {
     Open open{};
     std::array<std::uint8_t, kAnswerBytes> answer{};
     std::size_t got = 0;
-    int error = 0;  // a connect() that failed at once
+    int error = 0;                          // a connect() that failed at once
     Deadline retry_at = Deadline::never();  // waiting to connect again (a transient error)
     enum class Phase : std::uint8_t { connecting, answering, done } phase = Phase::connecting;
   };
@@ -222,9 +222,9 @@ void LinkConnector::run() {
         if (phase == Dial::Conn::Phase::done || !d->conns[i].sock.valid()) {
           continue;
         }
-        fds.push_back({d->conns[i].sock.fd(),
-                       static_cast<short>(phase == Dial::Conn::Phase::connecting ? POLLOUT : POLLIN),
-                       0});
+        fds.push_back(
+            {d->conns[i].sock.fd(),
+             static_cast<short>(phase == Dial::Conn::Phase::connecting ? POLLOUT : POLLIN), 0});
         polled_dials.emplace_back(d.get(), i);
       }
       wake = earliest(wake, earliest(d->connect_deadline, d->answer_deadline));
@@ -284,8 +284,9 @@ void LinkConnector::start_dial(int peer) {
     const net::HostPort hp = net::parse_host_port(d->address);
     d->target = net::resolve(hp.host, hp.port, Deadline::after(o_.timeout)).front();
   } catch (const Error& e) {
-    fail(peer, fmt::format("rank {} published the address {}, which is unusable: {}", peer,
-                           d->address, e.what()),
+    fail(peer,
+         fmt::format("rank {} published the address {}, which is unusable: {}", peer, d->address,
+                     e.what()),
          0, false);
     return;
   }
@@ -297,10 +298,10 @@ void LinkConnector::start_dial(int peer) {
   Dial& dial = *dials_.back();
   for (int ch = 0; ch < o_.channels && !dial.dead; ++ch) {
     Dial::Conn& c = dial.conns[static_cast<std::size_t>(ch)];
-    c.open = make_open({membership_.group_id, static_cast<std::uint32_t>(o_.rank),
-                        static_cast<std::uint32_t>(peer), static_cast<std::uint16_t>(ch),
-                        static_cast<std::uint16_t>(o_.channels),
-                        static_cast<std::uint32_t>(o_.size)});
+    c.open =
+        make_open({membership_.group_id, static_cast<std::uint32_t>(o_.rank),
+                   static_cast<std::uint32_t>(peer), static_cast<std::uint16_t>(ch),
+                   static_cast<std::uint16_t>(o_.channels), static_cast<std::uint32_t>(o_.size)});
     start_connect(dial, static_cast<std::size_t>(ch));
   }
 }
@@ -361,8 +362,8 @@ void LinkConnector::step_dial(Dial& d, std::size_t index, short revents) {
     }
     c.sock.set_nodelay(true);
     if (!write_whole(c.sock, c.open.data(), c.open.size())) {
-      fail(peer, fmt::format("rank {} at {} closed the connection during the handshake", peer,
-                             d.address),
+      fail(peer,
+           fmt::format("rank {} at {} closed the connection during the handshake", peer, d.address),
            ECONNRESET, false);
       return;
     }
@@ -386,8 +387,8 @@ void LinkConnector::step_dial(Dial& d, std::size_t index, short revents) {
     return;
   }
   Hello h;
-  const std::string bad = check_hello(c.answer.data(), membership_.group_id, o_.rank, peer,
-                                      o_.size, static_cast<std::uint16_t>(o_.channels), h);
+  const std::string bad = check_hello(c.answer.data(), membership_.group_id, o_.rank, peer, o_.size,
+                                      static_cast<std::uint16_t>(o_.channels), h);
   if (bad.empty() && h.channel == kCrossingChannel) {
     abandon_dial(peer);  // the lower rank dialed us at the same time: its link wins
     return;
@@ -415,8 +416,8 @@ void LinkConnector::step_dial(Dial& d, std::size_t index, short revents) {
   }
   const net::Mac mine = connect_proof(membership_.secret, c.open.data(), c.answer.data());
   if (!write_whole(c.sock, mine.data(), mine.size())) {
-    fail(peer, fmt::format("rank {} at {} closed the connection during the handshake", peer,
-                           d.address),
+    fail(peer,
+         fmt::format("rank {} at {} closed the connection during the handshake", peer, d.address),
          ECONNRESET, false);
     return;
   }
@@ -512,7 +513,8 @@ void LinkConnector::step_incoming(Incoming& in) {
     decide(in, h);
     return;
   }
-  const net::IoResult r = in.sock.read(in.proof.data() + in.proof_got, in.proof.size() - in.proof_got);
+  const net::IoResult r =
+      in.sock.read(in.proof.data() + in.proof_got, in.proof.size() - in.proof_got);
   if (r.would_block()) {
     return;
   }
@@ -525,9 +527,10 @@ void LinkConnector::step_incoming(Incoming& in) {
     return;
   }
   if (!net::equal_macs(in.proof, in.expected)) {
-    drop(fmt::format("it claims to be rank {} but sent a wrong membership proof: not a member of "
-                     "this formation (a replayed or forged handshake)",
-                     in.peer));
+    drop(
+        fmt::format("it claims to be rank {} but sent a wrong membership proof: not a member of "
+                    "this formation (a replayed or forged handshake)",
+                    in.peer));
     return;
   }
   const auto up = static_cast<std::size_t>(in.peer);
@@ -560,10 +563,9 @@ void LinkConnector::decide(Incoming& in, const Hello& h) {
   }
   if (s == State::failed || (s == State::dialing && peer > o_.rank)) {
     // Our own dial to that (higher) rank is under way, or the link exists: it keeps ours.
-    const auto crossing =
-        encode_hello({membership_.group_id, static_cast<std::uint32_t>(o_.rank), h.src,
-                      kCrossingChannel, static_cast<std::uint16_t>(o_.channels),
-                      static_cast<std::uint32_t>(o_.size)});
+    const auto crossing = encode_hello(
+        {membership_.group_id, static_cast<std::uint32_t>(o_.rank), h.src, kCrossingChannel,
+         static_cast<std::uint16_t>(o_.channels), static_cast<std::uint32_t>(o_.size)});
     (void)write_whole(in.sock, crossing.data(), crossing.size());
     in.done = true;
     in.sock.close();
@@ -573,16 +575,16 @@ void LinkConnector::decide(Incoming& in, const Hello& h) {
     abandon_dial(peer);  // the lower rank's dial wins
   }
   state_[up] = State::accepting;
-  const Open mine = make_open({membership_.group_id, static_cast<std::uint32_t>(o_.rank), h.src,
-                               h.channel, static_cast<std::uint16_t>(o_.channels),
-                               static_cast<std::uint32_t>(o_.size)});
+  const Open mine =
+      make_open({membership_.group_id, static_cast<std::uint32_t>(o_.rank), h.src, h.channel,
+                 static_cast<std::uint16_t>(o_.channels), static_cast<std::uint32_t>(o_.size)});
   const net::Mac proof = accept_proof(membership_.secret, in.open.data(), mine.data());
   std::array<std::uint8_t, kAnswerBytes> answer{};
   std::copy(mine.begin(), mine.end(), answer.begin());
   std::copy(proof.begin(), proof.end(), answer.begin() + kOpenBytes);
   if (!write_whole(in.sock, answer.data(), answer.size())) {
-    CHORUS_WARN(init, "{}: rank {} ({}) closed its connection during the handshake", o_.where,
-                peer, in.from);
+    CHORUS_WARN(init, "{}: rank {} ({}) closed its connection during the handshake", o_.where, peer,
+                in.from);
     in.done = true;
     in.sock.close();
     return;
@@ -661,19 +663,18 @@ void LinkConnector::expire() {
     if (d->dead) {
       continue;
     }
-    const bool connecting =
-        std::any_of(d->conns.begin(), d->conns.end(), [](const Dial::Conn& c) {
-          return c.phase == Dial::Conn::Phase::connecting;
-        });
+    const bool connecting = std::any_of(d->conns.begin(), d->conns.end(), [](const Dial::Conn& c) {
+      return c.phase == Dial::Conn::Phase::connecting;
+    });
     if (connecting && d->connect_deadline.expired()) {
       fail(d->peer,
-           fmt::format("rank {} published its address {} but does not answer there within {}: "
-                       "no reset came, so its host is down, unreachable, or drops packets (peer "
-                       "timeout {}, CHORUS_PEER_TIMEOUT)",
-                       d->peer, d->address,
-                       format_duration(o_.peer_timeout > Duration::zero() ? o_.peer_timeout
-                                                                          : o_.timeout),
-                       format_duration(o_.peer_timeout)),
+           fmt::format(
+               "rank {} published its address {} but does not answer there within {}: "
+               "no reset came, so its host is down, unreachable, or drops packets (peer "
+               "timeout {}, CHORUS_PEER_TIMEOUT)",
+               d->peer, d->address,
+               format_duration(o_.peer_timeout > Duration::zero() ? o_.peer_timeout : o_.timeout),
+               format_duration(o_.peer_timeout)),
            ETIMEDOUT, false);
     } else if (d->answer_deadline.expired()) {
       fail(d->peer,

@@ -46,12 +46,12 @@ namespace chorus::tcp {
 struct LinkConnectorOptions {
   int rank = 0;
   int size = 1;
-  int channels = 2;            // control + data sockets per link
-  std::string where;           // "tcp group setup on rank 1/4 [world]", for messages
-  std::string local_address;   // this rank's "host:port"
-  Duration timeout{0};         // the group timeout: bounds a peer's handshake answer
+  int channels = 2;           // control + data sockets per link
+  std::string where;          // "tcp group setup on rank 1/4 [world]", for messages
+  std::string local_address;  // this rank's "host:port"
+  Duration timeout{0};        // the group timeout: bounds a peer's handshake answer
   Duration hello_timeout = std::chrono::seconds(5);  // a stranger's hello
-  Duration peer_timeout{0};    // a connect with no answer at all for this long: host down
+  Duration peer_timeout{0};  // a connect with no answer at all for this long: host down
 };
 
 // A verified link: sockets[0] is the control socket, the rest the data sockets in order.

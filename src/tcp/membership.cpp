@@ -87,8 +87,29 @@ std::optional<Leader> parse_leader(const std::string& text) {
   return l;
 }
 
-std::optional<Leader> read_leader(Store& store, const std::string& epoch) {
-  return parse_leader(peek(store, epoch_key(epoch, "leader")));
+// `current`: "<epoch> <leader record>", so that one read finds the formation and its leader.
+struct Current {
+  std::string raw;  // as stored ("" if absent), for compare_set
+  std::string epoch;
+  std::optional<Leader> leader;
+};
+
+Current parse_current(std::string raw) {
+  Current c;
+  const std::size_t space = raw.find(' ');
+  c.epoch = raw.substr(0, space);
+  if (space != std::string::npos) {
+    c.leader = parse_leader(raw.substr(space + 1));
+  }
+  c.raw = std::move(raw);
+  return c;
+}
+
+Current read_current(Store& store) { return parse_current(peek(store, kCurrentEpochKey)); }
+
+std::string leader_record(const Leader& l) {
+  return fmt::format("{} {:016x} {} {} {}", l.size, l.group_id, l.who, l.address,
+                     net::to_hex(l.secret));
 }
 
 // True if a process accepts connections at the leader's address: a leader record left by a
@@ -149,8 +170,8 @@ std::string encode_host_map(const std::vector<Bytes>& records) {
   for (std::size_t r = 0; r < records.size(); ++r) {
     const std::string record = to_string(records[r]);
     const std::size_t space = record.find(' ');
-    const std::string id = space == std::string::npos ? "\n" + std::to_string(r)
-                                                      : record.substr(space + 1);
+    const std::string id =
+        space == std::string::npos ? "\n" + std::to_string(r) : record.substr(space + 1);
     const int host = index.emplace(id, static_cast<int>(index.size())).first->second;
     if (host == run_host) {
       ++run_length;
@@ -347,9 +368,10 @@ Outcome await_state(Store& store, Membership& m, const MembershipOptions& o) {
       m.host_map = state.substr(7);
       return Outcome::formed;
     }
-    throw StoreError(fmt::format("{}: the formation's state record in the store is unreadable "
-                                 "(\"{:.60}\"); was the namespace written by another program?",
-                                 o.where, state));
+    throw StoreError(
+        fmt::format("{}: the formation's state record in the store is unreadable "
+                    "(\"{:.60}\"); was the namespace written by another program?",
+                    o.where, state));
   }
 }
 
@@ -368,18 +390,18 @@ Membership lead(Store& store, const MembershipOptions& o) {
   // A recorded formation whose rank 0 still answers belongs to another live process claiming
   // rank 0 (a duplicate RANK, or another job on this store and run id); one whose rank 0 is
   // gone was left by an earlier launch: it is superseded, which frees anyone waiting in it.
-  const std::string previous = peek(store, kCurrentEpochKey);
-  if (!previous.empty()) {
-    if (auto other = read_leader(store, previous);
-        other && leader_alive(*other, o.rank, o.deadline)) {
+  const Current previous = read_current(store);
+  if (!previous.epoch.empty()) {
+    if (const auto& other = previous.leader; other && leader_alive(*other, o.rank, o.deadline)) {
       clash(
-          store, previous,
+          store, previous.epoch,
           fmt::format(
               "{}: two processes claim rank 0 of this group: process {} (at {}) and this one ({}); "
               "a duplicate RANK=0, or another job using the same store and run id; {}",
               o.where, other->who, other->address, process_identity(), clash_advice()));
     }
-    store.compare_set(epoch_key(previous, "state"), {}, to_bytes(std::string_view("superseded")));
+    store.compare_set(epoch_key(previous.epoch, "state"), {},
+                      to_bytes(std::string_view("superseded")));
   }
   Leader me;
   me.size = o.size;
@@ -389,25 +411,20 @@ Membership lead(Store& store, const MembershipOptions& o) {
   net::random_bytes(me.secret);
   const std::string epoch = random_epoch();
   Membership m = membership_of(epoch, me, o);
-  // Records first, `current` last: whoever reads `current` finds the leader record.
-  store.multi_set({epoch_key(epoch, "leader"), addr_key(epoch, 0), claim_key(epoch, 0)},
-                  {to_bytes(fmt::format("{} {:016x} {} {} {}", o.size, me.group_id, me.who,
-                                        o.local_address, net::to_hex(me.secret))),
-                   to_bytes(address_record(o)), to_bytes(member_record(o))});
-  const std::string now = to_string(
-      store.compare_set(kCurrentEpochKey, to_bytes(previous), to_bytes(epoch)));
-  if (now != epoch) {
+  // Records first, `current` last: whoever reads `current` finds rank 0's address and claim.
+  store.multi_set({addr_key(epoch, 0), claim_key(epoch, 0)},
+                  {to_bytes(address_record(o)), to_bytes(member_record(o))});
+  const std::string mine = epoch + " " + leader_record(me);
+  const Current now = parse_current(
+      to_string(store.compare_set(kCurrentEpochKey, to_bytes(previous.raw), to_bytes(mine))));
+  if (now.raw != mine) {
     // Another rank 0 started a formation between our read and our write.
     const std::string message = fmt::format(
         "{}: two processes claim rank 0 of this group: this one ({}) and {}; a duplicate RANK=0, "
         "or another job using the same store and run id; {}",
         o.where, process_identity(),
-        [&] {
-          const auto other = read_leader(store, now);
-          return other ? "process " + other->who : std::string("another process");
-        }(),
-        clash_advice());
-    store.compare_set(epoch_key(now, "state"), {}, to_bytes("clash " + message));
+        now.leader ? "process " + now.leader->who : std::string("another process"), clash_advice());
+    store.compare_set(epoch_key(now.epoch, "state"), {}, to_bytes("clash " + message));
     clash(store, epoch, message);
   }
   if (store.add(epoch_key(epoch, "joined"), 1) == o.size) {
@@ -420,8 +437,8 @@ Membership lead(Store& store, const MembershipOptions& o) {
       throw InvalidArgument(fmt::format(
           "{}: another process ({}) took over rank 0 of this group while this one ({}) was "
           "forming it (this one did not answer its check in time); {}",
-          o.where, read_leader(store, peek(store, kCurrentEpochKey)).value_or(Leader{}).who,
-          process_identity(), clash_advice()));
+          o.where, read_current(store).leader.value_or(Leader{}).who, process_identity(),
+          clash_advice()));
     case Outcome::timed_out:
       break;
   }
@@ -433,10 +450,11 @@ Membership follow(Store& store, const MembershipOptions& o) {
   std::string skipped;  // a formation whose rank 0 did not answer
   int slices_skipped = 0;
   for (;;) {
-    const std::string epoch = peek(store, kCurrentEpochKey);
+    const Current current = read_current(store);
+    const std::string& epoch = current.epoch;
     std::optional<Leader> leader;
     if (!epoch.empty() && epoch != skipped) {
-      leader = read_leader(store, epoch);
+      leader = current.leader;
     }
     if (!leader) {
       if (o.deadline.expired()) {
@@ -502,8 +520,8 @@ Membership follow(Store& store, const MembershipOptions& o) {
             fmt::format(
                 "{}: two processes claim rank {} of this group: process {} and this one ({}); a "
                 "duplicate RANK={}, or another job using the same store and run id; {}",
-                o.where, o.rank, claimed.substr(claimed.find(' ') + 1), process_identity(),
-                o.rank, clash_advice()));
+                o.where, o.rank, claimed.substr(claimed.find(' ') + 1), process_identity(), o.rank,
+                clash_advice()));
     }
     // Counted before the address is published: a rank whose address anyone could see (and
     // connect to, or find dead) is always part of a complete count.
@@ -639,10 +657,10 @@ void leave_group(Store& store, const Membership& m, int rank) noexcept {
       return;
     }
     // The last member out: nobody reads the formation's shared records any more.
-    if (peek(store, kCurrentEpochKey) == m.epoch) {
+    if (read_current(store).epoch == m.epoch) {
       store.delete_key(kCurrentEpochKey);
     }
-    for (const char* name : {"leader", "joined", "state", "gone", "missing", "timeouts", "left"}) {
+    for (const char* name : {"joined", "state", "gone", "missing", "timeouts", "left"}) {
       store.delete_key(epoch_key(m.epoch, name));
     }
   } catch (const std::exception& e) {

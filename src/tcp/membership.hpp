@@ -4,10 +4,11 @@
 // A group's store namespace may hold records of an earlier launch (same run id after a crash)
 // or be shared by mistake (two jobs, a duplicate RANK, a different WORLD_SIZE). Membership
 // is therefore organised in formations ("epochs"), each led by one live rank 0:
-//   current              the epoch of the formation rank 0 leads now (16 hex digits)
-//   e<epoch>/leader      "<world size> <group id> <pid>@<host> <rank 0's host:port> <secret>"
-//                        (secret: 64 hex digits, the formation's key for the mesh handshake's
-//                        membership proofs; whoever can read the store can read it)
+//   current              "<epoch> <leader>": the formation rank 0 leads now (16 hex digits)
+//                        and its leader record "<world size> <group id> <pid>@<host>
+//                        <rank 0's host:port> <secret>" (secret: 64 hex digits, the
+//                        formation's key for the handshake's membership proofs; whoever can
+//                        read the store can read it)
 //   e<epoch>/claim/<r>   "<world size> <pid>@<host>" of the process that claimed rank r
 //                        (compare_set: the first claimant wins, a second one is a clash)
 //   e<epoch>/addr/<r>    rank r's "host:port" and, after a space, its host id (host_id.hpp)
@@ -19,8 +20,8 @@
 //   e<epoch>/gone        "<rank> <message>": a member found that rank gone during setup
 //   e<epoch>/left        counter: members that destroyed the group (the last removes the rest)
 //   e<epoch>/missing     who never showed up, worked out once by the first rank to time out
-// Every rank makes a constant number of store round trips to join (read `current` and the
-// leader, claim, count, publish, wait for `state`), whatever the world size; the rank that
+// Every rank makes a constant number of store round trips to join (read `current`, claim,
+// count, publish, wait for `state`), whatever the world size; the rank that
 // completes the count reads every address once to build the host map (O(N) for the whole
 // group), and a rank reads another's address only when it connects to it (fetch_addresses).
 // Rank 0 always starts a new epoch (so a relaunch never reuses a dead formation) and marks the

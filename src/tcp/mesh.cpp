@@ -105,8 +105,7 @@ void link_setup_peers(Store& store, const MeshOptions& o, Mesh& mesh,
       throw TimeoutError(
           fmt::format("{}: ranks {} published their addresses but did not connect to {} within "
                       "{}; they may have died or be stuck: check their logs",
-                      where(o), format_ranks(late), mesh.local_address,
-                      format_duration(o.timeout)),
+                      where(o), format_ranks(late), mesh.local_address, format_duration(o.timeout)),
           context(o, late));
     }
     // About once a second: a lower setup peer that has not dialed and whose published address

@@ -3,8 +3,8 @@
 // engine's thread runs in poll(), and the LinkConnector that makes the links setup did not:
 // a transfer posted to a peer without a link is queued, the connector is asked for the link
 // (link_connector.hpp), and the queue starts moving when the link arrives. A link that cannot
-// be made fails that peer as a broken one would. The code is in three files: socket_transport.cpp (setup,
-// poll, failures, teardown), data_streams.cpp (collective streams) and control_channel.cpp
+// be made fails that peer as a broken one would. The code is in three files: socket_transport.cpp
+// (setup, poll, failures, teardown), data_streams.cpp (collective streams) and control_channel.cpp
 // (framed tagged messages and control frames).
 //
 // Per peer pair: sockets_per_peer data sockets carry the collective streams (no framing: both
@@ -148,7 +148,7 @@ class SocketTransport final : public EngineTransport {
     Release release = Release::none;
     bool release_when_flushed = false;  // our "ok" is still being written
     Clock::time_point last_used{};
-    Clock::time_point refused_at{};  // when it last refused to release the link
+    Clock::time_point refused_at{};               // when it last refused to release the link
     std::vector<std::function<void()>> deferred;  // posts made while the link was closing
     std::vector<std::unique_ptr<Stream>> data;
     std::unique_ptr<Control> control;
@@ -214,11 +214,11 @@ class SocketTransport final : public EngineTransport {
   std::unique_ptr<LinkConnector> connector_;  // declared after loop_: stops before it closes
   std::string local_address_;
   std::vector<Peer> peers_;
-  std::size_t max_links_ = 0;   // 0: no bound
+  std::size_t max_links_ = 0;     // 0: no bound
   std::size_t open_links_ = 0;    // links up that may be released (not pinned)
   std::size_t pinned_links_ = 0;  // setup links
-  std::vector<int> to_drop_;    // agreed releases, done at the end of poll()
-  std::vector<int> lost_;       // peers whose control socket ended (reported next poll)
+  std::vector<int> to_drop_;      // agreed releases, done at the end of poll()
+  std::vector<int> lost_;         // peers whose control socket ended (reported next poll)
   Deadline retry_release_ = Deadline::never();  // when to ask a peer that refused again
   std::vector<Req> reqs_;
   std::vector<std::uint32_t> free_reqs_;

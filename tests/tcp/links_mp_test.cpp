@@ -92,8 +92,8 @@ TEST_CASE("a 64-rank allreduce and barrier job links each rank to O(log N) peers
         // ring (2) + recursive doubling (log2 N) + dissemination barrier (2 log2 N)
         const int bound = 2 + 3 * ceil_log2(kRanks);
         if (links > bound) {
-          throw ChildCheckFailed{fmt::format("rank {} holds {} links (bound {})", rank, links,
-                                             bound)};
+          throw ChildCheckFailed{
+              fmt::format("rank {} holds {} links (bound {})", rank, links, bound)};
         }
         store->set(fmt::format("links/{}", rank), std::to_string(links));
         pg->barrier()->wait();
@@ -245,8 +245,8 @@ TEST_CASE("CHORUS_MAX_PEER_SOCKETS: idle links are released, and linked again wh
             ::usleep(10'000);
           }
           if (links_held() > kMaxLinks) {
-            throw ChildCheckFailed{fmt::format("rank {} still holds {} links after round {}",
-                                               rank, links_held(), round)};
+            throw ChildCheckFailed{fmt::format("rank {} still holds {} links after round {}", rank,
+                                               links_held(), round)};
           }
           store_barrier(*store, fmt::format("checked{}", round), kRanks);
         }

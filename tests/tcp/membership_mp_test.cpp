@@ -31,7 +31,9 @@ float allreduce_one(ProcessGroup& pg, float value) {
 
 // Rank r's "host:port" in the group's current formation (the layout of tcp/membership.hpp).
 std::string current_address(Store& group_ns, int rank, Duration timeout) {
-  const std::string epoch = group_ns.get_string(tcp::kCurrentEpochKey, timeout);
+  // `current` is "<epoch> <leader record>".
+  std::string epoch = group_ns.get_string(tcp::kCurrentEpochKey, timeout);
+  epoch = epoch.substr(0, epoch.find(' '));
   // The record is "host:port host-id".
   const std::string record =
       group_ns.get_string(tcp::epoch_key(epoch, fmt::format("addr/{}", rank)), timeout);
@@ -126,11 +128,12 @@ TEST_CASE("a hello without the formation's membership proof never joins the grou
         if (who == 3) {  // the stranger
           auto group_ns = make_prefix_store("tcp/g1", ns);
           const std::string target = current_address(*group_ns, 2, 30s);
-          const std::string epoch = group_ns->get_string(tcp::kCurrentEpochKey, 30s);
-          std::istringstream leader(group_ns->get_string(tcp::epoch_key(epoch, "leader"), 30s));
+          // `current` is "<epoch> <world size> <group id> ...".
+          std::istringstream leader(group_ns->get_string(tcp::kCurrentEpochKey, 30s));
+          std::string epoch;
           int size = 0;
           std::string id_hex;
-          leader >> size >> id_hex;
+          leader >> epoch >> size >> id_hex;
           const auto open = tcp::make_open(
               {std::stoull(id_hex, nullptr, 16), 1, 2, 0, 2, static_cast<std::uint32_t>(size)});
           const int fd = connect_loopback(target);
