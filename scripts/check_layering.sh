@@ -47,10 +47,12 @@ while IFS= read -r line; do
   echo "public header includes a non-std system header: $line"; status=1
 done < <(grep -HnE '^#include <(sys/|netinet/|arpa/|fmt/|cuda|nccl|unistd|pthread)' include/chorus/ 2>/dev/null -r)
 
-# tools, bench and examples use chorus as a user does: public headers only.
+# tools, bench and examples use chorus as a user does: public headers only. One exception:
+# bench/bootstrap_perf.cpp drives tcp::join_group itself, as a rank's group setup does.
 while IFS= read -r line; do
   echo "public-API-only folder reaches into src/: $line"; status=1
-done < <(grep -rHnE '^#include "(core|net|store|tcp|nccl|init|ddp|capi)/' tools bench examples 2>/dev/null)
+done < <(grep -rHnE '^#include "(core|net|store|tcp|nccl|init|ddp|capi)/' tools bench examples 2>/dev/null |
+  grep -v '^bench/bootstrap_perf\.cpp:')
 
 if [ "$status" = 0 ]; then
   echo "layering OK"

@@ -91,6 +91,10 @@ struct TcpStoreOptions {
   // (TCP keepalive and TCP_USER_TIMEOUT). Unset: CHORUS_PEER_TIMEOUT, else kDefaultPeerTimeout;
   // zero: the kernel's defaults.
   std::optional<Duration> peer_timeout;
+  // Bind the client's socket to this local address (a numeric literal, port 0) before
+  // connecting; empty: the kernel picks. Selects the interface, or spreads many clients over
+  // 127.0.0.0/8 so that they do not share one source address's ephemeral ports.
+  std::string source_address;
 };
 
 // Client of a TcpStoreServer (and optionally its host). Thread-safe: threads share one

@@ -54,10 +54,7 @@ int connect_once(const SocketAddress& address, Deadline deadline, Socket& out,
   return 0;
 }
 
-namespace {
-
-// Errors after which trying again may succeed (server not up yet, backlog full, transient).
-bool retryable(int err) {
+bool retryable_connect_error(int err) {
   switch (err) {
     case ECONNREFUSED:
     case ECONNRESET:
@@ -79,6 +76,8 @@ bool retryable(int err) {
       return false;
   }
 }
+
+namespace {
 
 // The errors of a connect attempt that nobody answered (as opposed to a refusal or a reset).
 bool answerless(int err) {
@@ -109,7 +108,7 @@ Socket connect_addresses(const std::vector<SocketAddress>& addrs, const std::str
         return s;
       }
       last_error = err;
-      if (!retryable(err) || (refused && options.refused_is_final)) {
+      if (!retryable_connect_error(err) || (refused && options.refused_is_final)) {
         ErrorContext ctx;
         ctx.op = "connect";
         ctx.peer_address = display;

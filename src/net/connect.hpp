@@ -46,6 +46,10 @@ struct ConnectOptions {
   Duration unanswered_limit = Duration::zero();
 };
 
+// Errors after which a connect may succeed if tried again (server not up yet, backlog full,
+// no route yet, ports or descriptors short for a moment).
+bool retryable_connect_error(int err);
+
 // One non-blocking connect attempt bounded by deadline: returns 0 and a connected socket, or the
 // errno that made it fail (ETIMEDOUT when the deadline passed).
 int connect_once(const SocketAddress& address, Deadline deadline, Socket& out,

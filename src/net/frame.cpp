@@ -9,7 +9,6 @@
 
 namespace chorus::net {
 namespace {
-constexpr std::size_t kReadChunk = 64 * 1024;
 constexpr std::size_t kIdleKeep = 4 * 1024;  // an idle connection keeps at most this much
 }  // namespace
 
@@ -130,12 +129,51 @@ void FrameReader::shrink_if_idle() noexcept {
   }
 }
 
+namespace {
+// First capacity of a coalescing chunk: small enough for malloc's per-thread cache, so a
+// request/reply exchange costs no real allocation; chunks double up to kCoalesceBytes.
+constexpr std::size_t kFirstChunk = 512;
+}  // namespace
+
 void OutputQueue::push(std::vector<std::uint8_t> bytes) {
   if (bytes.empty()) {
     return;
   }
+  if (bytes.size() <= kFirstChunk) {  // a small reply joins the others
+    append(std::span<const std::uint8_t>(bytes));
+    return;
+  }
   pending_ += bytes.size();
   chunks_.push_back(std::move(bytes));
+}
+
+std::uint8_t* OutputQueue::append(std::size_t n) {
+  // A partly sent front chunk may grow too: writev takes its address afresh on every flush.
+  if (chunks_.empty() || chunks_.back().size() + n > kCoalesceBytes) {
+    chunks_.emplace_back();
+    chunks_.back().reserve(std::max(n, kFirstChunk));
+  }
+  std::vector<std::uint8_t>& back = chunks_.back();
+  const std::size_t at = back.size();
+  back.resize(at + n);
+  pending_ += n;
+  return back.data() + at;
+}
+
+void OutputQueue::append(std::span<const std::uint8_t> bytes) {
+  if (bytes.empty()) {
+    return;
+  }
+  if (bytes.size() > kCoalesceBytes) {
+    push(std::vector<std::uint8_t>(bytes.begin(), bytes.end()));
+    return;
+  }
+  std::memcpy(append(bytes.size()), bytes.data(), bytes.size());
+}
+
+void OutputQueue::pop_front() noexcept {
+  chunks_.pop_front();
+  offset_ = 0;
 }
 
 IoResult OutputQueue::flush(Socket& socket) {
@@ -164,8 +202,7 @@ IoResult OutputQueue::flush(Socket& socket) {
       const std::size_t in_front = chunks_.front().size() - offset_;
       if (left >= in_front) {
         left -= in_front;
-        chunks_.pop_front();
-        offset_ = 0;
+        pop_front();
       } else {
         offset_ += left;
         left = 0;
@@ -176,7 +213,9 @@ IoResult OutputQueue::flush(Socket& socket) {
 }
 
 void OutputQueue::clear() noexcept {
-  chunks_.clear();
+  while (!chunks_.empty()) {
+    pop_front();
+  }
   offset_ = 0;
   pending_ = 0;
 }

@@ -43,6 +43,7 @@ std::uint32_t get_u32(const std::uint8_t* p) noexcept;
 class FrameReader {
  public:
   enum class Status { need_more, frame, too_large };
+  static constexpr std::size_t kReadChunk = 64 * 1024;  // most bytes one read_from() takes
   explicit FrameReader(std::size_t max_frame_bytes) : max_frame_(max_frame_bytes) {}
 
   // Reads once from the socket (up to 64 KiB). The buffer grows only by the bytes received, so
@@ -81,10 +82,18 @@ class FrameReader {
   std::size_t announced_ = 0;
 };
 
-// Bytes waiting to be written to a non-blocking socket, sent with writev. Not thread-safe.
+// Bytes waiting to be written to a non-blocking socket, sent with writev. Small writes are
+// coalesced into chunks of up to kCoalesceBytes, so that the replies of one turn leave in one
+// write from one buffer. Not thread-safe.
 class OutputQueue {
  public:
+  // Writes up to this size are copied into the last chunk; larger ones become chunks of their own.
+  static constexpr std::size_t kCoalesceBytes = 64 * 1024;
+
   void push(std::vector<std::uint8_t> bytes);
+  // n bytes to fill in at the end of the queue (n <= kCoalesceBytes); valid until the next call.
+  std::uint8_t* append(std::size_t n);
+  void append(std::span<const std::uint8_t> bytes);
   // Writes as much as the socket takes. ok when everything is sent or the socket would block
   // (check empty()); closed/error when the connection failed.
   IoResult flush(Socket& socket);
@@ -93,6 +102,7 @@ class OutputQueue {
   void clear() noexcept;
 
  private:
+  void pop_front() noexcept;
   std::deque<std::vector<std::uint8_t>> chunks_;
   std::size_t offset_ = 0;   // bytes of chunks_.front() already sent
   std::size_t pending_ = 0;  // unsent bytes in total

@@ -39,7 +39,12 @@ std::string counter_overflow_message(const std::string& key, std::int64_t curren
       key, delta, current);
 }
 
-const Bytes* KvTable::find(const std::string& key) const {
+const Bytes* KvTable::find(std::string_view key) const {
+  auto it = map_.find(key);
+  return it == map_.end() ? nullptr : &it->second;
+}
+
+Bytes* KvTable::find_slot(std::string_view key) {
   auto it = map_.find(key);
   return it == map_.end() ? nullptr : &it->second;
 }
@@ -58,7 +63,7 @@ const std::vector<std::string>& KvTable::keys() const {
   return sorted_keys_;
 }
 
-std::size_t KvTable::growth_if_set(const std::string& key, std::size_t value_bytes) const {
+std::size_t KvTable::growth_if_set(std::string_view key, std::size_t value_bytes) const {
   auto it = map_.find(key);
   if (it == map_.end()) {
     return key.size() + value_bytes + kEntryOverhead;
@@ -114,7 +119,28 @@ void KvTable::set(const std::string& key, Bytes value) {
   on_key_created(key);
 }
 
-KvTable::AddResult KvTable::add(const std::string& key, std::int64_t delta) {
+void KvTable::store_value(Bytes& held, std::span<const std::uint8_t> value) {
+  stored_bytes_ = stored_bytes_ - held.size() + value.size();
+  if (held.capacity() > 2 * value.size() + 64) {
+    Bytes(value.begin(), value.end()).swap(held);  // do not keep a large buffer for a small value
+  } else {
+    held.assign(value.begin(), value.end());
+  }
+}
+
+void KvTable::set_view(std::string_view key, std::span<const std::uint8_t> value) {
+  auto it = map_.find(key);
+  if (it != map_.end()) {
+    store_value(it->second, value);
+    return;
+  }
+  stored_bytes_ += key.size() + value.size() + kEntryOverhead;
+  auto [created, inserted] = map_.emplace(std::string(key), Bytes(value.begin(), value.end()));
+  (void)inserted;
+  on_key_created(created->first);
+}
+
+KvTable::AddResult KvTable::add(std::string_view key, std::int64_t delta) {
   auto it = map_.find(key);
   std::int64_t current = 0;
   if (it != map_.end()) {
@@ -128,7 +154,16 @@ KvTable::AddResult KvTable::add(const std::string& key, std::int64_t delta) {
   if (!next) {
     return {AddResult::Status::overflow, current};
   }
-  set(key, to_bytes(std::to_string(*next)));
+  char text[24];
+  const auto [end, ec] = std::to_chars(text, text + sizeof(text), *next);
+  (void)ec;  // 24 characters hold every int64
+  const std::span<const std::uint8_t> digits(reinterpret_cast<const std::uint8_t*>(text),
+                                             static_cast<std::size_t>(end - text));
+  if (it != map_.end()) {
+    store_value(it->second, digits);
+  } else {
+    set_view(key, digits);
+  }
   return {AddResult::Status::ok, *next};
 }
 

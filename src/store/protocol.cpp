@@ -331,6 +331,75 @@ bool decode_request(std::span<const std::uint8_t> payload, const Limits& limits,
   return finish(r, error);
 }
 
+bool decode_simple_request(std::span<const std::uint8_t> payload, const Limits& limits,
+                           SimpleRequest& out) noexcept {
+  const std::uint8_t* p = payload.data();
+  std::size_t left = payload.size();
+  if (left < 5) {
+    return false;
+  }
+  const std::uint8_t op = p[0];
+  if (op != static_cast<std::uint8_t>(Op::set) && op != static_cast<std::uint8_t>(Op::get) &&
+      op != static_cast<std::uint8_t>(Op::add)) {
+    return false;
+  }
+  out.op = static_cast<Op>(op);
+  out.id = net::get_u32(p + 1);
+  p += 5;
+  left -= 5;
+  auto u64 = [&](std::uint64_t& v) {
+    if (left < 8) {
+      return false;
+    }
+    v = get_le(p, 8);
+    p += 8;
+    left -= 8;
+    return true;
+  };
+  auto blob = [&](std::size_t limit, const std::uint8_t*& data, std::size_t& len) {
+    if (left < 4) {
+      return false;
+    }
+    len = net::get_u32(p);
+    if (len > limit || left - 4 < len) {
+      return false;
+    }
+    data = p + 4;
+    p += 4 + len;
+    left -= 4 + len;
+    return true;
+  };
+  const std::uint8_t* key = nullptr;
+  std::size_t key_len = 0;
+  switch (out.op) {
+    case Op::set: {
+      const std::uint8_t* value = nullptr;
+      std::size_t value_len = 0;
+      if (!blob(limits.max_key_bytes, key, key_len) ||
+          !blob(limits.max_value_bytes, value, value_len)) {
+        return false;
+      }
+      out.value = std::span<const std::uint8_t>(value, value_len);
+      break;
+    }
+    case Op::get:
+      if (!u64(out.timeout_ms) || !blob(limits.max_key_bytes, key, key_len)) {
+        return false;
+      }
+      break;
+    default: {  // add
+      std::uint64_t delta = 0;
+      if (!blob(limits.max_key_bytes, key, key_len) || !u64(delta)) {
+        return false;
+      }
+      out.delta = static_cast<std::int64_t>(delta);
+      break;
+    }
+  }
+  out.key = std::string_view(reinterpret_cast<const char*>(key), key_len);
+  return left == 0;  // trailing bytes: decode_request explains
+}
+
 void encode_reply(Op op, const Reply& p, std::vector<std::uint8_t>& out) {
   const std::size_t header = net::begin_frame(out);
   put_u8(out, static_cast<std::uint8_t>(p.status));

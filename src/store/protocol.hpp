@@ -10,6 +10,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <chorus/store.hpp>
@@ -121,6 +122,22 @@ struct DecodeError {
 // returns false and fills error; the connection should then be closed.
 bool decode_request(std::span<const std::uint8_t> payload, const Limits& limits, Request& out,
                     DecodeError& error);
+// The hot requests (set, get, add) as views into the payload, so that serving them copies and
+// allocates nothing. Only the fields of op are set.
+struct SimpleRequest {
+  Op op = Op::ping;
+  std::uint32_t id = 0;
+  std::string_view key;
+  std::span<const std::uint8_t> value;  // set
+  std::int64_t delta = 0;               // add
+  std::uint64_t timeout_ms = 0;         // get
+};
+// True for a well-formed set, get or add within the limits, exactly as decode_request would
+// accept it. Anything else (other ops, any error) returns false: decode_request then decodes it
+// and explains what is wrong.
+bool decode_simple_request(std::span<const std::uint8_t> payload, const Limits& limits,
+                           SimpleRequest& out) noexcept;
+
 // Decodes a reply payload to a request of type op.
 bool decode_reply(Op op, std::span<const std::uint8_t> payload, Reply& out, DecodeError& error);
 

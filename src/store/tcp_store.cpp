@@ -56,9 +56,20 @@ class TcpStore::Impl {
       port = server->port();
       connect_host = connect_host_for(options.host);
     }
-    client = std::make_unique<store::Client>(connect_host, port, limits, Deadline::after(timeout),
-                                             options.counts_as_client, std::move(token),
-                                             env::resolve_peer_timeout(options.peer_timeout));
+    net::SocketAddress local;
+    if (!options.source_address.empty()) {
+      auto parsed = net::SocketAddress::parse_numeric(options.source_address, 0);
+      if (!parsed) {
+        throw InvalidArgument(
+            fmt::format("TcpStoreOptions::source_address must be a numeric address (\"127.0.0.2\", "
+                        "\"::1\"), got \"{}\"",
+                        options.source_address));
+      }
+      local = *parsed;
+    }
+    client = std::make_unique<store::Client>(
+        connect_host, port, limits, Deadline::after(timeout), options.counts_as_client,
+        std::move(token), env::resolve_peer_timeout(options.peer_timeout), local);
   }
 
   // Declared first: destroyed last, after the client disconnected.

@@ -134,12 +134,13 @@ bool peer_closed(int fd) {
 }  // namespace
 
 Client::Client(std::string host, std::uint16_t port, Limits limits, Deadline connect_deadline,
-               bool member, std::string token, Duration peer_timeout)
+               bool member, std::string token, Duration peer_timeout, net::SocketAddress local)
     : host_(std::move(host)),
       port_(port),
       limits_(limits),
       member_(member),
       peer_timeout_(peer_timeout),
+      local_(local),
       token_(std::move(token)),
       reader_(limits.max_reply_bytes) {
   std::lock_guard<std::mutex> lock(mu_);
@@ -153,6 +154,7 @@ std::string Client::address() const { return net::format_host_port(host_, port_)
 void Client::connect_locked(Deadline deadline) {
   net::ConnectOptions o;
   o.what = "the store server";
+  o.local = local_;
   // Once connected, a refusal means the server process is gone (the job's store host exited):
   // say so at once rather than retry until the deadline. Before the first connection it may
   // simply not be up yet.

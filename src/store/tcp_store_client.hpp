@@ -14,6 +14,7 @@
 
 #include <chorus/deadline.hpp>
 
+#include "net/address.hpp"
 #include "net/frame.hpp"
 #include "net/socket.hpp"
 #include "store/protocol.hpp"
@@ -26,8 +27,11 @@ class Client {
   // `token`: the job token ("" for none); with one, the server must prove it knows it too.
   // `peer_timeout`: the connection fails when the server's host stops answering for about
   // this long (Socket::set_dead_peer_timeout); zero: never on that account.
+  // `local`: the address to bind before connecting (TcpStoreOptions::source_address); empty:
+  // the kernel picks.
   Client(std::string host, std::uint16_t port, Limits limits, Deadline connect_deadline,
-         bool member, std::string token = {}, Duration peer_timeout = Duration::zero());
+         bool member, std::string token = {}, Duration peer_timeout = Duration::zero(),
+         net::SocketAddress local = {});
   ~Client();
 
   // Sends q and waits for its reply until `deadline` (+ a grace period for waiting ops, whose
@@ -60,7 +64,8 @@ class Client {
   Limits limits_;
   bool member_;
   Duration peer_timeout_;
-  std::string token_;  // "": no authentication
+  net::SocketAddress local_;  // bound before each connect; empty: the kernel picks
+  std::string token_;         // "": no authentication
   std::mutex mu_;
   std::condition_variable cv_;
   net::Socket socket_;            // replaced only under mu_ with no reader active

@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstring>
 #include <deque>
 #include <unordered_set>
 
@@ -18,6 +19,7 @@
 
 #include <chorus/errors.hpp>
 
+#include "core/bytes.hpp"
 #include "core/format.hpp"
 #include "core/logging.hpp"
 #include "store/store_auth.hpp"
@@ -330,13 +332,16 @@ bool Server::accept_one() {
   c->peer = a.peer.to_string();
   c->socket = std::move(a.socket);
   c->accepted_at = c->last_input = c->last_output = Clock::now();
-  const std::uint64_t id = c->id;
   try {
-    loop_.add(c->socket.fd(), EPOLLIN, [this, id](std::uint32_t ev) { on_conn_event(id, ev); });
+    // The loop drops events of a removed fd and close_conn removes it before the Conn dies, so
+    // the callback may hold the Conn itself.
+    loop_.add(c->socket.fd(), EPOLLIN,
+              [this, conn = c.get()](std::uint32_t ev) { on_conn_event(*conn, ev); });
   } catch (const std::exception& e) {
     CHORUS_WARN(store, "dropping connection from {}: {}", c->peer, e.what());
     return true;
   }
+  const std::uint64_t id = c->id;
   conns_.emplace(id, std::move(c));
   num_clients_.fetch_add(1, std::memory_order_relaxed);
   return true;
@@ -369,6 +374,7 @@ void Server::close_conn(std::uint64_t id, const char* level, const std::string& 
     }
   }
   loop_.remove(c.socket.fd());
+  ++closes_;
   buffered_ -= c.accounted;
   freed_since_trim_ += c.accounted;
   budget_waiters_.erase(id);
@@ -503,12 +509,8 @@ bool Server::flush(Conn& c) {
   return true;
 }
 
-void Server::on_conn_event(std::uint64_t id, std::uint32_t events) {
-  auto it = conns_.find(id);
-  if (it == conns_.end()) {
-    return;
-  }
-  Conn& c = *it->second;
+void Server::on_conn_event(Conn& c, std::uint32_t events) {
+  const std::uint64_t id = c.id;
   if ((events & EPOLLOUT) != 0 && !flush(c)) {
     return;
   }
@@ -560,7 +562,9 @@ bool Server::read_conn(Conn& c) {
     if (!serve(c)) {
       return false;
     }
-    if (c.blocked) {
+    // A read that did not fill the chunk emptied the socket: another read would only say
+    // EAGAIN (one wasted syscall per request); epoll reports the next bytes.
+    if (c.blocked || r.bytes < net::FrameReader::kReadChunk) {
       break;
     }
   }
@@ -587,6 +591,7 @@ bool Server::serve(Conn& c) {
   }
   int requests = 0;
   const std::size_t out_before = c.out.pending();
+  const std::uint64_t closes = closes_;
   while (c.hello_done) {
     if (requests >= kMaxRequestsPerTurn || c.out.pending() >= out_before + kMaxReplyBytesPerTurn) {
       if (c.in.frame_ready()) {
@@ -606,6 +611,20 @@ bool Server::serve(Conn& c) {
                              "larger max_value_bytes",
                              c.in.announced(), c.in.max_frame_bytes(), limits_.max_value_bytes));
       return false;
+    }
+    SimpleRequest simple;
+    if (decode_simple_request(payload, limits_, simple)) {
+      const Simple done = serve_simple(c, simple);
+      if (done == Simple::blocked) {
+        return true;
+      }
+      if (done == Simple::served) {
+        ++requests;
+        if (closes_ != closes && conns_.find(id) == conns_.end()) {
+          return false;
+        }
+        continue;
+      }
     }
     Request q;
     DecodeError err;
@@ -628,11 +647,101 @@ bool Server::serve(Conn& c) {
     c.did_request = true;
     ++requests;
     handle_request(c, q);
-    if (conns_.find(id) == conns_.end()) {
+    if (closes_ != closes && conns_.find(id) == conns_.end()) {
       return false;
     }
   }
   return true;
+}
+
+Server::Simple Server::serve_simple(Conn& c, const SimpleRequest& s) {
+  // Each case: refuse the rare paths, pay for the reply (as serve() does), then pop the frame
+  // and answer. The views stay valid after pop(): the input buffer only moves when it is fed.
+  constexpr std::size_t kHeader = net::kFrameHeaderBytes + 5;  // length, status, request id
+  auto begin_reply = [&](std::size_t body) {
+    if (c.out.empty()) {
+      c.last_output = Clock::now();  // the stall clock starts with the first unsent reply
+    }
+    std::uint8_t* p = c.out.append(kHeader + body);
+    net::put_u32(p, static_cast<std::uint32_t>(5 + body));
+    p[4] = static_cast<std::uint8_t>(ReplyStatus::ok);
+    net::put_u32(p + 5, s.id);
+    return p + kHeader;
+  };
+  auto pay = [&](std::size_t cost) {
+    const Afford a = afford(c, cost);
+    if (a != Afford::yes) {
+      block(c, a, cost);
+      return false;
+    }
+    return true;
+  };
+  switch (s.op) {
+    case Op::set: {
+      Bytes* held = table_.find_slot(s.key);  // the one lookup of an overwrite
+      const std::size_t growth = held == nullptr
+                                     ? s.key.size() + s.value.size() + KvTable::kEntryOverhead
+                                     : s.value.size() - std::min(s.value.size(), held->size());
+      if (growth > 0 && table_.stored_bytes() + growth > options_.max_stored_bytes) {
+        return Simple::general;  // the "store is full" error
+      }
+      if (!pay(kSmallReply)) {
+        return Simple::blocked;
+      }
+      c.in.pop();
+      c.did_request = true;
+      if (held != nullptr) {
+        table_.overwrite(*held, s.value);  // an existing key: no watch can fire
+      } else {
+        table_.set_view(s.key, s.value);
+      }
+      begin_reply(0);
+      break;
+    }
+    case Op::get: {
+      const Bytes* v = table_.find(s.key);
+      if (v == nullptr || v->size() + 4 > net::OutputQueue::kCoalesceBytes) {
+        return Simple::general;  // parked or a timeout reply; large values as before
+      }
+      if (!pay(kSmallReply + 4 + v->size())) {
+        return Simple::blocked;
+      }
+      c.in.pop();
+      c.did_request = true;
+      std::uint8_t* p = begin_reply(4 + v->size());
+      net::put_u32(p, static_cast<std::uint32_t>(v->size()));
+      if (!v->empty()) {
+        std::memcpy(p + 4, v->data(), v->size());
+      }
+      return Simple::served;  // nothing changed: no watch to wake
+    }
+    default: {  // add
+      // The longest int64 has 20 digits; the lookup is needed only near the limit.
+      constexpr std::size_t kDigits = 20;
+      if (table_.stored_bytes() + s.key.size() + kDigits + KvTable::kEntryOverhead >
+          options_.max_stored_bytes) {
+        const std::size_t growth = table_.growth_if_set(s.key, kDigits);
+        if (growth > 0 && table_.stored_bytes() + growth > options_.max_stored_bytes) {
+          return Simple::general;
+        }
+      }
+      if (!pay(kSmallReply + 256 + s.key.size())) {
+        return Simple::blocked;
+      }
+      const KvTable::AddResult r = table_.add(s.key, s.delta);
+      if (r.status != KvTable::AddResult::Status::ok) {
+        return Simple::general;  // unchanged; handle_request words the error
+      }
+      c.in.pop();
+      c.did_request = true;
+      put_le(begin_reply(8), static_cast<std::uint64_t>(r.value), 8);
+      break;
+    }
+  }
+  if (table_.has_ready()) {
+    deliver_ready();
+  }
+  return Simple::served;
 }
 
 std::size_t Server::reply_cost(const Request& q) const {
@@ -757,9 +866,17 @@ void Server::reply(Conn& c, Op op, const Reply& r) {
   if (c.out.empty()) {
     c.last_output = Clock::now();  // the stall clock starts with the first unsent reply
   }
-  std::vector<std::uint8_t> buf;
-  encode_reply(op, r, buf);
-  c.out.push(std::move(buf));
+  // Encoded into a reused buffer and copied into the output queue, where the replies of one
+  // turn share a chunk (large ones keep their own buffer).
+  thread_local std::vector<std::uint8_t> scratch;
+  scratch.clear();
+  encode_reply(op, r, scratch);
+  if (scratch.size() <= net::OutputQueue::kCoalesceBytes) {
+    c.out.append(std::span<const std::uint8_t>(scratch));
+  } else {
+    c.out.push(std::move(scratch));
+    scratch = {};
+  }
 }
 
 void Server::deliver(Conn& c, const Parked& p) {

@@ -55,7 +55,7 @@ class Server {
   void on_accept();
   bool accept_one();  // false: nothing more to accept now
   bool evict_idle_stranger(const char* why);
-  void on_conn_event(std::uint64_t id, std::uint32_t events);
+  void on_conn_event(Conn& c, std::uint32_t events);
   bool read_conn(Conn& c);     // false: the connection was closed
   bool handle_hello(Conn& c);  // false: closed
   bool handle_auth(Conn& c);   // the client's proof after a challenge; false: closed
@@ -63,6 +63,11 @@ class Server {
   bool serve(Conn& c);  // runs buffered work the budget allows; false: closed
   void schedule_serve(Conn& c);
   void handle_request(Conn& c, Request& q);
+  // set, get of a present key, add: served from views into the input buffer, the reply encoded
+  // straight into the output queue. `general`: leave it to decode_request/handle_request (a
+  // missing key, a full store, a non-integer counter: the rare paths that explain themselves).
+  enum class Simple { served, blocked, general };
+  Simple serve_simple(Conn& c, const SimpleRequest& s);
   // The error reply for a write that would take the table past max_stored_bytes, if it would.
   std::optional<Reply> refuse_if_full(const Request& q) const;
   std::size_t reply_cost(const Request& q) const;
@@ -104,6 +109,7 @@ class Server {
   std::uint64_t next_client_wait_ = 1;
   std::int64_t members_joined_ = 0;  // loop thread only
   std::uint64_t next_conn_ = 1;
+  std::uint64_t closes_ = 0;  // connections closed so far (a cheap "was anything closed?" check)
   std::atomic<std::size_t> num_clients_{0};
   std::size_t buffered_ = 0;                // sum of Conn::accounted (loop thread only)
   std::set<std::uint64_t> budget_waiters_;  // connections blocked on the global budget

@@ -103,27 +103,7 @@ void SocketTransport::send_control(int peer, FrameType type, std::vector<std::ui
   if (!peer_connected(peer)) {
     return;
   }
-  Control& c = *peers_[static_cast<std::size_t>(peer)].control;
-  OutFrame f;
-  f.header = encode_header({type, 0, payload.size()});
-  f.owned = std::move(payload);
-  f.data = reinterpret_cast<const std::byte*>(f.owned.data());
-  f.len = f.owned.size();
-  const bool idle = c.sendq.empty();
-  // Ahead of every tagged chunk not yet started, behind the frame being written (the stream
-  // must stay on frame boundaries) and behind earlier control frames (their order holds: an
-  // abort notice never overtakes the status reply before it).
-  auto at = c.sendq.begin();
-  if (at != c.sendq.end() && at->off > 0) {
-    ++at;
-  }
-  while (at != c.sendq.end() && !at->tagged) {
-    ++at;
-  }
-  c.sendq.insert(at, std::move(f));
-  if (idle) {
-    write_control(peer);
-  }
+  queue_frame(peer, type, std::move(payload));
 }
 
 void SocketTransport::update_control_interest(int peer) {

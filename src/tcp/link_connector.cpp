@@ -20,6 +20,7 @@
 #include "core/format.hpp"
 #include "core/logging.hpp"
 #include "net/address.hpp"
+#include "net/connect.hpp"
 
 namespace chorus::tcp {
 namespace {
@@ -35,25 +36,8 @@ int poll_timeout_ms(Deadline wake) {
   return static_cast<int>(std::clamp<long long>(left.count(), 0, kMaxPollWait.count()));
 }
 
-// A connect that failed this way may succeed later (a route not up yet, a full backlog): it is
-// retried until the peer timeout. A refusal is final: the peer listened before it published.
-bool transient(int err) {
-  switch (err) {
-    case ECONNRESET:
-    case ECONNABORTED:
-    case ETIMEDOUT:
-    case EHOSTUNREACH:
-    case ENETUNREACH:
-    case EHOSTDOWN:
-    case ENETDOWN:
-    case EAGAIN:
-    case EADDRNOTAVAIL:
-    case ENOBUFS:
-      return true;
-    default:
-      return false;
-  }
-}
+// A connect that failed transiently (net::retryable_connect_error) is retried this often until
+// the peer timeout. A refusal is final: the peer listened before it published.
 constexpr auto kConnectRetry = std::chrono::milliseconds(100);
 
 // Writes all of a handshake message at once: a fresh socket's send buffer always takes it.
@@ -348,7 +332,7 @@ void LinkConnector::step_dial(Dial& d, std::size_t index, short revents) {
       fail(peer, message, ECONNREFUSED, false);
       return;
     }
-    if (err != 0 && transient(err) && !d.connect_deadline.expired()) {
+    if (err != 0 && net::retryable_connect_error(err) && !d.connect_deadline.expired()) {
       c.sock.close();  // and again after a pause (expire() restarts it)
       c.retry_at = Deadline::after(kConnectRetry);
       return;

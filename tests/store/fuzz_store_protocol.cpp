@@ -5,7 +5,8 @@
 // -fsanitize=fuzzer,address; seeds in tests/store/fuzz_corpus/.
 //
 // Input layout: byte 0 picks the decoder, the rest is what a peer would send.
-//   0: one request payload          1: one reply payload (byte 1 picks the op)
+//   0: one request payload (also through the server's set/get/add fast path, which must agree)
+//   1: one reply payload (byte 1 picks the op)
 //   2: a byte stream of frames, fed to FrameReader in odd-sized pieces, each frame decoded
 //   3: a handshake
 #include <cstddef>
@@ -56,8 +57,16 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     case 0: {
       Request q;
       DecodeError err;
-      if (decode_request(rest, limits, q, err)) {
+      const bool general = decode_request(rest, limits, q, err);
+      if (general) {
         round_trip(q, limits);
+      }
+      // The server's fast path for set/get/add accepts exactly what decode_request accepts.
+      SimpleRequest s;
+      const bool simple = decode_simple_request(rest, limits, s);
+      const bool hot = general && (q.op == Op::set || q.op == Op::get || q.op == Op::add);
+      if (simple != hot || (simple && (s.op != q.op || s.id != q.id || s.key != q.keys.at(0)))) {
+        std::abort();
       }
       break;
     }

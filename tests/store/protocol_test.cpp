@@ -3,6 +3,10 @@
 // limits, fuzz), KvTable watches, FrameReader partial reads, host:port parsing.
 #include <catch2/catch.hpp>
 
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cstring>
 #include <limits>
 
 #include <random>
@@ -378,4 +382,149 @@ TEST_CASE("KvTable: stored_bytes follows every mutation; growth_if_set predicts 
   REQUIRE(t.erase("k"));
   REQUIRE(t.erase("n"));
   REQUIRE(t.stored_bytes() == 0);
+}
+
+TEST_CASE(
+    "protocol: decode_simple_request accepts exactly what decode_request accepts for "
+    "set/get/add, as views",
+    "[store][protocol]") {
+  Limits limits;
+  limits.max_key_bytes = 16;
+  limits.max_value_bytes = 32;
+  auto agree = [&](std::span<const std::uint8_t> payload) {
+    Request q;
+    DecodeError err;
+    const bool general = decode_request(payload, limits, q, err);
+    SimpleRequest s;
+    const bool simple = decode_simple_request(payload, limits, s);
+    const bool hot = general && (q.op == Op::set || q.op == Op::get || q.op == Op::add);
+    REQUIRE(simple == hot);
+    if (simple) {
+      REQUIRE(s.op == q.op);
+      REQUIRE(s.id == q.id);
+      REQUIRE(std::string(s.key) == q.keys.at(0));
+      if (q.op == Op::set) {
+        REQUIRE(Bytes(s.value.begin(), s.value.end()) == q.values.at(0));
+      } else if (q.op == Op::get) {
+        REQUIRE(s.timeout_ms == q.timeout_ms);
+      } else {
+        REQUIRE(s.delta == q.delta);
+      }
+    }
+    return simple;
+  };
+  // Valid frames of each op, then every truncation, one trailing byte, and limits.
+  std::vector<Request> valid(3);
+  valid[0].op = Op::set;
+  valid[0].keys = {"key"};
+  valid[0].values = {to_bytes("value")};
+  valid[1].op = Op::get;
+  valid[1].keys = {"key"};
+  valid[1].timeout_ms = 1234;
+  valid[2].op = Op::add;
+  valid[2].keys = {"counter"};
+  valid[2].delta = -7;
+  for (auto& q : valid) {
+    q.id = 0xabcdef01;
+    std::vector<std::uint8_t> frame;
+    encode_request(q, frame);
+    std::vector<std::uint8_t> payload(frame.begin() + 4, frame.end());
+    REQUIRE(agree(payload));
+    for (std::size_t n = 0; n < payload.size(); ++n) {
+      REQUIRE_FALSE(agree(std::span<const std::uint8_t>(payload.data(), n)));
+    }
+    payload.push_back(0);
+    REQUIRE_FALSE(agree(payload));
+  }
+  Request big = valid[0];
+  big.keys = {std::string(17, 'k')};
+  std::vector<std::uint8_t> frame;
+  encode_request(big, frame);
+  REQUIRE_FALSE(agree(std::span<const std::uint8_t>(frame).subspan(4)));
+  big.keys = {std::string(16, 'k')};
+  big.values = {Bytes(33, 1)};
+  frame.clear();
+  encode_request(big, frame);
+  REQUIRE_FALSE(agree(std::span<const std::uint8_t>(frame).subspan(4)));
+  big.values = {Bytes(32, 1)};
+  frame.clear();
+  encode_request(big, frame);
+  REQUIRE(agree(std::span<const std::uint8_t>(frame).subspan(4)));
+  // Random bodies behind the three opcodes.
+  std::mt19937 rng(777);
+  for (int i = 0; i < 30000; ++i) {
+    std::vector<std::uint8_t> junk(5 + rng() % 40);
+    for (auto& b : junk) {
+      b = static_cast<std::uint8_t>(rng() % 4 == 0 ? rng() : rng() % 24);
+    }
+    junk[0] = static_cast<std::uint8_t>(1 + rng() % 3);
+    agree(junk);
+  }
+}
+
+TEST_CASE("OutputQueue: small writes share one buffer and leave in order through partial writes",
+          "[net]") {
+  int fds[2];
+  REQUIRE(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK, 0, fds) == 0);
+  net::Socket a(fds[0]);
+  net::Socket b(fds[1]);
+  const int small = 4096;
+  ::setsockopt(a.fd(), SOL_SOCKET, SO_SNDBUF, &small, sizeof(small));
+  net::OutputQueue q;
+  std::vector<std::uint8_t> expected;
+  std::mt19937 rng(5);
+  for (int i = 0; i < 3000; ++i) {
+    const std::size_t n = rng() % 3 == 0 ? rng() % 9000 : rng() % 40;  // some over 512 bytes
+    std::vector<std::uint8_t> bytes(n);
+    for (auto& x : bytes) {
+      x = static_cast<std::uint8_t>(rng());
+    }
+    expected.insert(expected.end(), bytes.begin(), bytes.end());
+    if (i % 2 == 0) {
+      q.push(bytes);
+    } else if (n > 0) {
+      std::memcpy(q.append(n), bytes.data(), n);
+    }
+    if (i % 7 == 0) {
+      REQUIRE(q.flush(a).ok());
+    }
+  }
+  REQUIRE(q.pending() <= expected.size());
+  std::vector<std::uint8_t> got;
+  std::uint8_t buf[65536];
+  while (!q.empty() || got.size() < expected.size()) {
+    REQUIRE(q.flush(a).ok());
+    const ssize_t r = ::read(b.fd(), buf, sizeof(buf));
+    if (r > 0) {
+      got.insert(got.end(), buf, buf + r);
+    }
+    REQUIRE(got.size() <= expected.size());
+  }
+  REQUIRE(got == expected);
+}
+
+TEST_CASE("KvTable: set_view and add keep stored_bytes and do not keep oversized buffers",
+          "[store][protocol]") {
+  using store::KvTable;
+  KvTable t;
+  const std::size_t entry = KvTable::kEntryOverhead;
+  const Bytes big(5000, 1);
+  t.set_view("k", big);
+  REQUIRE(t.stored_bytes() == 1 + 5000 + entry);
+  const Bytes small(3, 2);
+  t.set_view("k", small);
+  REQUIRE(*t.find("k") == small);
+  REQUIRE(t.find("k")->capacity() < 1000);
+  REQUIRE(t.stored_bytes() == 1 + 3 + entry);
+  REQUIRE(t.add("c", 9).value == 9);
+  REQUIRE(t.add("c", -10).value == -1);
+  REQUIRE(*t.find("c") == to_bytes("-1"));
+  REQUIRE(t.stored_bytes() == (1 + 3 + entry) + (1 + 2 + entry));
+  // A key created through a view wakes its watch.
+  const auto w = t.add_watch({"new"});
+  REQUIRE(w != 0);
+  REQUIRE_FALSE(t.has_ready());
+  t.set_view("new", small);
+  REQUIRE(t.has_ready());
+  REQUIRE(t.take_ready() == std::vector<KvTable::WatchId>{w});
 }

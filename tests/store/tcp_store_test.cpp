@@ -6,7 +6,9 @@
 
 #include <sys/epoll.h>
 
+#include <algorithm>
 #include <atomic>
+#include <map>
 #include <memory>
 #include <random>
 #include <thread>
@@ -15,6 +17,7 @@
 #include <chorus/errors.hpp>
 #include <chorus/tcp_store.hpp>
 
+#include "core/bytes.hpp"
 #include "net/connect.hpp"
 #include "net/event_loop.hpp"
 #include "net/frame.hpp"
@@ -226,6 +229,45 @@ TEST_CASE("TcpStore: list_keys, ping, limits, wait_for_clients, dual-stack", "[s
   REQUIRE(via_v4.get_string("x") == "y");
 }
 
+TEST_CASE("TcpStore: source_address binds the client's socket before connecting", "[store]") {
+  // A listener stands in for the server: it sees where the connection comes from.
+  auto listener = net::Listener::bind("127.0.0.1", 0);
+  TcpStoreOptions o = client_options(listener.port(), 2s);
+  o.source_address = "127.0.0.9";
+  o.token = "";
+  std::thread client([&] {
+    try {
+      TcpStore c(o);  // no hello ever comes back: times out
+    } catch (const Error&) {
+    }
+  });
+  net::AcceptResult a;
+  const Deadline d = Deadline::after(5s);
+  while (!d.expired()) {
+    a = listener.accept();
+    if (a.io.ok()) {
+      break;
+    }
+    std::this_thread::sleep_for(5ms);  // polling a non-blocking accept, bounded
+  }
+  REQUIRE(a.io.ok());
+  REQUIRE(a.peer.host() == "127.0.0.9");
+  a.socket.close();
+  client.join();
+
+  // With a real server: calls go through; a name is refused before anything is sent.
+  TcpStoreOptions so = client_options(0);
+  so.is_server = true;
+  TcpStore server(so);
+  TcpStoreOptions co = client_options(server.port());
+  co.source_address = "127.0.0.10";
+  TcpStore c(co);
+  c.set("k", std::string_view("v"));
+  REQUIRE(c.get_string("k") == "v");
+  co.source_address = "localhost";
+  REQUIRE_THROWS_WITH(TcpStore(co), Catch::Contains("source_address"));
+}
+
 TEST_CASE("TcpStore: large values up to the limit go through", "[store]") {
   TcpStoreOptions so = client_options(0);
   so.is_server = true;
@@ -391,4 +433,216 @@ TEST_CASE("TcpStoreServer: 10,000+ malformed frames while a good client gets cor
   // The server still serves.
   TcpStore after(client_options(server.port()));
   REQUIRE(after.add("good/counter", 0) == good_ops.load());
+}
+
+namespace {
+
+// A raw protocol client: requests with chosen ids, replies read one frame at a time, so that a
+// test sees exactly what the server sent and in which order. Throws on any failure (it also
+// runs on load threads, where Catch's REQUIRE must not be used).
+struct RawClient {
+  net::Socket socket;
+  std::map<std::uint32_t, store::Op> ops;  // request id -> op, for decoding its reply
+
+  static void check(bool ok, const std::string& what) {
+    if (!ok) {
+      throw std::runtime_error("raw client: " + what);
+    }
+  }
+  explicit RawClient(std::uint16_t port) {
+    socket = net::connect("127.0.0.1", port, Deadline::after(10s));
+    std::uint8_t hello[store::kHelloBytes];
+    store::encode_hello({store::kProtocolVersion, 0}, hello);
+    check(net::send_all(socket, hello, sizeof(hello), Deadline::after(10s)).ok(), "send hello");
+    check(net::recv_exact(socket, hello, sizeof(hello), Deadline::after(10s)).ok(), "hello answer");
+    const auto answer = store::decode_hello(hello);
+    check(answer && answer->flags == static_cast<std::uint16_t>(store::HelloStatus::accepted),
+          "hello refused");
+  }
+  void send(const std::vector<store::Request>& batch) {
+    std::vector<std::uint8_t> buf;
+    for (const auto& q : batch) {
+      ops[q.id] = q.op;
+      store::encode_request(q, buf);
+    }
+    check(net::send_all(socket, buf.data(), buf.size(), Deadline::after(10s)).ok(), "send");
+  }
+  // The next reply (bounded wait); its request id must be one still unanswered.
+  store::Reply next() {
+    std::uint8_t header[4];
+    check(net::recv_exact(socket, header, 4, Deadline::after(20s)).ok(), "no reply in 20 s");
+    std::vector<std::uint8_t> payload(net::get_u32(header));
+    check(payload.size() >= 5, "short reply");
+    check(net::recv_exact(socket, payload.data(), payload.size(), Deadline::after(20s)).ok(),
+          "truncated reply");
+    const std::uint32_t id = net::get_u32(payload.data() + 1);
+    auto op = ops.find(id);
+    check(op != ops.end(),
+          "reply to an unknown or already answered request id " + std::to_string(id));
+    store::Reply r;
+    store::DecodeError err;
+    check(store::decode_reply(op->second, payload, r, err), "bad reply: " + err.message);
+    ops.erase(op);
+    return r;
+  }
+};
+
+store::Request make_request(store::Op op, std::uint32_t id, std::vector<std::string> keys,
+                            std::uint64_t timeout_ms = 0) {
+  store::Request q;
+  q.op = op;
+  q.id = id;
+  q.keys = std::move(keys);
+  q.timeout_ms = timeout_ms;
+  return q;
+}
+
+}  // namespace
+
+TEST_CASE(
+    "TcpStoreServer: parked get/wait/multi_get are answered exactly once, never early, "
+    "while pipelined set/get/add load runs",
+    "[store]") {
+  TcpStoreServer server({.host = "127.0.0.1", .port = 0});
+  constexpr int kKeys = 48;
+  constexpr int kWaiters = 6;
+  auto key = [](int k) { return "w/" + std::to_string(k % kKeys); };
+  auto value = [](int k) { return "value-" + std::to_string(k % kKeys); };
+
+  // Load: pipelined batches of set/get/add on other keys; every reply checked, add exact.
+  std::atomic<bool> stop{false};
+  std::atomic<long> load_ops{0};
+  std::vector<std::string> load_errors(3);
+  std::vector<std::thread> load;
+  for (int t = 0; t < 3; ++t) {
+    load.emplace_back([&, t] {
+      try {
+        RawClient c(server.port());
+        const std::string counter = "load/counter/" + std::to_string(t);
+        std::int64_t expected = 0;
+        for (std::uint32_t round = 0; !stop.load(); ++round) {
+          std::vector<store::Request> batch;
+          for (std::uint32_t i = 0; i < 16; ++i) {
+            const std::uint32_t id = round * 16 + i;
+            const std::string k = "load/" + std::to_string(t) + "/" + std::to_string(i);
+            if (i % 3 == 0) {
+              auto q = make_request(store::Op::set, id, {k});
+              q.values = {to_bytes(std::to_string(round))};
+              batch.push_back(q);
+            } else if (i % 3 == 1) {  // the key set just before in this batch
+              const std::string prev = "load/" + std::to_string(t) + "/" + std::to_string(i - 1);
+              batch.push_back(make_request(store::Op::get, id, {prev}, 60000));
+            } else {
+              auto q = make_request(store::Op::add, id, {counter});
+              q.delta = 1;
+              batch.push_back(q);
+            }
+          }
+          c.send(batch);
+          for (std::size_t i = 0; i < batch.size(); ++i) {
+            const store::Reply r = c.next();
+            if (r.status != store::ReplyStatus::ok) {
+              throw std::runtime_error("load request failed: " + r.message);
+            }
+            if (r.id % 16 % 3 == 2 && r.integer != ++expected) {
+              throw std::runtime_error("add returned " + std::to_string(r.integer) + ", expected " +
+                                       std::to_string(expected));
+            }
+          }
+          load_ops += 16;
+        }
+      } catch (const std::exception& e) {
+        load_errors[static_cast<std::size_t>(t)] = e.what();
+      }
+    });
+  }
+
+  // Waiters: every connection parks a get on every key, and (spread over the connections) a
+  // wait on two keys and a multi_get of two keys. want[c][id] = the keys that request needs.
+  std::vector<std::unique_ptr<RawClient>> waiters;
+  std::vector<std::map<std::uint32_t, std::vector<int>>> want(kWaiters);
+  for (int c = 0; c < kWaiters; ++c) {
+    waiters.push_back(std::make_unique<RawClient>(server.port()));
+    std::vector<store::Request> batch;
+    std::uint32_t id = 1;
+    for (int k = 0; k < kKeys; ++k) {
+      batch.push_back(make_request(store::Op::get, id, {key(k)}, 120000));
+      want[c][id++] = {k};
+      if (k % kWaiters == c) {
+        batch.push_back(make_request(store::Op::wait, id, {key(k), key(k + 1)}, 120000));
+        want[c][id++] = {k, k + 1};
+        batch.push_back(
+            make_request(store::Op::multi_get, id, {key(k + kKeys / 2), key(k)}, 120000));
+        want[c][id++] = {k + kKeys / 2, k};
+      }
+    }
+    waiters.back()->send(batch);
+  }
+  RawClient setter(server.port());
+  std::uint32_t next_id = 1u << 30;
+  std::vector<bool> is_set(kKeys, false);
+  for (int k = 0; k < kKeys; ++k) {
+    // Nothing answered early: a ping sent now is answered before anything else.
+    for (int c = 0; c < kWaiters; ++c) {
+      const std::uint32_t ping = next_id++;
+      waiters[static_cast<std::size_t>(c)]->send({make_request(store::Op::ping, ping, {})});
+      REQUIRE(waiters[static_cast<std::size_t>(c)]->next().id == ping);
+    }
+    auto q = make_request(store::Op::set, next_id++, {key(k)});
+    q.values = {to_bytes(value(k))};
+    setter.send({q});
+    REQUIRE(setter.next().status == store::ReplyStatus::ok);
+    is_set[static_cast<std::size_t>(k)] = true;
+    // Exactly the requests whose keys now all exist are answered, each once, with the values.
+    for (int c = 0; c < kWaiters; ++c) {
+      std::map<std::uint32_t, std::vector<int>> due;
+      for (auto it = want[c].begin(); it != want[c].end();) {
+        const bool ready = std::all_of(it->second.begin(), it->second.end(), [&](int kk) {
+          return is_set[static_cast<std::size_t>(kk % kKeys)];
+        });
+        if (ready) {
+          due.insert(*it);
+          it = want[c].erase(it);
+        } else {
+          ++it;
+        }
+      }
+      for (std::size_t n = due.size(); n > 0; --n) {
+        const store::Reply r = waiters[static_cast<std::size_t>(c)]->next();
+        auto d = due.find(r.id);
+        INFO("connection " << c << " key " << k << " reply id " << r.id);
+        REQUIRE(d != due.end());
+        REQUIRE(r.status == store::ReplyStatus::ok);
+        const std::vector<int>& keys = d->second;
+        const store::Op op = keys.size() == 1         ? store::Op::get
+                             : keys[0] == keys[1] - 1 ? store::Op::wait
+                                                      : store::Op::multi_get;
+        if (op == store::Op::wait) {
+          REQUIRE(r.values.empty());
+        } else {
+          REQUIRE(r.values.size() == keys.size());
+          for (std::size_t i = 0; i < keys.size(); ++i) {
+            REQUIRE(r.values[i] == to_bytes(value(keys[i])));
+          }
+        }
+        due.erase(d);
+      }
+    }
+  }
+  // Every request was answered, and nothing more follows.
+  for (int c = 0; c < kWaiters; ++c) {
+    REQUIRE(want[c].empty());
+    const std::uint32_t ping = next_id++;
+    waiters[static_cast<std::size_t>(c)]->send({make_request(store::Op::ping, ping, {})});
+    REQUIRE(waiters[static_cast<std::size_t>(c)]->next().id == ping);
+  }
+  stop = true;
+  for (auto& t : load) {
+    t.join();
+  }
+  for (const auto& e : load_errors) {
+    INFO(e);
+    REQUIRE(e.empty());
+  }
+  REQUIRE(load_ops.load() > 0);
 }
