@@ -3,6 +3,7 @@
 // not divisible by n, many slices) x every dtype x every op, in place and out of place, both
 // the latency and the pipelined variant; plus signature mismatches.
 #include <memory>
+#include <set>
 #include <vector>
 
 #include <fmt/ranges.h>
@@ -370,6 +371,44 @@ TEST_CASE("schedule: interleave merges a later phase into an earlier one, lag it
   // A lag past the end of the first phase keeps the order.
   s.interleave(1, false, 1, 5);
   CHECK(s.recv_fifo(1) == std::vector<tcp::TaskId>{r0});
+}
+
+// Links are made on demand (link_connector.hpp), so the peers a rank's schedules name are the
+// links it opens. A 4096-rank data-parallel job (small and large allreduce, barrier) must need
+// O(log N) of them per rank, not N - 1. Checked on the schedules themselves, for ranks at the
+// edges and in the middle (4096 real processes do not fit on this machine; tcp_links_mp counts
+// the sockets of 64).
+TEST_CASE("at 4096 ranks, allreduce and barrier schedules name O(log N) peers per rank",
+          "[tcp][algorithms][links]") {
+  constexpr int kRanks = 4096;
+  constexpr int kLog2 = 12;
+  std::vector<float> small_in(2), small_out(2);
+  std::vector<float> large_in(kRanks * 64), large_out(kRanks * 64);  // 1 MiB: the ring
+  for (int rank : {0, 1, 2047, 2048, 4095}) {
+    std::set<int> peers;
+    auto add = [&](OpKind kind, const float* in, float* out, std::size_t count) {
+      tcp::ScratchArena arena;
+      tcp::Schedule s(rank, kRanks, DataType::float32, ReduceOp::sum, arena);
+      tcp::CollectiveArgs a;
+      a.kind = kind;
+      a.in = in;
+      a.out = out;
+      a.count = count;
+      a.dtype = DataType::float32;
+      a.small_bytes = 256 * 1024;
+      tcp::build_schedule(s, a);
+      for (const tcp::Task& t : s.tasks()) {
+        if (t.kind == tcp::TaskKind::send || t.kind == tcp::TaskKind::recv) {
+          peers.insert(t.peer);
+        }
+      }
+    };
+    add(OpKind::allreduce, small_in.data(), small_out.data(), small_in.size());
+    add(OpKind::allreduce, large_in.data(), large_out.data(), large_in.size());
+    add(OpKind::barrier, nullptr, nullptr, 0);
+    INFO("rank " << rank << " names " << peers.size() << " peers");
+    CHECK(peers.size() <= static_cast<std::size_t>(2 + 3 * kLog2));
+  }
 }
 
 }  // namespace chorus::test
