@@ -52,10 +52,13 @@
 #include <chorus/tcp_store.hpp>
 
 #include "net/listener.hpp"
+#include "store_bench_util.hpp"
 #include "tcp/host_id.hpp"
 #include "tcp/membership.hpp"
 
 namespace {
+
+using namespace chorus::bench;
 
 using Clock = std::chrono::steady_clock;
 using namespace std::chrono_literals;
@@ -69,107 +72,10 @@ struct Config {
   int stack_kib = 256;
 };
 
-std::vector<int> parse_list(const char* text) {
-  std::vector<int> out;
-  std::string s(text);
-  std::size_t pos = 0;
-  while (pos < s.size()) {
-    const std::size_t comma = s.find(',', pos);
-    out.push_back(std::atoi(s.substr(pos, comma - pos).c_str()));
-    pos = comma == std::string::npos ? s.size() : comma + 1;
-  }
-  return out;
-}
-
 // Rank r's loopback address: its store connection's source and its listener.
 std::string rank_address(int r) {
   return fmt::format("127.{}.{}.{}", 1 + r / 62500, 1 + r / 250 % 250, 1 + r % 250);
 }
-
-bool read_full(int fd, void* data, std::size_t len, int timeout_ms) {
-  auto* p = static_cast<char*>(data);
-  std::size_t got = 0;
-  while (got < len) {
-    pollfd pfd{fd, POLLIN, 0};
-    if (::poll(&pfd, 1, timeout_ms) != 1) {
-      return false;
-    }
-    const ssize_t n = ::read(fd, p + got, len - got);
-    if (n <= 0) {
-      return false;
-    }
-    got += static_cast<std::size_t>(n);
-  }
-  return true;
-}
-
-void raise_open_file_limit() {
-  rlimit rl{};
-  ::getrlimit(RLIMIT_NOFILE, &rl);
-  if (rl.rlim_cur < rl.rlim_max) {
-    rl.rlim_cur = rl.rlim_max;
-    ::setrlimit(RLIMIT_NOFILE, &rl);
-  }
-}
-
-// kB of a /proc/<pid>/status field ("VmHWM", "VmRSS"), or -1.
-long proc_status_kib(pid_t pid, const std::string& field) {
-  std::ifstream in(fmt::format("/proc/{}/status", pid));
-  std::string line;
-  while (std::getline(in, line)) {
-    if (line.rfind(field + ":", 0) == 0) {
-      return std::atol(line.c_str() + field.size() + 1);
-    }
-  }
-  return -1;
-}
-
-// The store server in its own process, forked before any thread exists; it reports its port
-// through a pipe.
-struct ServerProcess {
-  pid_t pid = -1;
-  std::uint16_t port = 0;
-  ServerProcess() {
-    int fds[2];
-    if (::pipe(fds) != 0) {
-      std::perror("pipe");
-      std::exit(1);
-    }
-    std::fflush(stdout);
-    pid = ::fork();
-    if (pid == 0) {
-      ::close(fds[0]);
-      raise_open_file_limit();
-      rlimit rl{};
-      ::getrlimit(RLIMIT_NOFILE, &rl);
-      chorus::TcpStoreServerOptions so;
-      so.host = "127.0.0.1";
-      so.port = 0;
-      // Every rank's connection plus room for inspection tools.
-      so.max_connections = rl.rlim_cur > 128 ? static_cast<std::size_t>(rl.rlim_cur) - 64 : 64;
-      so.token = "";
-      chorus::TcpStoreServer server(so);
-      const std::uint16_t p = server.port();
-      (void)!::write(fds[1], &p, sizeof(p));
-      ::close(fds[1]);
-      for (;;) {
-        ::pause();
-      }
-    }
-    ::close(fds[1]);
-    if (!read_full(fds[0], &port, sizeof(port), 30000)) {
-      std::fprintf(stderr, "bootstrap_perf: the server process did not start\n");
-      std::exit(1);
-    }
-    ::close(fds[0]);
-  }
-  ~ServerProcess() {
-    ::kill(pid, SIGKILL);
-    ::waitpid(pid, nullptr, 0);
-  }
-  ServerProcess(const ServerProcess&) = delete;
-  ServerProcess& operator=(const ServerProcess&) = delete;
-};
 
 // True if `text` names rank k: as a number of its own (not part of a larger number, an address
 // or a "rank/size"), or inside a range "a-b".
@@ -527,11 +433,6 @@ RunResult run_ranks(const Config& cfg, int n, int run, std::uint16_t port) {
   return result;
 }
 
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v.empty() ? 0 : v[v.size() / 2];
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -618,7 +519,7 @@ int main(int argc, char** argv) {
     std::vector<std::string> kill_reports;
     bool n_failed = false;
     for (int run = 0; run < cfg.runs; ++run) {
-      const RunResult r = run_ranks(cfg, n, run, server.port);
+      const RunResult r = run_ranks(cfg, n, run, server.port());
       if (!r.ok) {
         n_failed = true;
         std::fprintf(stderr, "bootstrap_perf: %d ranks, run %d: a rank process failed\n", n,
@@ -652,7 +553,7 @@ int main(int argc, char** argv) {
       times.push_back(r.seconds);
       halves.push_back(r.median_rank);
     }
-    const long hwm_kib = proc_status_kib(server.pid, "VmHWM");
+    const long hwm_kib = proc_status_kib(server.pid(), "VmHWM");
     const double rss_mib = hwm_kib < 0 ? -1 : static_cast<double>(hwm_kib) / 1024;
     if (cfg.kill_one) {
       std::printf("  %8d %6d %12.3f %12s %10s %16.1f   (kill-one: time to the last failure)\n", n,

@@ -44,9 +44,12 @@
 #include <chorus/errors.hpp>
 #include <chorus/tcp_store.hpp>
 
+#include "store_bench_util.hpp"
 #include "store_load.hpp"
 
 namespace {
+
+using namespace chorus::bench;
 
 using Clock = std::chrono::steady_clock;
 using namespace std::chrono_literals;
@@ -66,18 +69,6 @@ struct Config {
   int rss_clients = 16384;
 };
 
-std::vector<int> parse_list(const char* text) {
-  std::vector<int> out;
-  std::string s(text);
-  std::size_t pos = 0;
-  while (pos < s.size()) {
-    const std::size_t comma = s.find(',', pos);
-    out.push_back(std::atoi(s.substr(pos, comma - pos).c_str()));
-    pos = comma == std::string::npos ? s.size() : comma + 1;
-  }
-  return out;
-}
-
 std::unique_ptr<chorus::TcpStore> connect(std::uint16_t port) {
   chorus::TcpStoreOptions o;
   o.host = "127.0.0.1";
@@ -85,58 +76,6 @@ std::unique_ptr<chorus::TcpStore> connect(std::uint16_t port) {
   o.timeout = 120s;
   return std::make_unique<chorus::TcpStore>(o);
 }
-
-bool read_full(int fd, void* data, std::size_t len, int timeout_ms) {
-  auto* p = static_cast<char*>(data);
-  std::size_t got = 0;
-  while (got < len) {
-    pollfd pfd{fd, POLLIN, 0};
-    if (::poll(&pfd, 1, timeout_ms) != 1) {
-      return false;
-    }
-    const ssize_t n = ::read(fd, p + got, len - got);
-    if (n <= 0) {
-      return false;
-    }
-    got += static_cast<std::size_t>(n);
-  }
-  return true;
-}
-
-// The server, forked before any thread exists; it reports its port through a pipe.
-struct ServerProcess {
-  pid_t pid = -1;
-  std::uint16_t port = 0;
-  ServerProcess() {
-    int fds[2];
-    if (::pipe(fds) != 0) {
-      std::perror("pipe");
-      std::exit(1);
-    }
-    pid = ::fork();
-    if (pid == 0) {
-      ::prctl(PR_SET_PDEATHSIG, SIGKILL);
-      ::close(fds[0]);
-      chorus::TcpStoreServer server({.host = "127.0.0.1", .port = 0});
-      const std::uint16_t p = server.port();
-      (void)!::write(fds[1], &p, sizeof(p));
-      ::close(fds[1]);
-      for (;;) {
-        ::pause();
-      }
-    }
-    ::close(fds[1]);
-    if (!read_full(fds[0], &port, sizeof(port), 30000)) {
-      std::fprintf(stderr, "store_perf: the server process did not start\n");
-      std::exit(1);
-    }
-    ::close(fds[0]);
-  }
-  ~ServerProcess() {
-    ::kill(pid, SIGKILL);
-    ::waitpid(pid, nullptr, 0);
-  }
-};
 
 // Runs `clients` clients as threads over up to max_procs processes. setup(i) runs before the
 // start (untimed), work(i) after the common release (timed). Returns seconds from the release to
@@ -241,11 +180,6 @@ double run_clients(int clients, int max_procs,
   }
   return std::chrono::duration<double>(Clock::duration(last_end) - start.time_since_epoch())
       .count();
-}
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v.empty() ? 0 : v[v.size() / 2];
 }
 
 // An executable named `name` on PATH, or "".
@@ -528,7 +462,7 @@ int main(int argc, char** argv) {
     }
   }
   std::printf("# store_perf: chorus TcpStore server (pid %d) in its own process on 127.0.0.1:%u\n",
-              static_cast<int>(server.pid), static_cast<unsigned>(server.port));
+              static_cast<int>(server.pid()), static_cast<unsigned>(server.port()));
   std::printf("# open file limit %llu; %u CPUs; values of 3 bytes (as redis-benchmark -d 3)\n",
               static_cast<unsigned long long>(rl.rlim_cur), std::thread::hardware_concurrency());
   std::unique_ptr<RedisProcess> redis;
@@ -570,8 +504,8 @@ int main(int argc, char** argv) {
           rb = redis_benchmark(redis_bench, redis->port, clients, depth, ops, cfg.repeats);
         }
         for (store_load::Op op : {store_load::Op::set, store_load::Op::get, store_load::Op::add}) {
-          const Cell ch = load_cell(store_load::Proto::chorus, op, server.port, server.pid, clients,
-                                    depth, ops, cfg.gen_threads, cfg.repeats);
+          const Cell ch = load_cell(store_load::Proto::chorus, op, server.port(), server.pid(),
+                                    clients, depth, ops, cfg.gen_threads, cfg.repeats);
           Cell rd;
           if (redis) {
             rd = load_cell(store_load::Proto::resp, op, redis->port, redis->pid, clients, depth,
@@ -614,7 +548,7 @@ int main(int argc, char** argv) {
         cfg.rss_clients);
     std::printf("# %-7s %-34s %8s %10s %10s %10s\n", "server", "state", "clients", "RSS(MiB)",
                 "peak(MiB)", "KiB/client");
-    failed = !measure_rss("chorus", store_load::Proto::chorus, server.port, server.pid,
+    failed = !measure_rss("chorus", store_load::Proto::chorus, server.port(), server.pid(),
                           cfg.rss_clients) ||
              failed;
     if (redis) {
@@ -641,7 +575,7 @@ int main(int argc, char** argv) {
           const double t = run_clients(
               clients, cfg.max_procs,
               [&](int i, std::unique_ptr<chorus::TcpStore>& s) {
-                s = connect(server.port);
+                s = connect(server.port());
                 if (o == "get") {
                   s->set("k/" + std::to_string(i), std::string_view("xxx"));
                 }
@@ -690,7 +624,7 @@ int main(int argc, char** argv) {
       const double t = run_clients(
           n, cfg.max_procs, [](int, std::unique_ptr<chorus::TcpStore>&) {},
           [&](int rank, std::unique_ptr<chorus::TcpStore>& s) {
-            s = connect(server.port);
+            s = connect(server.port());
             s->set(keys[static_cast<std::size_t>(rank)],
                    std::string_view("10.0.0." + std::to_string(rank % 250) + ":" +
                                     std::to_string(20000 + rank)));
