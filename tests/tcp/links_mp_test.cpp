@@ -53,6 +53,24 @@ void store_barrier(Store& store, const std::string& name, int n) {
   store.get(name + "/open", 60s);
 }
 
+// all_to_all of 2 floats per pair, each naming its source, destination and round; checked.
+void all_to_all_checked(ProcessGroup& pg, int rank, int n, int round) {
+  const auto value = [round](int src, int i) {
+    return static_cast<float>(round * 100000 + src * 100 + i);
+  };
+  std::vector<float> in(static_cast<std::size_t>(n) * 2);
+  std::vector<float> out(in.size(), -1.0f);
+  for (int i = 0; i < n * 2; ++i) {
+    in[static_cast<std::size_t>(i)] = value(rank, i);
+  }
+  pg.all_to_all(Tensor::of(in.data(), in.size()), Tensor::of(out.data(), out.size()))->wait();
+  for (int src = 0; src < n; ++src) {
+    for (int j = 0; j < 2; ++j) {
+      CHILD_CHECK(out[static_cast<std::size_t>(src * 2 + j)] == value(src, rank * 2 + j));
+    }
+  }
+}
+
 int ceil_log2(int n) {
   int k = 0;
   while ((1 << k) < n) {
@@ -142,20 +160,7 @@ TEST_CASE("crossing dials from tagged send/recv, then all_to_all, link every pai
         // all_to_all on a rank that went ahead would link to this one before it counted.
         store_barrier(*store, "counted", kRanks);
 
-        std::vector<float> a2a_in(kRanks * 4);
-        std::vector<float> a2a_out(kRanks * 4, -1.0f);
-        for (int i = 0; i < kRanks * 4; ++i) {
-          a2a_in[static_cast<std::size_t>(i)] = static_cast<float>(rank * 1000 + i);
-        }
-        pg->all_to_all(Tensor::of(a2a_in.data(), a2a_in.size()),
-                       Tensor::of(a2a_out.data(), a2a_out.size()))
-            ->wait();
-        for (int src = 0; src < kRanks; ++src) {
-          for (int j = 0; j < 4; ++j) {
-            CHILD_CHECK(a2a_out[static_cast<std::size_t>(src * 4 + j)] ==
-                        static_cast<float>(src * 1000 + rank * 4 + j));
-          }
-        }
+        all_to_all_checked(*pg, rank, kRanks, 0);
         CHILD_CHECK(links_held() == kRanks - 1);
         pg->barrier()->wait();
       },
@@ -223,19 +228,7 @@ TEST_CASE("CHORUS_MAX_PEER_SOCKETS: idle links are released, and linked again wh
         float early = static_cast<float>(rank);
         pg->send(Tensor::of(&early, 1), opposite, 99)->wait();
         for (int round = 0; round < 3; ++round) {
-          std::vector<float> in(kRanks * 2);
-          std::vector<float> out(kRanks * 2, -1.0f);
-          for (int i = 0; i < kRanks * 2; ++i) {
-            in[static_cast<std::size_t>(i)] = static_cast<float>(round * 100000 + rank * 100 + i);
-          }
-          pg->all_to_all(Tensor::of(in.data(), in.size()), Tensor::of(out.data(), out.size()))
-              ->wait();
-          for (int src = 0; src < kRanks; ++src) {
-            for (int j = 0; j < 2; ++j) {
-              CHILD_CHECK(out[static_cast<std::size_t>(src * 2 + j)] ==
-                          static_cast<float>(round * 100000 + src * 100 + rank * 2 + j));
-            }
-          }
+          all_to_all_checked(*pg, rank, kRanks, round);
           // Everyone is done with the round before anyone checks (a rank already in the next
           // round would keep its links to this one busy); through the store, not the group.
           store_barrier(*store, fmt::format("round{}", round), kRanks);
