@@ -541,6 +541,16 @@ void Engine::conclude_probe() {
   for (std::size_t i = 0; i < direct.size(); ++i) {
     waiting += (i ? ", " : "") + rank_name(direct[i]);
   }
+  for (int p : direct) {
+    if (!transport_->peer_connected(p)) {
+      // Its link was asked for when this op needed it, and any live process's link connector
+      // answers at once, whatever its program is doing.
+      details += fmt::format(
+          "; {} has not completed a link with this rank: its process is stopped, hung or "
+          "overloaded",
+          rank_name(p));
+    }
+  }
   std::vector<int> culprits;
   const Duration grace = probe_grace(op->call.timeout);
   for (int p = 0; p < config_.size; ++p) {

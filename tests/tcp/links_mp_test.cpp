@@ -251,4 +251,36 @@ TEST_CASE("CHORUS_MAX_PEER_SOCKETS: idle links are released, and linked again wh
   REQUIRE_ALL_OK(results);
 }
 
+// Rank 2 never issues the all_to_all. Rank 0 has no link to it before the op (ring neighbours
+// 1 and 3); the op's dial is answered by rank 2's link connector, which runs whatever rank 2's
+// program does, so rank 0's timeout names rank 2 from the status probe like its neighbours'.
+TEST_CASE("a timeout names a peer that was linked by the op itself", "[tcp][mp][links]") {
+  constexpr int kRanks = 4;
+  StoreServerProcess server;
+  const auto port = server.port();
+  auto results = run_processes(
+      kRanks,
+      [port](int rank) {
+        auto store = child_store(port);
+        auto pg = make_tcp_group(store, rank, kRanks, loopback_options(2s));
+        if (rank == 2) {
+          store_barrier(*store, "checked", kRanks);  // after the others saw their errors
+          return;
+        }
+        std::vector<float> in(kRanks), out(kRanks);
+        const Error e = expect_error([&] {
+          pg->all_to_all(Tensor::of(in.data(), in.size()), Tensor::of(out.data(), out.size()))
+              ->wait();
+        });
+        const auto& peers = e.context().peers;
+        CHILD_CHECK(std::find(peers.begin(), peers.end(), 2) != peers.end());
+        if (!contains(e.what(), "has not issued this op yet")) {
+          throw ChildCheckFailed{e.what()};
+        }
+        store_barrier(*store, "checked", kRanks);
+      },
+      60s);
+  REQUIRE_ALL_OK(results);
+}
+
 }  // namespace chorus::test
