@@ -39,6 +39,8 @@ int poll_timeout_ms(Deadline wake) {
 // A connect that failed transiently (net::retryable_connect_error) is retried this often until
 // the peer timeout. A refusal is final: the peer listened before it published.
 constexpr auto kConnectRetry = std::chrono::milliseconds(100);
+// After a failed accept (out of descriptors) the listener is left alone for this long.
+constexpr auto kAcceptPause = std::chrono::milliseconds(100);
 
 // Writes all of a handshake message at once: a fresh socket's send buffer always takes it.
 bool write_whole(net::Socket& s, const std::uint8_t* data, std::size_t len) {
@@ -163,6 +165,19 @@ std::string LinkConnector::address_of(int peer) {
 // ---- the thread ------------------------------------------------------------------------------
 
 void LinkConnector::run() {
+  // Nothing here is expected to throw (store errors become link failures); if something does,
+  // the thread must not take the process down: it says so and keeps serving.
+  for (;;) {
+    try {
+      serve();
+      return;
+    } catch (const std::exception& e) {
+      CHORUS_WARN(init, "{}: link connector: {}", o_.where, e.what());
+    }
+  }
+}
+
+void LinkConnector::serve() {
   std::vector<pollfd> fds;
   std::vector<std::pair<Dial*, std::size_t>> polled_dials;
   std::vector<Incoming*> polled_incoming;
@@ -197,8 +212,12 @@ void LinkConnector::run() {
     polled_dials.clear();
     polled_incoming.clear();
     fds.push_back({wake_fd_, POLLIN, 0});
-    fds.push_back({listener_.fd(), POLLIN, 0});
+    // Out of descriptors, the listener stays readable: look at it again a little later.
+    fds.push_back({listener_.fd(), static_cast<short>(accept_paused_.expired() ? POLLIN : 0), 0});
     Deadline wake = Deadline::after(kMaxPollWait);
+    if (!accept_paused_.expired()) {
+      wake = earliest(wake, accept_paused_);
+    }
     for (auto& d : dials_) {
       for (std::size_t i = 0; i < d->conns.size(); ++i) {
         const auto phase = d->conns[i].phase;
@@ -424,6 +443,7 @@ void LinkConnector::accept_all() {
       if (!a.io.would_block()) {
         CHORUS_WARN(init, "{}: accept on {} failed: {}", o_.where, o_.local_address,
                     a.io.describe());
+        accept_paused_ = Deadline::after(kAcceptPause);
       }
       return;
     }

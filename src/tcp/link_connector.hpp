@@ -97,6 +97,7 @@ class LinkConnector {
   enum class State : std::uint8_t { none, dialing, accepting, up, failed };
 
   void run();
+  void serve();
   void start_dial(int peer);
   void start_connect(Dial& d, std::size_t index);
   void step_dial(Dial& d, std::size_t conn, short revents);
@@ -114,6 +115,7 @@ class LinkConnector {
   net::Listener listener_;
   LinkConnectorOptions o_;
   int wake_fd_ = -1;
+  Deadline accept_paused_ = Deadline::at(Clock::time_point{});  // expired: accepting
 
   std::vector<State> state_;  // by peer (connector thread only)
   std::vector<std::unique_ptr<Dial>> dials_;
