@@ -245,8 +245,9 @@ typedef struct chorus_init_config_t {
  * prefix). On rank 0 the store may host the server: free it last. */
 CHORUS_C_API chorus_result_t chorus_init_from_env(const chorus_init_config_t* config,
                                                   chorus_group_t** group, chorus_store_t** store);
-/* Collective over ranks [0, size): blocks until the full mesh is connected. The group keeps
- * its own reference to the store; the store handle may be freed afterwards. */
+/* Collective over ranks [0, size): blocks until every rank has joined and this rank's ring
+ * neighbours are connected (links to other peers are made when an op first needs them). The
+ * group keeps its own reference to the store; the store handle may be freed afterwards. */
 CHORUS_C_API chorus_result_t chorus_group_create_tcp(chorus_store_t* store, int rank, int size,
                                                      const chorus_tcp_group_config_t* config,
                                                      chorus_group_t** group);

@@ -58,9 +58,9 @@ struct TcpGroupOptions {
   // Empty: CHORUS_SOCKET_IFNAME if set, else the address this host uses to reach the store.
   std::string interface;
   int sockets_per_peer = 1;  // parallel TCP connections per peer pair (1..8)
-  // During setup, how long a connection to this rank's port may take to send its 32-byte
-  // hello before it is closed (a stranger: port scanner, health check). Connections are
-  // verified concurrently, so this never delays the group; capped by the group timeout.
+  // How long a connection to this rank's port may take to complete its handshake before it
+  // is closed (a stranger: port scanner, health check). Connections are verified
+  // concurrently, so this never delays the group.
   Duration hello_timeout = std::chrono::seconds(5);
   // allreduce payloads up to this many bytes use the latency algorithm (recursive doubling);
   // larger ones use the pipelined ring. Chosen by measurement (2 and 4 ranks on loopback:

@@ -168,8 +168,11 @@ class CHORUS_API ProcessGroup : public std::enable_shared_from_this<ProcessGroup
 };
 
 // The tcp backend: CPU tensors, ring algorithms over TCP. Collective over ranks [0, size):
-// every rank calls it. Blocks until the full mesh is connected; past the group's timeout it
-// throws TimeoutError naming the ranks that never showed up. The group keeps `store`.
+// every rank calls it. Blocks until every rank has joined and this rank's ring neighbours
+// (and, with shared memory, the ranks of its host) are connected; links to other peers are
+// made when an op first needs them (CHORUS_MAX_PEER_SOCKETS bounds them). Past the group's
+// timeout it throws TimeoutError naming the ranks that never showed up. The group keeps
+// `store`.
 CHORUS_API std::shared_ptr<ProcessGroup> make_tcp_group(std::shared_ptr<Store> store, int rank,
                                                         int size, TcpGroupOptions options = {});
 // The nccl backend: CUDA tensors. Throws BackendError if chorus was built without NCCL.
