@@ -35,12 +35,7 @@ export NETNS_CLUSTER=$cluster # read by netns_ranks.sh
 # shellcheck source=/dev/null
 source "$root/scripts/netns_ranks.sh"
 
-work=$(mktemp -d)
-CHORUS_NETNS_ID=$(CHORUS_NETNS_OWNER=$$ "$cluster" up "$n" "$rate")
-export CHORUS_NETNS_ID
-cleanup() { "$cluster" down "$CHORUS_NETNS_ID"; rm -rf "$work"; }
-trap cleanup EXIT
-trap 'exit 130' INT TERM HUP
+netns_cluster_up "$n" "$rate"
 
 median() { sort -g | awk '{v[NR]=$1} END {print v[int((NR+1)/2)]}'; }
 link_gbs=$(awk -v r="$(echo "$rate" | tr "[:upper:]" "[:lower:]")" 'BEGIN {

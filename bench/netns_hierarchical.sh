@@ -33,12 +33,7 @@ export NETNS_CLUSTER=$cluster NETNS_RANKS_PER_HOST=$per
 # shellcheck source=/dev/null
 source "$root/scripts/netns_ranks.sh"
 
-work=$(mktemp -d)
-CHORUS_NETNS_ID=$(CHORUS_NETNS_OWNER=$$ "$cluster" up "$hosts" "$rate")
-export CHORUS_NETNS_ID
-cleanup() { "$cluster" down "$CHORUS_NETNS_ID"; rm -rf "$work"; }
-trap cleanup EXIT
-trap 'exit 130' INT TERM HUP
+netns_cluster_up "$hosts" "$rate"
 
 median() { sort -g | awk '{v[NR]=$1} END {print v[int((NR+1)/2)]}'; }
 printf '# netns cluster %s: %d hosts x %d ranks, links %s, allreduce %s float32, %s\n' \

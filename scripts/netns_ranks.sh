@@ -6,6 +6,20 @@
 
 NETNS_CLUSTER=${NETNS_CLUSTER:-$(dirname "${BASH_SOURCE[0]}")/netns_cluster.sh}
 
+# netns_cluster_up HOSTS RATE: a cluster for this script (CHORUS_NETNS_ID, exported) and a
+# scratch folder ($work); both are removed when the script exits (the EXIT trap is set here).
+netns_cluster_up() {
+  work=$(mktemp -d)
+  CHORUS_NETNS_ID=$(CHORUS_NETNS_OWNER=$$ "$NETNS_CLUSTER" up "$1" "$2")
+  export CHORUS_NETNS_ID
+  trap netns_cluster_down EXIT
+  trap 'exit 130' INT TERM HUP
+}
+netns_cluster_down() {
+  "$NETNS_CLUSTER" down "$CHORUS_NETNS_ID"
+  rm -rf "$work"
+}
+
 # netns_start_store BIN DIR: chorus-store on namespace 0's address, port 0. Sets STORE_ADDR
 # (host:port) and STORE_PID. The port is read from the store's first line through a fifo (no
 # polling); the fifo stays open for reading so the store never writes into a closed pipe.

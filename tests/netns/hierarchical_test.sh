@@ -19,15 +19,7 @@ export NETNS_CLUSTER=$cluster NETNS_RANKS_PER_HOST=2
 source "$src/scripts/netns_ranks.sh"
 
 readonly HOSTS=2 N=4 RANK_LIMIT_S=60
-work=$(mktemp -d)
-CHORUS_NETNS_ID=$(CHORUS_NETNS_OWNER=$$ "$cluster" up "$HOSTS" 4gbit)
-export CHORUS_NETNS_ID
-cleanup() {
-  "$cluster" down "$CHORUS_NETNS_ID"
-  rm -rf "$work"
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM HUP
+netns_cluster_up "$HOSTS" 4gbit
 
 failures=0
 fail() { echo "FAIL: $*" >&2; failures=$((failures + 1)); }

@@ -27,15 +27,7 @@ readonly FAIL_TIMEOUT_S=3
 readonly FAIL_BOUND_S=$((FAIL_TIMEOUT_S + 9))
 readonly RANK_LIMIT_S=60 # each rank process is killed after this (a hang is a failure)
 
-work=$(mktemp -d)
-CHORUS_NETNS_ID=$(CHORUS_NETNS_OWNER=$$ "$cluster" up "$N" 4gbit)
-export CHORUS_NETNS_ID
-cleanup() {
-  "$cluster" down "$CHORUS_NETNS_ID"
-  rm -rf "$work"
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM HUP
+netns_cluster_up "$N" 4gbit
 
 failures=0
 fail() { echo "FAIL: $*" >&2; failures=$((failures + 1)); }
@@ -108,7 +100,7 @@ exec {out0}<&-
 
 # 3. Everything is removed.
 trap - EXIT
-cleanup
+netns_cluster_down
 if ip netns list | grep -q "^$CHORUS_NETNS_ID-"; then
   fail "namespaces left behind: $(ip netns list | grep "^$CHORUS_NETNS_ID-" | tr '\n' ' ')"
 else

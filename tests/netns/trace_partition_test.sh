@@ -16,15 +16,7 @@ export NETNS_CLUSTER=$cluster
 source "$src/scripts/netns_ranks.sh"
 readonly N=3 CUT_RANK=2
 
-work=$(mktemp -d)
-CHORUS_NETNS_ID=$(CHORUS_NETNS_OWNER=$$ "$cluster" up "$N" 4gbit)
-export CHORUS_NETNS_ID
-cleanup() {
-  "$cluster" down "$CHORUS_NETNS_ID"
-  rm -rf "$work"
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM HUP
+netns_cluster_up "$N" 4gbit
 
 netns_start_store "$CHORUS_STORE_BIN" "$work"
 mkdir "$work/trace"
