@@ -144,14 +144,7 @@ std::string member_record(const MembershipOptions& o) {
 }
 
 ErrorContext timeout_context(const MembershipOptions& o, std::vector<int> peers) {
-  ErrorContext c;
-  c.rank = o.rank;
-  c.size = o.size;
-  c.group = o.group;
-  c.op = "connect";
-  c.peers = std::move(peers);
-  c.timeout = o.timeout;
-  return c;
+  return setup_error_context(o.rank, o.size, o.group, o.timeout, std::move(peers));
 }
 
 // The host map of the `state` record: each rank's host as an index in order of first
@@ -580,6 +573,18 @@ std::string pid_at_host() {
 }
 
 std::string process_identity() { return "process " + pid_at_host(); }
+
+ErrorContext setup_error_context(int rank, int size, const std::string& group, Duration timeout,
+                                 std::vector<int> peers) {
+  ErrorContext c;
+  c.rank = rank;
+  c.size = size;
+  c.group = group;
+  c.op = "connect";
+  c.peers = std::move(peers);
+  c.timeout = timeout;
+  return c;
+}
 
 Membership join_group(Store& store, const MembershipOptions& o) {
   if (o.size == 1) {

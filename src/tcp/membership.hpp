@@ -45,6 +45,7 @@
 #include <vector>
 
 #include <chorus/deadline.hpp>
+#include <chorus/errors.hpp>
 #include <chorus/store.hpp>
 
 #include "tcp/handshake.hpp"
@@ -80,6 +81,10 @@ struct Membership {
 
 // One id per rank: ranks with equal ids share a host.
 std::vector<std::string> host_ids(const Membership& membership);
+
+// The context of a group-setup error (op "connect") naming `peers`.
+ErrorContext setup_error_context(int rank, int size, const std::string& group, Duration timeout,
+                                 std::vector<int> peers);
 
 // Publishes this rank and waits until every rank of the formation has. Throws TimeoutError
 // naming the ranks that never showed up, or InvalidArgument naming a clash (duplicate rank,

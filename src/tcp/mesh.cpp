@@ -28,14 +28,7 @@ namespace chorus::tcp {
 namespace {
 
 ErrorContext context(const MeshOptions& o, std::vector<int> peers) {
-  ErrorContext c;
-  c.rank = o.rank;
-  c.size = o.size;
-  c.group = o.group_name;
-  c.op = "connect";
-  c.peers = std::move(peers);
-  c.timeout = o.timeout;
-  return c;
+  return setup_error_context(o.rank, o.size, o.group_name, o.timeout, std::move(peers));
 }
 
 std::string where(const MeshOptions& o) {

@@ -11,7 +11,9 @@
 #include <algorithm>
 #include <climits>
 #include <cstdio>
+#include <functional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <fmt/format.h>
@@ -71,6 +73,27 @@ void all_to_all_checked(ProcessGroup& pg, int rank, int n, int round) {
   }
 }
 
+// Forks n ranks around one store server. Each sets `env`, makes a tcp group on loopback with
+// `group_timeout` and runs body(rank, store, group); `bound` limits the whole run.
+std::vector<ChildResult> run_group(
+    int n, Duration group_timeout, Duration bound,
+    const std::function<void(int rank, Store& store, ProcessGroup& pg)>& body,
+    const std::vector<std::pair<std::string, std::string>>& env = {}) {
+  StoreServerProcess server;
+  const auto port = server.port();
+  return run_processes(
+      n,
+      [&](int rank) {
+        for (const auto& [name, value] : env) {
+          ::setenv(name.c_str(), value.c_str(), 1);
+        }
+        auto store = child_store(port, std::max<Duration>(group_timeout, 30s));
+        auto pg = make_tcp_group(store, rank, n, loopback_options(group_timeout));
+        body(rank, *store, *pg);
+      },
+      bound);
+}
+
 int ceil_log2(int n) {
   int k = 0;
   while ((1 << k) < n) {
@@ -87,47 +110,39 @@ int ceil_log2(int n) {
 TEST_CASE("a 64-rank allreduce and barrier job links each rank to O(log N) peers",
           "[tcp][mp][links]") {
   constexpr int kRanks = 64;
-  StoreServerProcess server;
-  const auto port = server.port();
-  auto results = run_processes(
-      kRanks,
-      [port](int rank) {
-        auto store = child_store(port, 120s);
-        auto pg = make_tcp_group(store, rank, kRanks, loopback_options(120s));
-        // Counted before anyone's first op can dial this rank (a store barrier: a group barrier
-        // would make links itself).
-        const int after_setup = links_held();
-        store_barrier(*store, "counted", kRanks);
-        CHILD_CHECK(after_setup <= 2);  // setup links the ring neighbours only
-        std::vector<float> small(8, 1.0f);
-        pg->allreduce(Tensor::of(small.data(), small.size()))->wait();
-        std::vector<float> large(96 * 1024, 1.0f);  // 384 KiB: the ring
-        pg->allreduce(Tensor::of(large.data(), large.size()))->wait();
-        pg->barrier()->wait();
-        CHILD_CHECK(small[0] == kRanks && small[7] == kRanks);
-        CHILD_CHECK(large.front() == kRanks && large.back() == kRanks);
-        const int links = links_held();
-        // ring (2) + recursive doubling (log2 N) + dissemination barrier (2 log2 N)
-        const int bound = 2 + 3 * ceil_log2(kRanks);
-        if (links > bound) {
-          throw ChildCheckFailed{
-              fmt::format("rank {} holds {} links (bound {})", rank, links, bound)};
-        }
-        store->set(fmt::format("links/{}", rank), std::to_string(links));
-        pg->barrier()->wait();
-        if (rank == 0) {
-          std::vector<int> all;
-          for (int r = 0; r < kRanks; ++r) {
-            all.push_back(std::stoi(store->get_string(fmt::format("links/{}", r), 30s)));
-          }
-          std::sort(all.begin(), all.end());
-          std::fprintf(stderr,
-                       "links per rank after allreduce + barrier at %d ranks: min %d, median %d, "
-                       "max %d (a full mesh: %d)\n",
-                       kRanks, all.front(), all[all.size() / 2], all.back(), kRanks - 1);
-        }
-      },
-      180s);
+  auto results = run_group(kRanks, 120s, 180s, [](int rank, Store& store, ProcessGroup& pg) {
+    // Counted before anyone's first op can dial this rank (a store barrier: a group barrier
+    // would make links itself).
+    const int after_setup = links_held();
+    store_barrier(store, "counted", kRanks);
+    CHILD_CHECK(after_setup <= 2);  // setup links the ring neighbours only
+    std::vector<float> small(8, 1.0f);
+    pg.allreduce(Tensor::of(small.data(), small.size()))->wait();
+    std::vector<float> large(96 * 1024, 1.0f);  // 384 KiB: the ring
+    pg.allreduce(Tensor::of(large.data(), large.size()))->wait();
+    pg.barrier()->wait();
+    CHILD_CHECK(small[0] == kRanks && small[7] == kRanks);
+    CHILD_CHECK(large.front() == kRanks && large.back() == kRanks);
+    const int links = links_held();
+    // ring (2) + recursive doubling (log2 N) + dissemination barrier (2 log2 N)
+    const int bound = 2 + 3 * ceil_log2(kRanks);
+    if (links > bound) {
+      throw ChildCheckFailed{fmt::format("rank {} holds {} links (bound {})", rank, links, bound)};
+    }
+    store.set(fmt::format("links/{}", rank), std::to_string(links));
+    pg.barrier()->wait();
+    if (rank == 0) {
+      std::vector<int> all;
+      for (int r = 0; r < kRanks; ++r) {
+        all.push_back(std::stoi(store.get_string(fmt::format("links/{}", r), 30s)));
+      }
+      std::sort(all.begin(), all.end());
+      std::fprintf(stderr,
+                   "links per rank after allreduce + barrier at %d ranks: min %d, median %d, "
+                   "max %d (a full mesh: %d)\n",
+                   kRanks, all.front(), all[all.size() / 2], all.back(), kRanks - 1);
+    }
+  });
   REQUIRE_ALL_OK(results);
 }
 
@@ -137,34 +152,27 @@ TEST_CASE("a 64-rank allreduce and barrier job links each rank to O(log N) peers
 TEST_CASE("crossing dials from tagged send/recv, then all_to_all, link every pair once",
           "[tcp][mp][links]") {
   constexpr int kRanks = 8;
-  StoreServerProcess server;
-  const auto port = server.port();
-  auto results = run_processes(
-      kRanks,
-      [port](int rank) {
-        auto store = child_store(port);
-        auto pg = make_tcp_group(store, rank, kRanks, loopback_options(60s));
-        const int opposite = (rank + kRanks / 2) % kRanks;
-        std::vector<float> out(1000, static_cast<float>(rank));
-        std::vector<float> in(1000, -1.0f);
-        auto sent = pg->send(Tensor::of(out.data(), out.size()), opposite, 7);
-        auto got = pg->recv(Tensor::of(in.data(), in.size()), opposite, 7);
-        sent->wait();
-        got->wait();
-        CHILD_CHECK(in.front() == opposite && in.back() == opposite);
-        if (links_held() != 3) {  // the two ring neighbours and the opposite rank
-          throw ChildCheckFailed{fmt::format("rank {} holds {} sockets after the tagged exchange",
-                                             rank, open_sockets())};
-        }
-        // Through the store, not the group: a barrier would link the barrier partners, and
-        // all_to_all on a rank that went ahead would link to this one before it counted.
-        store_barrier(*store, "counted", kRanks);
+  auto results = run_group(kRanks, 60s, 120s, [](int rank, Store& store, ProcessGroup& pg) {
+    const int opposite = (rank + kRanks / 2) % kRanks;
+    std::vector<float> out(1000, static_cast<float>(rank));
+    std::vector<float> in(1000, -1.0f);
+    auto sent = pg.send(Tensor::of(out.data(), out.size()), opposite, 7);
+    auto got = pg.recv(Tensor::of(in.data(), in.size()), opposite, 7);
+    sent->wait();
+    got->wait();
+    CHILD_CHECK(in.front() == opposite && in.back() == opposite);
+    if (links_held() != 3) {  // the two ring neighbours and the opposite rank
+      throw ChildCheckFailed{
+          fmt::format("rank {} holds {} sockets after the tagged exchange", rank, open_sockets())};
+    }
+    // Through the store, not the group: a barrier would link the barrier partners, and
+    // all_to_all on a rank that went ahead would link to this one before it counted.
+    store_barrier(store, "counted", kRanks);
 
-        all_to_all_checked(*pg, rank, kRanks, 0);
-        CHILD_CHECK(links_held() == kRanks - 1);
-        pg->barrier()->wait();
-      },
-      120s);
+    all_to_all_checked(pg, rank, kRanks, 0);
+    CHILD_CHECK(links_held() == kRanks - 1);
+    pg.barrier()->wait();
+  });
   REQUIRE_ALL_OK(results);
 }
 
@@ -173,30 +181,23 @@ TEST_CASE("crossing dials from tagged send/recv, then all_to_all, link every pai
 // at once, naming rank 5.
 TEST_CASE("ranks with no link to a killed rank fail at once, naming it", "[tcp][mp][links]") {
   constexpr int kRanks = 8;
-  StoreServerProcess server;
-  const auto port = server.port();
-  auto results = run_processes(
-      kRanks,
-      [port](int rank) {
-        auto store = child_store(port);
-        auto pg = make_tcp_group(store, rank, kRanks, loopback_options(60s));
-        std::vector<float> data(96 * 1024, 1.0f);
-        const auto t0 = Clock::now();
-        // Everything inside: rank 5 dies right after its first allreduce, which may still be
-        // finishing on the others when the news arrives.
-        const Error e = expect_error([&] {
-          pg->allreduce(Tensor::of(data.data(), data.size()))->wait();
-          if (rank == 5) {
-            ::kill(::getpid(), SIGKILL);
-          }
-          pg->allreduce(Tensor::of(data.data(), data.size()))->wait();
-        });
-        const double took = seconds_since(t0);
-        if (!(contains(e.what(), "rank 5") && took < 10.0)) {
-          throw ChildCheckFailed{fmt::format("after {:.3f} s: {}", took, e.what())};
-        }
-      },
-      90s);
+  auto results = run_group(kRanks, 60s, 90s, [](int rank, Store&, ProcessGroup& pg) {
+    std::vector<float> data(96 * 1024, 1.0f);
+    const auto t0 = Clock::now();
+    // Everything inside: rank 5 dies right after its first allreduce, which may still be
+    // finishing on the others when the news arrives.
+    const Error e = expect_error([&] {
+      pg.allreduce(Tensor::of(data.data(), data.size()))->wait();
+      if (rank == 5) {
+        ::kill(::getpid(), SIGKILL);
+      }
+      pg.allreduce(Tensor::of(data.data(), data.size()))->wait();
+    });
+    const double took = seconds_since(t0);
+    if (!(contains(e.what(), "rank 5") && took < 10.0)) {
+      throw ChildCheckFailed{fmt::format("after {:.3f} s: {}", took, e.what())};
+    }
+  });
   INFO(describe(results));
   for (int r = 0; r < kRanks; ++r) {
     if (r == 5) {
@@ -215,23 +216,18 @@ TEST_CASE("CHORUS_MAX_PEER_SOCKETS: idle links are released, and linked again wh
           "[tcp][mp][links]") {
   constexpr int kRanks = 16;
   constexpr int kMaxLinks = 4;
-  StoreServerProcess server;
-  const auto port = server.port();
-  auto results = run_processes(
-      kRanks,
-      [port](int rank) {
-        ::setenv("CHORUS_MAX_PEER_SOCKETS", "8", 1);
-        auto store = child_store(port);
-        auto pg = make_tcp_group(store, rank, kRanks, loopback_options(60s));
+  auto results = run_group(
+      kRanks, 60s, 120s,
+      [](int rank, Store& store, ProcessGroup& pg) {
         // Sent early to the rank opposite; received only after the links were released.
         const int opposite = (rank + kRanks / 2) % kRanks;
         float early = static_cast<float>(rank);
-        pg->send(Tensor::of(&early, 1), opposite, 99)->wait();
+        pg.send(Tensor::of(&early, 1), opposite, 99)->wait();
         for (int round = 0; round < 3; ++round) {
-          all_to_all_checked(*pg, rank, kRanks, round);
+          all_to_all_checked(pg, rank, kRanks, round);
           // Everyone is done with the round before anyone checks (a rank already in the next
           // round would keep its links to this one busy); through the store, not the group.
-          store_barrier(*store, fmt::format("round{}", round), kRanks);
+          store_barrier(store, fmt::format("round{}", round), kRanks);
           // The releases take a few round trips after the op: wait for them, bounded.
           const auto until = Clock::now() + 20s;
           while (links_held() > kMaxLinks && Clock::now() < until) {
@@ -241,13 +237,13 @@ TEST_CASE("CHORUS_MAX_PEER_SOCKETS: idle links are released, and linked again wh
             throw ChildCheckFailed{fmt::format("rank {} still holds {} links after round {}", rank,
                                                links_held(), round)};
           }
-          store_barrier(*store, fmt::format("checked{}", round), kRanks);
+          store_barrier(store, fmt::format("checked{}", round), kRanks);
         }
         float got = -1.0f;
-        pg->recv(Tensor::of(&got, 1), opposite, 99)->wait();
+        pg.recv(Tensor::of(&got, 1), opposite, 99)->wait();
         CHILD_CHECK(got == static_cast<float>(opposite));
       },
-      120s);
+      {{"CHORUS_MAX_PEER_SOCKETS", "8"}});
   REQUIRE_ALL_OK(results);
 }
 
@@ -256,30 +252,22 @@ TEST_CASE("CHORUS_MAX_PEER_SOCKETS: idle links are released, and linked again wh
 // program does, so rank 0's timeout names rank 2 from the status probe like its neighbours'.
 TEST_CASE("a timeout names a peer that was linked by the op itself", "[tcp][mp][links]") {
   constexpr int kRanks = 4;
-  StoreServerProcess server;
-  const auto port = server.port();
-  auto results = run_processes(
-      kRanks,
-      [port](int rank) {
-        auto store = child_store(port);
-        auto pg = make_tcp_group(store, rank, kRanks, loopback_options(2s));
-        if (rank == 2) {
-          store_barrier(*store, "checked", kRanks);  // after the others saw their errors
-          return;
-        }
-        std::vector<float> in(kRanks), out(kRanks);
-        const Error e = expect_error([&] {
-          pg->all_to_all(Tensor::of(in.data(), in.size()), Tensor::of(out.data(), out.size()))
-              ->wait();
-        });
-        const auto& peers = e.context().peers;
-        CHILD_CHECK(std::find(peers.begin(), peers.end(), 2) != peers.end());
-        if (!contains(e.what(), "has not issued this op yet")) {
-          throw ChildCheckFailed{e.what()};
-        }
-        store_barrier(*store, "checked", kRanks);
-      },
-      60s);
+  auto results = run_group(kRanks, 2s, 60s, [](int rank, Store& store, ProcessGroup& pg) {
+    if (rank == 2) {
+      store_barrier(store, "checked", kRanks);  // after the others saw their errors
+      return;
+    }
+    std::vector<float> in(kRanks), out(kRanks);
+    const Error e = expect_error([&] {
+      pg.all_to_all(Tensor::of(in.data(), in.size()), Tensor::of(out.data(), out.size()))->wait();
+    });
+    const auto& peers = e.context().peers;
+    CHILD_CHECK(std::find(peers.begin(), peers.end(), 2) != peers.end());
+    if (!contains(e.what(), "has not issued this op yet")) {
+      throw ChildCheckFailed{e.what()};
+    }
+    store_barrier(store, "checked", kRanks);
+  });
   REQUIRE_ALL_OK(results);
 }
 
