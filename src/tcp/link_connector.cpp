@@ -140,7 +140,12 @@ void LinkConnector::release(int peer) {
 }
 
 void LinkConnector::take(std::vector<NewLink>& links, std::vector<LinkFailure>& failures) {
+  // The engine asks on every poll; almost always there is nothing, and no lock is taken.
+  if (!has_results_.load(std::memory_order_acquire)) {
+    return;
+  }
   std::lock_guard lock(mu_);
+  has_results_.store(false, std::memory_order_relaxed);
   std::move(ready_links_.begin(), ready_links_.end(), std::back_inserter(links));
   ready_links_.clear();
   std::move(ready_failures_.begin(), ready_failures_.end(), std::back_inserter(failures));
@@ -621,6 +626,7 @@ void LinkConnector::fail(int peer, std::string message, int os_error, bool timed
   {
     std::lock_guard lock(mu_);
     ready_failures_.push_back({peer, std::move(message), os_error, timed_out});
+    has_results_.store(true, std::memory_order_release);
   }
   publish();
 }
@@ -641,6 +647,7 @@ void LinkConnector::deliver(int peer, std::vector<net::Socket> sockets) {
     const auto known = membership_.addresses.find(peer);
     addresses_[up] = known == membership_.addresses.end() ? std::string() : known->second;
     ready_links_.push_back({peer, addresses_[up], std::move(sockets)});
+    has_results_.store(true, std::memory_order_release);
   }
   publish();
 }

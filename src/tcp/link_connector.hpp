@@ -23,6 +23,7 @@
 
 #include "core/private.hpp"
 
+#include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
@@ -126,6 +127,7 @@ class LinkConnector {
   std::mutex mu_;
   std::condition_variable cv_;
   std::vector<int> requests_;
+  std::atomic<bool> has_results_{false};  // ready_links_ or ready_failures_ is not empty
   std::vector<NewLink> ready_links_;
   std::vector<LinkFailure> ready_failures_;
   std::vector<std::string> addresses_;  // by peer, for address_of
