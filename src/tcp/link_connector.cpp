@@ -363,8 +363,9 @@ void LinkConnector::step_dial(Dial& d, std::size_t index, short revents) {
     }
     if (err != 0) {
       fail(peer,
-           fmt::format("could not connect to rank {} at {}: {}", peer, d.address,
-                       std::strerror(err)),
+           fmt::format("could not connect to rank {} at {}: {}; check that its host is up and "
+                       "reachable from this one (routes, firewall)",
+                       peer, d.address, std::strerror(err)),
            err, false);
       return;
     }
