@@ -383,7 +383,7 @@ void SocketTransport::control_frame_complete(int peer) {
   ev.kind = TransportEvent::Kind::control;
   ev.frame = c.frame.type;
   ev.payload = std::move(c.body_buf);
-  events_.push_back(std::move(ev));
+  emit(std::move(ev));
 }
 
 void SocketTransport::on_control(int peer, std::uint32_t events) {

@@ -362,8 +362,19 @@ void SocketTransport::peer_failed(int peer, const std::string& what, int os_erro
   ev.error = what;
   ev.os_error = os_error;
   ev.left = p.goodbye;
-  events_.push_back(std::move(ev));
+  emit(std::move(ev));
   close_peer(peer);
+}
+
+void SocketTransport::emit(TransportEvent ev) {
+  const bool news = ev.kind == TransportEvent::Kind::control &&
+                    (ev.frame == FrameType::abort || ev.frame == FrameType::goodbye);
+  if (news || news_held_for_.count(ev.peer) != 0) {
+    news_held_for_.insert(ev.peer);  // what follows from that peer keeps its place behind it
+    held_events_.push_back(std::move(ev));
+    return;
+  }
+  events_.push_back(std::move(ev));
 }
 
 void SocketTransport::close_peer(int peer) noexcept {
@@ -477,6 +488,9 @@ void SocketTransport::close_all() noexcept {
 void SocketTransport::poll(Deadline until, std::vector<std::uint64_t>& completed,
                            std::vector<TransportEvent>& events) {
   take_links();
+  std::move(held_events_.begin(), held_events_.end(), std::back_inserter(events_));
+  held_events_.clear();
+  news_held_for_.clear();
   std::vector<int> lost;
   lost.swap(lost_);
   for (int peer : lost) {

@@ -25,6 +25,7 @@
 #include <deque>
 #include <functional>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -195,6 +196,8 @@ class SocketTransport final : public EngineTransport {
   // Takes the connector's finished links and failures (start of every poll).
   void take_links();
   void install_link(int peer, std::vector<net::Socket> sockets, const std::string& address);
+  // Hands an event to the engine, holding failure news for a poll (held_events_).
+  void emit(TransportEvent ev);
   // CHORUS_MAX_PEER_SOCKETS: nothing queued or expected on the link, in either direction.
   bool idle(int peer) const;
   // Asks the least recently used idle peers to release their links while over the bound.
@@ -219,6 +222,11 @@ class SocketTransport final : public EngineTransport {
   std::size_t pinned_links_ = 0;  // setup links
   std::vector<int> to_drop_;      // agreed releases, done at the end of poll()
   std::vector<int> lost_;         // peers whose control socket ended (reported next poll)
+  // A peer's failure news (abort notice, goodbye) is handed over one poll later, like a
+  // control socket's end: data that peer sent before it, on a data socket whose receive the
+  // engine posts only once this poll's completions are in, still completes the op here.
+  std::vector<TransportEvent> held_events_;
+  std::set<int> news_held_for_;  // peers with held news: their later events wait behind it
   Deadline retry_release_ = Deadline::never();  // when to ask a peer that refused again
   std::vector<Req> reqs_;
   std::vector<std::uint32_t> free_reqs_;
