@@ -161,6 +161,7 @@ void Engine::run() noexcept {
       on_event(ev);
     }
     events_.clear();
+    check_held_failure();
     check_deadlines();
     tend_liveness();
   }
@@ -219,9 +220,7 @@ void Engine::start_next() {
       config_.on_start(current_->call, choose_algorithm(config_.size, current_->args));
     }
     executor_->start();
-    if (executor_->done()) {
-      finish_current(nullptr);
-    }
+    settle_current();
   }
 }
 
@@ -257,7 +256,16 @@ void Engine::on_completion(std::uint64_t token) {
     return;  // a transfer of an op that already failed
   }
   executor_->complete(token);
-  if (executor_->failed()) {
+  settle_current();
+}
+
+void Engine::settle_current() {
+  if (executor_->local_failure()) {
+    if (!held_failure_) {
+      held_failure_ = executor_->local_failure();
+      held_until_ = Deadline::after(kLocalFailureGrace);
+    }
+  } else if (executor_->failed()) {
     const SignatureMismatch& m = *executor_->mismatch();
     const Op* op = current_.get();
     std::string what;
@@ -278,6 +286,17 @@ void Engine::on_completion(std::uint64_t token) {
   } else if (executor_->done()) {
     finish_current(nullptr);
   }
+}
+
+void Engine::check_held_failure() {
+  if (!held_failure_ || failure_ || !held_until_.expired()) {
+    return;
+  }
+  const LocalFailure f = *held_failure_;
+  const Op* op = current_.get();
+  fail_group(make_error(ErrorCode::network, fmt::format("{}: {}", prefix(op), f.what),
+                        context(op, {f.peer})),
+             true, f.peer);
 }
 
 void Engine::on_event(TransportEvent& ev) {
@@ -394,7 +413,7 @@ Deadline Engine::nearest_deadline() const {
   if (failure_) {
     return Deadline::never();
   }
-  const Deadline liveness = liveness_deadline();
+  const Deadline liveness = earliest(liveness_deadline(), held_until_);
   if (probe_) {
     return earliest(probe_->until, liveness);
   }

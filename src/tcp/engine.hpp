@@ -96,6 +96,11 @@ class Engine {
   void untrack_deadline(const Op& op);
   void finish_current(std::exception_ptr error);
   void on_completion(std::uint64_t token);
+  // After the current executor ran: finishes the op if it is done, fails the group if it failed
+  // (a failed call task only after kLocalFailureGrace: see held_failure_).
+  void settle_current();
+  // Fails the group with the held call failure once its grace has passed.
+  void check_held_failure();
   void on_event(TransportEvent& ev);
   void on_control(TransportEvent& ev);
   void check_deadlines();
@@ -149,6 +154,13 @@ class Engine {
   std::multiset<Clock::time_point> deadlines_;
   std::uint64_t next_p2p_token_ = 1;
   std::optional<Probe> probe_;
+  // A call task that failed because of a peer (e.g. a single-copy read found the peer's process
+  // gone). The peer's own news (its abort notice: why it exited; or its sockets closing) follows
+  // within milliseconds and names the root cause better, so the failure waits for it, at most
+  // kLocalFailureGrace, before it is raised as is.
+  static constexpr Duration kLocalFailureGrace = std::chrono::milliseconds(500);
+  std::optional<LocalFailure> held_failure_;
+  Deadline held_until_ = Deadline::never();
   Clock::time_point next_heartbeat_;      // a quarter of the peer timeout after the start
   Clock::time_point next_silence_check_;  // no peer can pass the peer timeout before this
   std::exception_ptr failure_;            // engine's copy of the first failure

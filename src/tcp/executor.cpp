@@ -31,7 +31,11 @@ void Executor::start() {
       ready(static_cast<TaskId>(i));
     }
   }
-  while (!worklist_.empty() && !mismatch_) {
+  run_worklist();
+}
+
+void Executor::run_worklist() {
+  while (!worklist_.empty() && !failed()) {
     const TaskId id = worklist_.back();
     worklist_.pop_back();
     run_local(id);
@@ -50,6 +54,7 @@ void Executor::ready(TaskId id) {
       break;
     case TaskKind::copy:
     case TaskKind::reduce:
+    case TaskKind::call:
       worklist_.push_back(id);
       break;
   }
@@ -84,6 +89,11 @@ void Executor::run_local(TaskId id) {
     if (t.size > 0) {
       std::memcpy(t.dst, t.src, t.size);
     }
+  } else if (t.kind == TaskKind::call) {
+    local_failure_ = schedule_.local_work(t.size)();
+    if (local_failure_) {
+      return;
+    }
   } else {
     reduce(t.dst, t.src, t.src2, t.size, schedule_.dtype(), schedule_.op(), t.divisor);
   }
@@ -112,7 +122,7 @@ void Executor::finish(TaskId id) {
 }
 
 void Executor::complete(std::uint64_t token) {
-  if (mismatch_) {
+  if (failed()) {
     return;
   }
   const auto id = static_cast<TaskId>(token - token_base_);
@@ -120,11 +130,7 @@ void Executor::complete(std::uint64_t token) {
                    state_[static_cast<std::size_t>(id)] == kPosted,
                "completion of task {} which is not in flight", id);
   finish(id);
-  while (!worklist_.empty() && !mismatch_) {
-    const TaskId next = worklist_.back();
-    worklist_.pop_back();
-    run_local(next);
-  }
+  run_worklist();
 }
 
 std::vector<int> Executor::waiting_for_recv() const {

@@ -32,9 +32,11 @@ class Executor {
   void complete(std::uint64_t token);
   bool owns(std::uint64_t token) const noexcept { return (token >> 32) == (token_base_ >> 32); }
 
-  bool done() const noexcept { return remaining_ == 0 && !mismatch_; }
-  bool failed() const noexcept { return mismatch_.has_value(); }
+  bool done() const noexcept { return remaining_ == 0 && !failed(); }
+  // A signature mismatch, or a call task that failed (local_failure()).
+  bool failed() const noexcept { return mismatch_.has_value() || local_failure_.has_value(); }
   const std::optional<SignatureMismatch>& mismatch() const noexcept { return mismatch_; }
+  const std::optional<LocalFailure>& local_failure() const noexcept { return local_failure_; }
 
   // Peers with receives not yet complete (posted or not): whom this op is waiting for.
   std::vector<int> waiting_for_recv() const;
@@ -45,6 +47,7 @@ class Executor {
   void finish(TaskId id);
   void ready(TaskId id);
   void run_local(TaskId id);
+  void run_worklist();
   void pump_send(int peer);
   void pump_recv(int peer);
 
@@ -57,6 +60,7 @@ class Executor {
   std::vector<TaskId> worklist_;  // ready local tasks
   std::size_t remaining_ = 0;
   std::optional<SignatureMismatch> mismatch_;
+  std::optional<LocalFailure> local_failure_;
 };
 
 }  // namespace chorus::tcp

@@ -111,8 +111,10 @@ void Schedule::leave_view() noexcept {
   gate_ = kNoTask;
 }
 
-TaskId Schedule::join_all() {
-  if (tasks_.empty()) {
+TaskId Schedule::join_all() { return join_range(0, next_id()); }
+
+TaskId Schedule::join_range(TaskId from, TaskId to) {
+  if (from >= to) {
     return kNoTask;
   }
   // An empty copy: it moves nothing, it only waits.
@@ -123,7 +125,7 @@ TaskId Schedule::join_all() {
   t.src = &nothing;
   const auto id = static_cast<TaskId>(tasks_.size());
   tasks_.push_back(t);
-  for (TaskId d = 0; d < id; ++d) {
+  for (TaskId d = from; d < to; ++d) {
     depend(id, d);
   }
   return id;
@@ -192,6 +194,14 @@ TaskId Schedule::reduce(void* dst, const void* a, const void* b, std::size_t cou
   t.src2 = b;
   t.size = count;
   t.divisor = divisor;
+  return add(t, deps);
+}
+
+TaskId Schedule::call(LocalWork work, std::initializer_list<TaskId> deps) {
+  Task t;
+  t.kind = TaskKind::call;
+  t.size = calls_.size();
+  calls_.push_back(std::move(work));
   return add(t, deps);
 }
 

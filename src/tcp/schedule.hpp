@@ -16,9 +16,12 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <initializer_list>
 #include <memory>
 #include <new>
+#include <optional>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -31,7 +34,15 @@ namespace chorus::tcp {
 using TaskId = std::int32_t;
 inline constexpr TaskId kNoTask = -1;
 
-enum class TaskKind : std::uint8_t { send, recv, copy, reduce };
+enum class TaskKind : std::uint8_t { send, recv, copy, reduce, call };
+
+// Local work that can fail because of a peer (a call task reading another rank's memory): what
+// went wrong, naming the peer by group rank. The op then fails as if that peer's link broke.
+struct LocalFailure {
+  int peer = -1;
+  std::string what;
+};
+using LocalWork = std::function<std::optional<LocalFailure>()>;
 
 struct Task {
   TaskKind kind = TaskKind::copy;
@@ -40,7 +51,7 @@ struct Task {
   void* dst = nullptr;
   const void* src = nullptr;
   const void* src2 = nullptr;  // reduce: dst = src op src2
-  std::size_t size = 0;        // send/recv/copy: bytes; reduce: elements
+  std::size_t size = 0;        // send/recv/copy: bytes; reduce: elements; call: its index
   int divisor = 0;             // reduce with avg: divide the result by this (0: don't)
   std::uint32_t deps = 0;      // unfinished predecessors (the executor counts down)
   std::uint32_t succ_begin = 0;
@@ -95,6 +106,9 @@ class Schedule {
   // dst = a op b over `count` elements of the schedule's dtype; divisor as in core/reduce.hpp.
   TaskId reduce(void* dst, const void* a, const void* b, std::size_t count, int divisor,
                 std::initializer_list<TaskId> deps = {});
+  // Runs `work` on the progress thread once `deps` are done (algorithms that move data
+  // themselves, e.g. through another process's memory: peer_memory.hpp).
+  TaskId call(LocalWork work, std::initializer_list<TaskId> deps = {});
   void depend(TaskId later, TaskId earlier);
 
   // Phases of a hierarchical algorithm run the ordinary builders on a sub-group: until
@@ -106,6 +120,11 @@ class Schedule {
   // A task that completes once every task added so far has (the end of a phase); kNoTask if
   // there is none.
   TaskId join_all();
+  // A task that completes once every task in [from, to) has (one phase of a pipelined
+  // algorithm); kNoTask if the range is empty.
+  TaskId join_range(TaskId from, TaskId to);
+  // The id the next task will get (a mark for join_range()).
+  TaskId next_id() const noexcept { return static_cast<TaskId>(tasks_.size()); }
 
   // Transfers queued so far to / from `peer` (a mark for interleave()).
   std::size_t sends_to(int peer) const {
@@ -138,6 +157,7 @@ class Schedule {
     return recv_fifo_[static_cast<std::size_t>(peer)];
   }
   const OpSignature& signature() const noexcept { return sig_; }
+  const LocalWork& local_work(std::size_t index) const { return calls_[index]; }
   // The header received from peer (valid once its header task completed).
   const std::uint8_t* received_header(int peer) const {
     return headers_in_[static_cast<std::size_t>(peer)].data();
@@ -160,6 +180,7 @@ class Schedule {
   ReduceOp op_;
   ScratchArena& arena_;
   std::vector<Task> tasks_;
+  std::vector<LocalWork> calls_;                  // call tasks' work, by Task::size
   std::vector<std::pair<TaskId, TaskId>> edges_;  // (earlier, later) until finalize
   std::vector<TaskId> succ_;                      // CSR after finalize
   std::vector<std::vector<TaskId>> send_fifo_;

@@ -18,6 +18,7 @@
 #include "core/format.hpp"
 #include "net/hmac.hpp"
 #include "net/socket.hpp"
+#include "tcp/peer_memory.hpp"
 
 namespace chorus::tcp {
 namespace {
@@ -157,6 +158,58 @@ std::string recv_message(Mesh& mesh, int peer, Deadline deadline, const std::str
   return text;
 }
 
+// After the segment is set up: the host's lowest rank and each other rank read each other's
+// probe word (peer_memory.hpp), and the lowest rank sends everyone one verdict, so that all
+// host ranks choose the same algorithms. Returns "" or why the memory cannot be reached. (Ranks
+// other than the lowest do not test each other: the kernel's rules do not tell siblings apart.)
+std::string agree_on_peer_memory(Mesh& mesh, int rank, const std::vector<int>& locals,
+                                 Deadline deadline, const std::string& where) {
+  std::uint64_t word = 0;  // read by the peers until the verdict is out
+  const std::string mine = encode_probe(publish_probe(word));
+  const int leader = locals.front();
+  if (rank == leader) {
+    for (int peer : locals) {
+      if (peer != rank) {
+        send_message(mesh, peer, mine, deadline, where);
+      }
+    }
+    std::string verdict;
+    for (int peer : locals) {
+      if (peer == rank) {
+        continue;
+      }
+      // "<its probe>\n<its check of ours: empty, or why it failed>"
+      const std::string answer = recv_message(mesh, peer, deadline, where);
+      const std::size_t nl = answer.find('\n');
+      MemoryProbe theirs;
+      std::string why;
+      if (nl == std::string::npos || !decode_probe(answer.substr(0, nl), theirs)) {
+        why = fmt::format("rank {} sent no memory probe", peer);
+      } else if (nl + 1 < answer.size()) {
+        why = fmt::format("rank {} reading rank {}: {}", peer, rank, answer.substr(nl + 1));
+      } else if (std::string err = check_probe(theirs); !err.empty()) {
+        why = fmt::format("rank {} reading rank {}: {}", rank, peer, err);
+      }
+      if (verdict.empty()) {
+        verdict = why;
+      }
+    }
+    for (int peer : locals) {
+      if (peer != rank) {
+        send_message(mesh, peer, verdict, deadline, where);
+      }
+    }
+    return verdict;
+  }
+  MemoryProbe theirs;
+  std::string check = "sent no memory probe";
+  if (decode_probe(recv_message(mesh, leader, deadline, where), theirs)) {
+    check = check_probe(theirs);
+  }
+  send_message(mesh, leader, mine + "\n" + check, deadline, where);
+  return recv_message(mesh, leader, deadline, where);
+}
+
 }  // namespace
 
 ShmSegment::ShmSegment(void* base, std::size_t bytes, int locals, std::size_t ring_bytes) noexcept
@@ -255,6 +308,7 @@ std::unique_ptr<ShmSegment> attach_host_segment(Mesh& mesh, int rank,
       why_not = verdict;
       return nullptr;
     }
+    segment->set_peer_memory_why_not(agree_on_peer_memory(mesh, rank, locals, deadline, where));
     return segment;
   }
   const std::string name = recv_message(mesh, leader, deadline, where);
@@ -287,6 +341,7 @@ std::unique_ptr<ShmSegment> attach_host_segment(Mesh& mesh, int rank,
     }
     throw;
   }
+  segment->set_peer_memory_why_not(agree_on_peer_memory(mesh, rank, locals, deadline, where));
   return segment;
 }
 

@@ -58,6 +58,11 @@ class ShmSegment {
   std::byte* ring_data(int from, int to) const noexcept;
   std::size_t ring_bytes() const noexcept { return ring_bytes_; }
   int locals() const noexcept { return locals_; }
+  // Whether these ranks reach each other's memory (peer_memory.hpp): every follower and the
+  // host's lowest rank read each other's probe word at setup. If not, why not.
+  bool peer_memory() const noexcept { return peer_memory_why_not_.empty(); }
+  const std::string& peer_memory_why_not() const noexcept { return peer_memory_why_not_; }
+  void set_peer_memory_why_not(std::string why) { peer_memory_why_not_ = std::move(why); }
 
  private:
   std::size_t pair_index(int from, int to) const noexcept;
@@ -66,6 +71,7 @@ class ShmSegment {
   std::size_t bytes_;
   int locals_;
   std::size_t ring_bytes_;
+  std::string peer_memory_why_not_ = "not tested";
 };
 
 // Ring size per direction and pair: large enough that a sender rarely waits for its reader,

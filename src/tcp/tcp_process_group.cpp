@@ -82,11 +82,14 @@ class TcpProcessGroup final : public ProcessGroup {
     ec.on_start = [this](const OpCall& call, const char* algorithm) {
       trace_started(call, algorithm);
     };
-    engine_ = std::make_unique<Engine>(
-        std::move(ec), make_transport(rank, size, std::move(mesh),
-                                      hosts_.members[static_cast<std::size_t>(
-                                          hosts_.host_of[static_cast<std::size_t>(rank)])],
-                                      mo.deadline));
+    bool host_memory = false;
+    auto transport = make_transport(
+        rank, size, std::move(mesh),
+        hosts_.members[static_cast<std::size_t>(hosts_.host_of[static_cast<std::size_t>(rank)])],
+        mo.deadline, host_memory);
+    // The single-copy algorithms need every rank of the group in reach.
+    peer_memory_ = host_memory && hosts_.members.size() == 1;
+    engine_ = std::make_unique<Engine>(std::move(ec), std::move(transport));
   }
 
   ~TcpProcessGroup() override {
@@ -198,6 +201,7 @@ class TcpProcessGroup final : public ProcessGroup {
     o->args.small_bytes = options_.small_allreduce_bytes;
     o->args.slice_bytes = options_.slice_bytes;
     o->args.hosts = &hosts_;
+    o->args.peer_memory = peer_memory_;
     o->args.forced = forced_[static_cast<std::size_t>(kind)];
     o->sig.kind = kind;
     o->sig.seq = call.seq;
@@ -249,6 +253,7 @@ class TcpProcessGroup final : public ProcessGroup {
   Membership membership_;
   HostMap hosts_;                // which ranks share a host: picks the hierarchical algorithms
   AlgorithmOverrides forced_{};  // CHORUS_ALGO
+  bool peer_memory_ = false;     // every rank on this host, in reach: peer_memory.hpp
   std::unique_ptr<Engine> engine_;
 };
 

@@ -16,7 +16,9 @@
 namespace chorus::tcp {
 
 std::unique_ptr<EngineTransport> make_transport(int rank, int size, Mesh mesh,
-                                                const std::vector<int>& locals, Deadline deadline) {
+                                                const std::vector<int>& locals, Deadline deadline,
+                                                bool& peer_memory) {
+  peer_memory = false;
   const env::TransportChoice choice = env::transport_choice();
   std::unique_ptr<ShmSegment> segment;
   if (choice != env::TransportChoice::tcp && locals.size() > 1) {
@@ -41,6 +43,13 @@ std::unique_ptr<EngineTransport> make_transport(int rank, int size, Mesh mesh,
   if (segment) {
     CHORUS_INFO(init, "rank {}: collectives with host ranks {} go through shared memory", rank,
                 format_ranks(locals));
+    peer_memory = segment->peer_memory();
+    if (!peer_memory) {
+      CHORUS_INFO(init,
+                  "rank {}: host ranks {} cannot reach each other's memory ({}); the single-copy "
+                  "algorithms are off",
+                  rank, format_ranks(locals), segment->peer_memory_why_not());
+    }
     transport =
         std::make_unique<ShmTransport>(rank, locals, std::move(segment), std::move(transport));
   }

@@ -23,9 +23,11 @@ namespace chorus::tcp {
 // sockets before the sockets are handed over). Throws InvalidArgument when
 // CHORUS_TRANSPORT=shm and shared memory cannot be set up.
 // `host_ranks`: the sorted group ranks on this rank's host, this one included
-// (HostMap::members of its host).
+// (HostMap::members of its host). `peer_memory` is set when the collective streams to them go
+// through shared memory and they reach each other's memory (peer_memory.hpp): the host's
+// ranks then agree that the algorithms built on it can run.
 std::unique_ptr<EngineTransport> make_transport(int rank, int size, Mesh mesh,
                                                 const std::vector<int>& host_ranks,
-                                                Deadline deadline);
+                                                Deadline deadline, bool& peer_memory);
 
 }  // namespace chorus::tcp

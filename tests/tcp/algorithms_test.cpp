@@ -46,7 +46,7 @@ tcp::CollectiveArgs args_for(const Case& c, const RankBuffers& rb, const Variant
 std::string run_case(const Case& c, const Variant& v, std::uint32_t seed,
                      const std::vector<OpSignature>* sigs = nullptr,
                      std::vector<std::optional<tcp::SignatureMismatch>>* mismatches = nullptr,
-                     const tcp::HostMap* hosts = nullptr) {
+                     const tcp::HostMap* hosts = nullptr, bool direct = false) {
   LoopbackFabric fabric(c.n, seed);
   std::vector<RankBuffers> bufs;
   std::vector<tcp::ScratchArena> arenas(static_cast<std::size_t>(c.n));
@@ -60,6 +60,11 @@ std::string run_case(const Case& c, const Variant& v, std::uint32_t seed,
         std::make_unique<tcp::Schedule>(r, c.n, c.dtype, c.op, arenas[static_cast<std::size_t>(r)]);
     tcp::CollectiveArgs args = args_for(c, bufs[static_cast<std::size_t>(r)], v);
     args.hosts = hosts;
+    if (direct) {
+      // The ranks are this one process: its pid names every rank's memory.
+      args.peer_memory = true;
+      args.forced = "direct";
+    }
     tcp::build_schedule(*s, args);
     s->finalize(sigs ? (*sigs)[static_cast<std::size_t>(r)] : header_of(c, 7));
     scheds.push_back(std::move(s));
@@ -103,7 +108,7 @@ std::string run_case(const Case& c, const Variant& v, std::uint32_t seed,
   return {};
 }
 
-void run_matrix(OpKind kind, bool reduces) {
+void run_matrix(OpKind kind, bool reduces, bool direct = false) {
   std::uint32_t seed = 1;
   int cases = 0;
   for (int n = 1; n <= 8; ++n) {
@@ -124,7 +129,7 @@ void run_matrix(OpKind kind, bool reduces) {
                   kind == OpKind::scatter) {
                 c.root = static_cast<int>(seed % static_cast<std::uint32_t>(n));
               }
-              const std::string err = run_case(c, v, seed++);
+              const std::string err = run_case(c, v, seed++, nullptr, nullptr, nullptr, direct);
               if (!err.empty()) {
                 FAIL(err << " (small_bytes " << v.small_bytes << ", slice_bytes " << v.slice_bytes
                          << ")");
@@ -155,6 +160,14 @@ TEST_CASE("loopback broadcast", "[tcp][algorithms]") { run_matrix(OpKind::broadc
 TEST_CASE("loopback gather", "[tcp][algorithms]") { run_matrix(OpKind::gather, false); }
 TEST_CASE("loopback scatter", "[tcp][algorithms]") { run_matrix(OpKind::scatter, false); }
 TEST_CASE("loopback all_to_all", "[tcp][algorithms]") { run_matrix(OpKind::all_to_all, false); }
+
+TEST_CASE("loopback direct (single-copy) collectives: world sizes, counts, dtypes and ops",
+          "[tcp][algorithms]") {
+  run_matrix(OpKind::allreduce, true, true);
+  run_matrix(OpKind::reduce_scatter, true, true);
+  run_matrix(OpKind::allgather, false, true);
+  run_matrix(OpKind::broadcast, false, true);
+}
 
 TEST_CASE("loopback hierarchical allreduce: host layouts, counts, dtypes and ops",
           "[tcp][algorithms]") {
@@ -232,6 +245,27 @@ TEST_CASE("CHORUS_ALGO forces an algorithm where it applies, and names bad entri
   CHECK(std::string(tcp::choose_algorithm(4, a)) == "hierarchical");
   a.op = ReduceOp::avg;
   CHECK(std::string(tcp::choose_algorithm(4, a)) == "recursive_doubling");
+  // direct needs every rank's memory in reach (one host, peer_memory); then it is the default
+  // above small_bytes.
+  const auto direct = tcp::parse_algorithm_overrides("allreduce=direct");
+  a = tcp::CollectiveArgs{};
+  a.kind = OpKind::allreduce;
+  a.count = 1 << 20;
+  a.forced = direct[static_cast<std::size_t>(OpKind::allreduce)];
+  CHECK(std::string(tcp::choose_algorithm(4, a)) == "ring");
+  a.peer_memory = true;
+  a.count = 4;
+  CHECK(std::string(tcp::choose_algorithm(4, a)) == "direct");
+  a.forced = nullptr;
+  CHECK(std::string(tcp::choose_algorithm(4, a)) == "recursive_doubling");
+  a.count = 1 << 20;
+  CHECK(std::string(tcp::choose_algorithm(4, a)) == "direct");
+  CHECK(std::string(tcp::choose_algorithm(2, a)) == "ring");  // measured: rings win at 2 ranks
+  a.dtype = DataType::float32;
+  a.count = 1 << 16;  // 256 KiB: below the threshold
+  CHECK(std::string(tcp::choose_algorithm(4, a)) == "ring");
+  a.kind = OpKind::allgather;  // 4 x 256 KiB of output: the whole op counts
+  CHECK(std::string(tcp::choose_algorithm(4, a)) == "direct");
   for (const char* bad : {"allreduce=tree", "allreduce", "reduction=ring", "allreduce=ring,"}) {
     INFO(bad);
     try {

@@ -42,6 +42,9 @@ struct CollectiveArgs {
   std::size_t slice_bytes = 256 * 1024;
   const HostMap* hosts = nullptr;  // the group's hosts (nullptr: treat as one host)
   const char* forced = nullptr;    // CHORUS_ALGO's algorithm for this op, if any
+  // Every rank of the group runs on this host and reaches the others' memory
+  // (peer_memory.hpp): the single-copy "direct" algorithms apply.
+  bool peer_memory = false;
 };
 
 // CHORUS_ALGO: "op=algorithm[,op=algorithm...]", e.g. "allreduce=ring,broadcast=tree".
@@ -52,8 +55,9 @@ AlgorithmOverrides parse_algorithm_overrides(const std::string& text);
 
 // The algorithm for (op, bytes, world size, hosts): "ring", "recursive_doubling",
 // "hierarchical", "tree", "chain", "direct", "pairwise", "dissemination", or "local" for one
-// rank (a static string, for the flight recorder and logs). A forced one wins, except
-// "hierarchical" where it does not apply (one host, avg): then the default flat choice.
+// rank (a static string, for the flight recorder and logs). A forced one wins, except where it
+// does not apply ("hierarchical": one host, or avg; "direct" for allreduce, reduce_scatter,
+// allgather and broadcast: no peer_memory): then the default choice.
 const char* choose_algorithm(int size, const CollectiveArgs& a);
 // Builds the algorithm choose_algorithm() names into `s` (not finalized).
 void build_schedule(Schedule& s, const CollectiveArgs& a);
@@ -63,6 +67,11 @@ void build_rd_allreduce(Schedule& s, const CollectiveArgs& a);
 // Reduce to each host's lowest rank, allreduce among those, broadcast back inside each host.
 void build_hierarchical_allreduce(Schedule& s, const CollectiveArgs& a);
 void build_ring_allgather(Schedule& s, const CollectiveArgs& a);
+// Single-copy algorithms through the other ranks' memory (direct.cpp; needs peer_memory).
+void build_direct_allreduce(Schedule& s, const CollectiveArgs& a);
+void build_direct_reduce_scatter(Schedule& s, const CollectiveArgs& a);
+void build_direct_allgather(Schedule& s, const CollectiveArgs& a);
+void build_direct_broadcast(Schedule& s, const CollectiveArgs& a);
 void build_ring_reduce_scatter(Schedule& s, const CollectiveArgs& a);
 void build_chain_broadcast(Schedule& s, const CollectiveArgs& a);
 void build_tree_broadcast(Schedule& s, const CollectiveArgs& a);

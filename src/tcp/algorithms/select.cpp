@@ -44,10 +44,10 @@ struct OpAlgorithms {
 
 const std::vector<OpAlgorithms>& algorithm_table() {
   static const std::vector<OpAlgorithms> table = {
-      {OpKind::allreduce, {"ring", "recursive_doubling", "hierarchical"}},
-      {OpKind::allgather, {"ring"}},
-      {OpKind::reduce_scatter, {"ring"}},
-      {OpKind::broadcast, {"tree", "chain"}},
+      {OpKind::allreduce, {"ring", "recursive_doubling", "hierarchical", "direct"}},
+      {OpKind::allgather, {"ring", "direct"}},
+      {OpKind::reduce_scatter, {"ring", "direct"}},
+      {OpKind::broadcast, {"tree", "chain", "direct"}},
       {OpKind::reduce, {"tree", "chain"}},
       {OpKind::gather, {"direct"}},
       {OpKind::scatter, {"direct"}},
@@ -55,6 +55,22 @@ const std::vector<OpAlgorithms>& algorithm_table() {
       {OpKind::barrier, {"dissemination"}},
   };
   return table;
+}
+
+// The single-copy algorithms (direct.cpp) against the rings over shared memory, measured on
+// the 2-core machine (docs/architecture.md, "Single-copy algorithms"): the kernel's copy
+// between address spaces runs at about a third of memcpy's speed there, so they win only
+// where they save many copies: from 3 ranks on (a ring then copies every byte 2(n-1) times per
+// rank) and from 1 MiB (below, the extra round of messages costs more than the copies).
+constexpr int kDirectMinRanks = 3;
+constexpr std::size_t kDirectMinBytes = 1 << 20;
+
+// The op's size as nccl-tests counts it: the whole buffer (allgather's output,
+// reduce_scatter's input), which is what the copies scale with.
+std::size_t op_bytes(int size, const CollectiveArgs& a) {
+  const std::size_t bytes = a.count * element_size(a.dtype);
+  const bool whole = a.kind == OpKind::allgather || a.kind == OpKind::reduce_scatter;
+  return whole ? bytes * static_cast<std::size_t>(size) : bytes;
 }
 
 }  // namespace
@@ -97,21 +113,25 @@ const char* choose_algorithm(int size, const CollectiveArgs& a) {
     return "local";
   }
   const bool hierarchical_applies = a.hosts != nullptr && a.hosts->mixed() && a.op != ReduceOp::avg;
-  if (a.forced != nullptr &&
-      (std::string_view(a.forced) != "hierarchical" || hierarchical_applies)) {
+  const std::string_view forced = a.forced == nullptr ? "" : a.forced;
+  if (!forced.empty() && (forced != "hierarchical" || hierarchical_applies) &&
+      (forced != "direct" || a.peer_memory)) {
     return a.forced;
   }
   const bool small = a.count * element_size(a.dtype) <= a.small_bytes;
+  const bool direct =
+      a.peer_memory && size >= kDirectMinRanks && op_bytes(size, a) >= kDirectMinBytes;
   switch (a.kind) {
     case OpKind::allreduce:
-      if (a.forced == nullptr && hierarchical_applies) {
+      if (forced.empty() && hierarchical_applies) {
         return "hierarchical";
       }
-      return small ? "recursive_doubling" : "ring";
+      return direct ? "direct" : small ? "recursive_doubling" : "ring";
     case OpKind::allgather:
     case OpKind::reduce_scatter:
-      return "ring";
+      return direct ? "direct" : "ring";
     case OpKind::broadcast:
+      return direct ? "direct" : small ? "tree" : "chain";
     case OpKind::reduce:
       return small ? "tree" : "chain";
     case OpKind::gather:
@@ -133,6 +153,20 @@ void build_schedule(Schedule& s, const CollectiveArgs& a) {
   }
   if (algorithm == "hierarchical") {
     return build_hierarchical_allreduce(s, a);
+  }
+  if (algorithm == "direct") {
+    switch (a.kind) {
+      case OpKind::allreduce:
+        return build_direct_allreduce(s, a);
+      case OpKind::reduce_scatter:
+        return build_direct_reduce_scatter(s, a);
+      case OpKind::allgather:
+        return build_direct_allgather(s, a);
+      case OpKind::broadcast:
+        return build_direct_broadcast(s, a);
+      default:
+        break;
+    }
   }
   const bool latency = algorithm == "recursive_doubling" || algorithm == "tree";
   switch (a.kind) {
