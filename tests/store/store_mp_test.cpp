@@ -1,8 +1,9 @@
 // SPDX-License-Identifier: BSD-3-Clause
 // Multi-process store tests: exact counts under 8 hammering processes, a waiter woken from
-// another process, a client SIGKILLed mid-request, and a bootstrap storm of 2,048 clients
-// connecting at the same instant. Real processes over loopback; the server runs in its own
-// process (StoreServerProcess), forked before any thread exists.
+// another process, a client SIGKILLed mid-request, a bootstrap storm of 2,048 clients
+// connecting at the same instant, and an idle server that uses no CPU. Real processes over
+// loopback; the server runs in its own process (StoreServerProcess), forked before any thread
+// exists.
 #include <catch2/catch.hpp>
 
 #include <fcntl.h>
@@ -13,6 +14,8 @@
 
 #include <atomic>
 #include <condition_variable>
+#include <cstdio>
+#include <cstring>
 #include <memory>
 #include <mutex>
 #include <thread>
@@ -61,6 +64,26 @@ void hammer(Store& s, int rank) {
   }
   s.add("done", 1);
   (void)rank;
+}
+
+// User + system CPU seconds of a process so far (/proc/PID/stat fields 14 and 15).
+double process_cpu_seconds(pid_t pid) {
+  const std::string path = "/proc/" + std::to_string(pid) + "/stat";
+  FILE* f = std::fopen(path.c_str(), "r");
+  if (f == nullptr) {
+    return -1;
+  }
+  char buf[1024];
+  const std::size_t n = std::fread(buf, 1, sizeof(buf) - 1, f);
+  std::fclose(f);
+  buf[n] = 0;
+  const char* p = std::strrchr(buf, ')');  // the command name may contain spaces
+  unsigned long utime = 0, stime = 0;
+  if (p == nullptr || std::sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lu %lu",
+                                  &utime, &stime) != 2) {
+    return -1;
+  }
+  return static_cast<double>(utime + stime) / static_cast<double>(::sysconf(_SC_CLK_TCK));
 }
 
 }  // namespace
@@ -292,4 +315,32 @@ TEST_CASE("bootstrap storm: 2,048 clients connecting at the same instant all get
   auto s = connect_tcp(server.port(), 10s);
   REQUIRE(s->add("joined", 0) == kClients);
   REQUIRE(s->num_keys() == kClients + 2);
+}
+
+TEST_CASE("an idle server sleeps: no CPU after a burst of requests, with a watch parked",
+          "[store][mp]") {
+  // A store is idle most of the time and may live in rank 0's process: once nothing is ready
+  // the loop must block in epoll_wait (no busy polling, docs/architecture.md "Busy polling,
+  // measured and not adopted"). A loop that spins (polling after traffic, a level-triggered fd left
+  // ready, a timer re-armed in the past) burns a whole CPU, far above the bound below (5 % of a
+  // CPU; the server's own CPU time, so the load of other processes does not count).
+  test::StoreServerProcess server;
+  auto s = connect_tcp(server.port());
+  for (int i = 0; i < 2000; ++i) {
+    s->set("k", std::string_view("v"));
+    REQUIRE(s->add("n", 1) == i + 1);
+  }
+  REQUIRE(s->get_string("k") == "v");
+  auto waiter = connect_tcp(server.port(), 60s);
+  std::thread parked([&] { waiter->wait({"release"}, 60s); });  // a watch with a deadline timer
+  const double before = process_cpu_seconds(server.pid());
+  const auto start = Clock::now();
+  std::this_thread::sleep_for(1s);  // the measured window, not a synchronization
+  const double after = process_cpu_seconds(server.pid());
+  const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  s->set("release", std::string_view("1"));
+  parked.join();
+  REQUIRE(before >= 0);
+  INFO("server CPU " << (after - before) << " s over " << seconds << " s of idle time");
+  REQUIRE(after - before <= 0.05 * seconds);
 }
