@@ -264,8 +264,12 @@ TEST_CASE("CHORUS_ALGO forces an algorithm where it applies, and names bad entri
   a.dtype = DataType::float32;
   a.count = 1 << 16;  // 256 KiB: below the threshold
   CHECK(std::string(tcp::choose_algorithm(4, a)) == "ring");
-  a.kind = OpKind::allgather;  // 4 x 256 KiB of output: the whole op counts
+  a.kind = OpKind::allgather;  // the whole op counts: 4 x 256 KiB of output, then 4 x 2 MiB
+  CHECK(std::string(tcp::choose_algorithm(4, a)) == "ring");
+  a.count = 1 << 19;
   CHECK(std::string(tcp::choose_algorithm(4, a)) == "direct");
+  a.kind = OpKind::broadcast;  // 2 MiB: below 8 MiB for the other ops
+  CHECK(std::string(tcp::choose_algorithm(4, a)) == "chain");
   for (const char* bad : {"allreduce=tree", "allreduce", "reduction=ring", "allreduce=ring,"}) {
     INFO(bad);
     try {

@@ -90,12 +90,15 @@ void run_cases(ProcessGroup& pg, const std::vector<Case>& cases, int rank) {
   pg.barrier()->wait();
 }
 
-void run_large_on(int n, const char* transport) {
+void run_large_on(int n, const char* transport, const char* algorithms = nullptr) {
   StoreServerProcess server;
   const auto results = run_processes(
       n,
       [&](int rank) {
         ::setenv("CHORUS_TRANSPORT", transport, 1);
+        if (algorithms != nullptr) {
+          ::setenv("CHORUS_ALGO", algorithms, 1);
+        }
         auto store = child_store(server.port());
         auto pg = make_tcp_group(store, rank, n, loopback_options());
         CHILD_CHECK(maps_shared_segment() == (std::string(transport) == "shm" && n > 1));
@@ -112,6 +115,15 @@ TEST_CASE("every collective over shared memory, messages larger than the rings",
   run_large_on(2, "shm");
   run_large_on(3, "shm");
   run_large_on(4, "shm");
+}
+
+TEST_CASE("the single-copy algorithms over real processes, every size and op they have",
+          "[shm][mp]") {
+  // Below their default thresholds too (the 3-element and 16385-element cases), in and out of
+  // place, at 2 ranks as well (where they are never the default).
+  const char* direct = "allreduce=direct,allgather=direct,reduce_scatter=direct,broadcast=direct";
+  run_large_on(2, "shm", direct);
+  run_large_on(4, "shm", direct);
 }
 
 TEST_CASE("CHORUS_TRANSPORT=tcp keeps same-host ranks on sockets", "[shm][mp]") {

@@ -58,12 +58,14 @@ const std::vector<OpAlgorithms>& algorithm_table() {
 }
 
 // The single-copy algorithms (direct.cpp) against the rings over shared memory, measured on
-// the 2-core machine (docs/architecture.md, "Single-copy algorithms"): the kernel's copy
-// between address spaces runs at about a third of memcpy's speed there, so they win only
-// where they save many copies: from 3 ranks on (a ring then copies every byte 2(n-1) times per
-// rank) and from 1 MiB (below, the extra round of messages costs more than the copies).
+// the 2-core machine (docs/architecture.md, "Single-copy algorithms against the rings"): the
+// kernel's copy between address spaces runs at about a third of memcpy's speed there, so they
+// win only where they save many copies: from 3 ranks on (a ring copies every byte 2(n-1) times
+// per rank), from 1 MiB for allreduce (whose ring has the most steps) and from 8 MiB for the
+// others (below, the extra round of messages and the slower copy cost about what they save).
 constexpr int kDirectMinRanks = 3;
-constexpr std::size_t kDirectMinBytes = 1 << 20;
+constexpr std::size_t kDirectMinAllreduceBytes = 1 << 20;
+constexpr std::size_t kDirectMinBytes = 8 << 20;
 
 // The op's size as nccl-tests counts it: the whole buffer (allgather's output,
 // reduce_scatter's input), which is what the copies scale with.
@@ -119,8 +121,9 @@ const char* choose_algorithm(int size, const CollectiveArgs& a) {
     return a.forced;
   }
   const bool small = a.count * element_size(a.dtype) <= a.small_bytes;
-  const bool direct =
-      a.peer_memory && size >= kDirectMinRanks && op_bytes(size, a) >= kDirectMinBytes;
+  const std::size_t direct_from =
+      a.kind == OpKind::allreduce ? kDirectMinAllreduceBytes : kDirectMinBytes;
+  const bool direct = a.peer_memory && size >= kDirectMinRanks && op_bytes(size, a) >= direct_from;
   switch (a.kind) {
     case OpKind::allreduce:
       if (forced.empty() && hierarchical_applies) {
