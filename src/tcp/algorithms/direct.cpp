@@ -111,18 +111,19 @@ std::optional<LocalFailure> failed(int peer, const char* reading, const std::str
                                   reading, peer, err)};
 }
 
-// Reduces chunk `c` of the ranks' inputs into `into` (this rank's memory), piece by piece, and
-// hands each finished piece to `then(offset, count)` before the next one. Sources in rank
-// order, this rank's own input (in place: `into` itself) first.
+// Reduces `count` elements at element `in_offset` of every rank's input into `into` (this rank's
+// memory), piece by piece, and hands each finished piece to `then(offset, count)` before the
+// next one. Sources: this rank's own input (in place: `into` itself) first, then the others in
+// rank order.
 template <typename Then>
 std::optional<LocalFailure> reduce_chunk(const CollectiveArgs& a, const Buffers* of, int n, int r,
-                                         std::byte* piece, Span chunk, std::size_t in_offset,
+                                         std::byte* piece, std::size_t count, std::size_t in_offset,
                                          std::byte* into, Then then) {
   const std::size_t es = element_size(a.dtype);
   const std::size_t per = std::max<std::size_t>(1, kPieceBytes / es);
   const int divisor = a.op == ReduceOp::avg ? n : 0;
-  for (std::size_t done = 0; done < chunk.count; done += per) {
-    const std::size_t cnt = std::min(per, chunk.count - done);
+  for (std::size_t done = 0; done < count; done += per) {
+    const std::size_t cnt = std::min(per, count - done);
     const std::size_t off = (in_offset + done) * es;  // into the inputs
     std::byte* dst = into + done * es;
     const auto* own = static_cast<const std::byte*>(a.in) + off;
@@ -158,7 +159,7 @@ void build_direct_allreduce(Schedule& s, const CollectiveArgs& a) {
   const Buffers* of = x.of;
   LocalWork work = [a, of, n, r, piece, chunk, es]() -> std::optional<LocalFailure> {
     std::byte* into = static_cast<std::byte*>(a.out) + chunk.offset * es;
-    return reduce_chunk(a, of, n, r, piece, chunk, chunk.offset, into,
+    return reduce_chunk(a, of, n, r, piece, chunk.count, chunk.offset, into,
                         [&](std::size_t done, std::size_t cnt) -> std::optional<LocalFailure> {
                           const std::size_t off = (chunk.offset + done) * es;
                           for (int q = 0; q < n; ++q) {
@@ -187,7 +188,7 @@ void build_direct_reduce_scatter(Schedule& s, const CollectiveArgs& a) {
   auto* piece = static_cast<std::byte*>(s.scratch(std::min(kPieceBytes, m * es)));
   const Buffers* of = x.of;
   LocalWork work = [a, of, n, r, piece, m]() -> std::optional<LocalFailure> {
-    return reduce_chunk(a, of, n, r, piece, Span{0, m}, static_cast<std::size_t>(r) * m,
+    return reduce_chunk(a, of, n, r, piece, m, static_cast<std::size_t>(r) * m,
                         static_cast<std::byte*>(a.out),
                         [](std::size_t, std::size_t) { return std::optional<LocalFailure>{}; });
   };

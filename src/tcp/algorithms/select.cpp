@@ -157,30 +157,21 @@ void build_schedule(Schedule& s, const CollectiveArgs& a) {
   if (algorithm == "hierarchical") {
     return build_hierarchical_allreduce(s, a);
   }
-  if (algorithm == "direct") {
-    switch (a.kind) {
-      case OpKind::allreduce:
-        return build_direct_allreduce(s, a);
-      case OpKind::reduce_scatter:
-        return build_direct_reduce_scatter(s, a);
-      case OpKind::allgather:
-        return build_direct_allgather(s, a);
-      case OpKind::broadcast:
-        return build_direct_broadcast(s, a);
-      default:
-        break;
-    }
-  }
   const bool latency = algorithm == "recursive_doubling" || algorithm == "tree";
+  const bool direct = algorithm == "direct";
   switch (a.kind) {
     case OpKind::allreduce:
-      return latency ? build_rd_allreduce(s, a) : build_ring_allreduce(s, a);
+      return direct    ? build_direct_allreduce(s, a)
+             : latency ? build_rd_allreduce(s, a)
+                       : build_ring_allreduce(s, a);
     case OpKind::allgather:
-      return build_ring_allgather(s, a);
+      return direct ? build_direct_allgather(s, a) : build_ring_allgather(s, a);
     case OpKind::reduce_scatter:
-      return build_ring_reduce_scatter(s, a);
+      return direct ? build_direct_reduce_scatter(s, a) : build_ring_reduce_scatter(s, a);
     case OpKind::broadcast:
-      return latency ? build_tree_broadcast(s, a) : build_chain_broadcast(s, a);
+      return direct    ? build_direct_broadcast(s, a)
+             : latency ? build_tree_broadcast(s, a)
+                       : build_chain_broadcast(s, a);
     case OpKind::reduce:
       return latency ? build_tree_reduce(s, a) : build_chain_reduce(s, a);
     case OpKind::gather:
