@@ -249,7 +249,7 @@ std::size_t default_ring_bytes(int locals) noexcept {
 
 std::unique_ptr<ShmSegment> attach_host_segment(Mesh& mesh, int rank,
                                                 const std::vector<int>& locals, Deadline deadline,
-                                                std::string& why_not) {
+                                                bool test_peer_memory, std::string& why_not) {
   const int n = static_cast<int>(locals.size());
   const std::size_t ring_bytes = default_ring_bytes(n);
   const std::size_t bytes = ShmSegment::size_for(n, ring_bytes);
@@ -308,7 +308,9 @@ std::unique_ptr<ShmSegment> attach_host_segment(Mesh& mesh, int rank,
       why_not = verdict;
       return nullptr;
     }
-    segment->set_peer_memory_why_not(agree_on_peer_memory(mesh, rank, locals, deadline, where));
+    if (test_peer_memory) {
+      segment->set_peer_memory_why_not(agree_on_peer_memory(mesh, rank, locals, deadline, where));
+    }
     return segment;
   }
   const std::string name = recv_message(mesh, leader, deadline, where);
@@ -341,7 +343,9 @@ std::unique_ptr<ShmSegment> attach_host_segment(Mesh& mesh, int rank,
     }
     throw;
   }
-  segment->set_peer_memory_why_not(agree_on_peer_memory(mesh, rank, locals, deadline, where));
+  if (test_peer_memory) {
+    segment->set_peer_memory_why_not(agree_on_peer_memory(mesh, rank, locals, deadline, where));
+  }
   return segment;
 }
 

@@ -71,7 +71,7 @@ class ShmSegment {
   std::size_t bytes_;
   int locals_;
   std::size_t ring_bytes_;
-  std::string peer_memory_why_not_ = "not tested";
+  std::string peer_memory_why_not_ = "not tested (the group spans hosts)";
 };
 
 // Ring size per direction and pair: large enough that a sender rarely waits for its reader,
@@ -83,8 +83,10 @@ std::size_t default_ring_bytes(int locals) noexcept;
 // the mapped segment, or nullptr with the reason in `why_not` when it cannot be set up on some
 // rank (no /dev/shm, out of space): every rank of the host then agrees on the same answer.
 // Throws NetworkError/TimeoutError naming the rank if a control socket fails meanwhile.
+// `test_peer_memory`: also run the peer memory probe (ShmSegment::peer_memory()); the same on
+// every rank of the host. Without it peer_memory() is false.
 std::unique_ptr<ShmSegment> attach_host_segment(Mesh& mesh, int rank,
                                                 const std::vector<int>& locals, Deadline deadline,
-                                                std::string& why_not);
+                                                bool test_peer_memory, std::string& why_not);
 
 }  // namespace chorus::tcp

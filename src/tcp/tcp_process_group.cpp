@@ -82,13 +82,11 @@ class TcpProcessGroup final : public ProcessGroup {
     ec.on_start = [this](const OpCall& call, const char* algorithm) {
       trace_started(call, algorithm);
     };
-    bool host_memory = false;
+    // The single-copy algorithms need every rank of the group in reach: one host.
     auto transport = make_transport(
         rank, size, std::move(mesh),
         hosts_.members[static_cast<std::size_t>(hosts_.host_of[static_cast<std::size_t>(rank)])],
-        mo.deadline, host_memory);
-    // The single-copy algorithms need every rank of the group in reach.
-    peer_memory_ = host_memory && hosts_.members.size() == 1;
+        mo.deadline, hosts_.members.size() == 1, peer_memory_);
     engine_ = std::make_unique<Engine>(std::move(ec), std::move(transport));
   }
 

@@ -17,13 +17,13 @@ namespace chorus::tcp {
 
 std::unique_ptr<EngineTransport> make_transport(int rank, int size, Mesh mesh,
                                                 const std::vector<int>& locals, Deadline deadline,
-                                                bool& peer_memory) {
+                                                bool whole_group, bool& peer_memory) {
   peer_memory = false;
   const env::TransportChoice choice = env::transport_choice();
   std::unique_ptr<ShmSegment> segment;
   if (choice != env::TransportChoice::tcp && locals.size() > 1) {
     std::string why_not;
-    segment = attach_host_segment(mesh, rank, locals, deadline, why_not);
+    segment = attach_host_segment(mesh, rank, locals, deadline, whole_group, why_not);
     if (!segment) {
       if (choice == env::TransportChoice::shm) {
         throw InvalidArgument(fmt::format(
@@ -44,7 +44,7 @@ std::unique_ptr<EngineTransport> make_transport(int rank, int size, Mesh mesh,
     CHORUS_INFO(init, "rank {}: collectives with host ranks {} go through shared memory", rank,
                 format_ranks(locals));
     peer_memory = segment->peer_memory();
-    if (!peer_memory) {
+    if (!peer_memory && whole_group) {
       CHORUS_INFO(init,
                   "rank {}: host ranks {} cannot reach each other's memory ({}); the single-copy "
                   "algorithms are off",

@@ -23,11 +23,13 @@ namespace chorus::tcp {
 // sockets before the sockets are handed over). Throws InvalidArgument when
 // CHORUS_TRANSPORT=shm and shared memory cannot be set up.
 // `host_ranks`: the sorted group ranks on this rank's host, this one included
-// (HostMap::members of its host). `peer_memory` is set when the collective streams to them go
-// through shared memory and they reach each other's memory (peer_memory.hpp): the host's
-// ranks then agree that the algorithms built on it can run.
+// (HostMap::members of its host). When `whole_group` (every rank of the group is on this
+// host), `peer_memory` is set if the collective streams go through shared memory and the
+// ranks reach each other's memory (peer_memory.hpp): they then agree that the single-copy
+// algorithms can run. Other groups skip that probe.
 std::unique_ptr<EngineTransport> make_transport(int rank, int size, Mesh mesh,
                                                 const std::vector<int>& host_ranks,
-                                                Deadline deadline, bool& peer_memory);
+                                                Deadline deadline, bool whole_group,
+                                                bool& peer_memory);
 
 }  // namespace chorus::tcp
