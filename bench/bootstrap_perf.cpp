@@ -252,9 +252,8 @@ class SmallThread {
               if (n > 1) {
                 const int prev = (rank + n - 1) % n;
                 const int next = (rank + 1) % n;
-                chorus::tcp::fetch_addresses(*store, m, {prev, next}, mo.deadline);
-                if (!m.addresses.contains(prev) || !m.addresses.contains(next)) {
-                  throw std::runtime_error("a ring neighbour's address is missing");
+                if (!chorus::tcp::fetch_addresses(*store, m, {prev, next}, mo.deadline).empty()) {
+                  throw std::runtime_error("a ring neighbour left before its address was read");
                 }
               }
             } catch (const chorus::TimeoutError& e) {

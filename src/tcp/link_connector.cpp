@@ -277,7 +277,15 @@ void LinkConnector::start_dial(int peer) {
   auto d = std::make_unique<Dial>();
   d->peer = peer;
   try {
-    fetch_addresses(store_, membership_, {peer}, Deadline::after(o_.timeout));
+    if (!fetch_addresses(store_, membership_, {peer}, Deadline::after(o_.timeout)).empty()) {
+      fail(peer,
+           fmt::format("rank {} left the group before this rank connected to it (it removed its "
+                       "address from the store: it failed or destroyed the group); check rank "
+                       "{}'s log",
+                       peer, peer),
+           ECONNRESET, false);
+      return;
+    }
   } catch (const Error& e) {
     fail(peer, fmt::format("could not read rank {}'s address from the store: {}", peer, e.what()),
          0, false);
@@ -637,7 +645,8 @@ void LinkConnector::deliver(int peer, std::vector<net::Socket> sockets) {
   state_[up] = State::up;
   if (!membership_.addresses.contains(peer)) {
     try {
-      fetch_addresses(store_, membership_, {peer}, Deadline::after(o_.timeout));
+      // A peer that has left already leaves its address unknown: messages name it by rank.
+      (void)fetch_addresses(store_, membership_, {peer}, Deadline::after(o_.timeout));
     } catch (const Error& e) {
       CHORUS_INFO(init, "{}: could not read rank {}'s address for messages: {}", o_.where, peer,
                   e.what());

@@ -33,6 +33,9 @@ constexpr Duration kPollSlice = std::chrono::milliseconds(100);
 constexpr Duration kProbeTimeout = std::chrono::seconds(2);
 // A skipped formation (its rank 0 did not answer) is probed again after this many slices.
 constexpr int kReprobeSlices = 10;
+// fetch_addresses: a read of addresses that were all present waits at most this long before
+// it looks again whether one of them has gone (its rank left meanwhile).
+constexpr Duration kAddressWait = std::chrono::seconds(1);
 // At most this many ranks are named as missing in a timeout message.
 constexpr std::size_t kMaxNamedMissing = 32;
 
@@ -597,23 +600,47 @@ Membership join_group(Store& store, const MembershipOptions& o) {
   return o.rank == 0 ? lead(store, o) : follow(store, o);
 }
 
-void fetch_addresses(Store& store, Membership& m, const std::vector<int>& ranks,
-                     Deadline deadline) {
-  std::vector<int> wanted;
-  std::vector<std::string> keys;
-  for (int r : ranks) {
-    if (!m.addresses.contains(r)) {
-      wanted.push_back(r);
-      keys.push_back(addr_key(m.epoch, r));
+std::vector<int> fetch_addresses(Store& store, Membership& m, const std::vector<int>& ranks,
+                                 Deadline deadline) {
+  for (;;) {
+    std::vector<int> wanted;
+    std::vector<std::string> keys;
+    for (int r : ranks) {
+      if (!m.addresses.contains(r)) {
+        wanted.push_back(r);
+        keys.push_back(addr_key(m.epoch, r));
+      }
     }
-  }
-  if (keys.empty()) {
-    return;
-  }
-  const std::vector<Bytes> records = store.multi_get(keys, deadline.remaining());
-  for (std::size_t i = 0; i < wanted.size(); ++i) {
-    const std::string record = to_string(records[i]);
-    m.addresses[wanted[i]] = record.substr(0, record.find(' '));
+    if (keys.empty()) {
+      return {};
+    }
+    if (!store.check(keys)) {
+      std::vector<int> left;
+      for (std::size_t i = 0; i < keys.size(); ++i) {
+        if (!store.check({keys[i]})) {
+          left.push_back(wanted[i]);
+        }
+      }
+      if (!left.empty()) {
+        return left;
+      }
+    }
+    // All present a moment ago; a wait here only means a rank left in between (look again)
+    // or a slow store (up to the deadline).
+    std::vector<Bytes> records;
+    try {
+      records = store.multi_get(keys, std::min(kAddressWait, deadline.remaining()));
+    } catch (const TimeoutError&) {
+      if (deadline.expired()) {
+        throw;
+      }
+      continue;
+    }
+    for (std::size_t i = 0; i < wanted.size(); ++i) {
+      const std::string record = to_string(records[i]);
+      m.addresses[wanted[i]] = record.substr(0, record.find(' '));
+    }
+    return {};
   }
 }
 

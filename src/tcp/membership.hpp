@@ -91,11 +91,13 @@ ErrorContext setup_error_context(int rank, int size, const std::string& group, D
 // different world size, two rank 0s: another job on the same store and run id).
 Membership join_group(Store& store, const MembershipOptions& options);
 
-// Reads the addresses of `ranks` not read yet, in one store round trip (they were published
-// before the formation completed, so nothing waits unless the store is slow). Afterwards
-// membership.addresses holds every one of them.
-void fetch_addresses(Store& store, Membership& membership, const std::vector<int>& ranks,
-                     Deadline deadline);
+// Reads the addresses of `ranks` not read yet. Every member published its address before the
+// formation completed, and deletes it when it leaves (leave_group), so an address missing now
+// means that rank has left the group: such ranks are returned (their addresses stay unread)
+// rather than waited for. Otherwise membership.addresses holds every one of them afterwards.
+// Throws StoreError/TimeoutError if the store itself fails or is slower than `deadline`.
+[[nodiscard]] std::vector<int> fetch_addresses(Store& store, Membership& membership,
+                                               const std::vector<int>& ranks, Deadline deadline);
 
 // Records that `rank` is gone (its published address refuses connections), so that every
 // member names the root cause, not the members that left because of it. Best effort.

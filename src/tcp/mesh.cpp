@@ -53,6 +53,16 @@ constexpr auto kLivenessProbeTimeout = std::chrono::milliseconds(500);
   throw NetworkError(message, c);
 }
 
+// A departure another member recorded (record_gone) fails this rank's setup naming that rank.
+void throw_if_recorded_gone(Store& store, const MeshOptions& o, const Mesh& mesh) {
+  if (auto gone = recorded_gone(store, mesh.membership);
+      gone && gone->first >= 0 && gone->first < o.size) {
+    ErrorContext c = context(o, {gone->first});
+    c.os_error = ECONNREFUSED;
+    throw NetworkError(fmt::format("{}: {}", where(o), gone->second), c);
+  }
+}
+
 // Waits for the links to `peers` (dialing the higher ones); links to anyone else that arrive
 // meanwhile are kept too.
 void link_setup_peers(Store& store, const MeshOptions& o, Mesh& mesh,
@@ -82,17 +92,20 @@ void link_setup_peers(Store& store, const MeshOptions& o, Mesh& mesh,
       missing.erase(l.peer);
     }
     if (!failures.empty()) {
-      throw_failure(o, failures.front(), connector.address_of(failures.front().peer));
+      const LinkFailure& f = failures.front();
+      if (f.os_error == ECONNRESET) {
+        // The peer reset a connection it had accepted: it died or left. Recorded (as a refusal
+        // is, by the connector) so that the ranks that wait for it name it too, not this rank
+        // once it leaves.
+        record_gone(store, mesh.membership, f.peer,
+                    fmt::format("{} (found by rank {})", f.message, o.rank));
+      }
+      throw_failure(o, f, connector.address_of(f.peer));
     }
     if (missing.empty()) {
       break;
     }
-    if (auto gone = recorded_gone(store, mesh.membership);
-        gone && gone->first >= 0 && gone->first < o.size) {
-      ErrorContext c = context(o, {gone->first});
-      c.os_error = ECONNREFUSED;
-      throw NetworkError(fmt::format("{}: {}", where(o), gone->second), c);
-    }
+    throw_if_recorded_gone(store, o, mesh);
     if (o.deadline.expired()) {
       const std::vector<int> late(missing.begin(), missing.end());
       throw TimeoutError(
@@ -115,8 +128,11 @@ void link_setup_peers(Store& store, const MeshOptions& o, Mesh& mesh,
     if (lower.empty()) {
       continue;
     }
-    fetch_addresses(store, mesh.membership, lower, o.deadline);
+    const std::vector<int> left = fetch_addresses(store, mesh.membership, lower, o.deadline);
     for (int p : lower) {
+      if (std::find(left.begin(), left.end(), p) != left.end()) {
+        continue;
+      }
       const std::string& address = mesh.membership.addresses.at(p);
       if (!answers_at(address, mesh.group_id, o.rank, o.size,
                       earliest(o.deadline, Deadline::after(kLivenessProbeTimeout)))) {
@@ -130,6 +146,20 @@ void link_setup_peers(Store& store, const MeshOptions& o, Mesh& mesh,
         c.os_error = ECONNREFUSED;
         throw NetworkError(fmt::format("{}: {}", where(o), message), c);
       }
+    }
+    if (!left.empty()) {
+      // A rank leaves during setup because it failed; if a peer's death was the cause, it
+      // recorded that first, and that root cause is the one to name.
+      throw_if_recorded_gone(store, o, mesh);
+      const int p = left.front();
+      const std::string message = fmt::format(
+          "rank {} left the group during setup (it removed its address from the store: it "
+          "failed or destroyed the group); check rank {}'s log",
+          p, p);
+      record_gone(store, mesh.membership, p, message);
+      ErrorContext c = context(o, {p});
+      c.os_error = ECONNRESET;
+      throw NetworkError(fmt::format("{}: {}", where(o), message), c);
     }
   }
 }

@@ -166,8 +166,10 @@ TEST_CASE("a hello without the formation's membership proof never joins the grou
 
 // Rank 1 is SIGKILLed after publishing its address, before rank 2 starts. With a 60 s group
 // timeout, ranks 0 and 2 must name rank 1 as gone within a few seconds (rank 0 when its
-// connect is refused; rank 2 from its once-a-second probe of the ranks that have not connected),
-// and blame no live rank.
+// connect is refused or reset; rank 2 from its once-a-second probe of the ranks that have not
+// connected, or from rank 0's record of the death), and blame no live rank. Rank 0 leaves (and
+// removes its address) while rank 2 still waits for it: rank 2 must neither wait for that
+// address nor blame rank 0.
 TEST_CASE("a rank that dies after publishing its address is named at once, not at the timeout",
           "[tcp][mp][membership]") {
   StoreServerProcess server;
@@ -197,8 +199,15 @@ TEST_CASE("a rank that dies after publishing its address is named at once, not a
           if (e.context().peers != std::vector<int>{1}) {
             throw ChildCheckFailed{std::string("blames the wrong rank: ") + e.what()};
           }
-          CHILD_CHECK(contains(e.what(), "rank 1 published its address"));
-          CHILD_CHECK(contains(e.what(), "stopped listening"));
+          // Refused at its published address, or (rank 0, if it dialed rank 1 just before the
+          // kill) reset during the handshake; rank 2 may read either from the store.
+          const bool refused = contains(e.what(), "rank 1 published its address") &&
+                               contains(e.what(), "stopped listening");
+          const bool reset =
+              contains(e.what(), "rank 1 at") && contains(e.what(), "closed the connection");
+          if (!refused && !reset) {
+            throw ChildCheckFailed{std::string("names rank 1 but not its death: ") + e.what()};
+          }
           CHILD_CHECK(seconds_since(t0) < 15.0);  // 60 s is the timeout
           return;
         }
