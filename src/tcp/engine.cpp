@@ -37,6 +37,7 @@ Engine::Engine(EngineConfig config, std::unique_ptr<EngineTransport> transport)
     : config_(std::move(config)), transport_(std::move(transport)) {
   local_address_ = transport_->local_address();
   addresses_.resize(static_cast<std::size_t>(config_.size));
+  left_.resize(static_cast<std::size_t>(config_.size), false);
   addresses_[static_cast<std::size_t>(config_.rank)] = local_address_;
   // Not at once: the mesh's setup was just heard from everyone, and a short-lived group
   // (created, one op, destroyed) then sends no heartbeat at all.
@@ -145,6 +146,7 @@ void Engine::run() noexcept {
       }
     }
     start_next();
+    transport_->await_board(current_ && current_->on_board);
     try {
       transport_->poll(nearest_deadline(), completed_, events_);
     } catch (const std::exception& e) {
@@ -161,6 +163,9 @@ void Engine::run() noexcept {
       on_event(ev);
     }
     events_.clear();
+    if (current_ && current_->on_board && !failure_) {
+      settle_board();
+    }
     check_held_failure();
     check_deadlines();
     tend_liveness();
@@ -210,6 +215,20 @@ void Engine::start_next() {
   while (!current_ && !queue_.empty() && !failure_) {
     current_ = std::move(queue_.front());
     queue_.pop_front();
+    if (current_->on_board) {
+      transport_->op_started(current_->call.seq);
+      if (!current_->board_started) {  // else handed over by run_on_board(): published already
+        if (config_.on_start) {
+          config_.on_start(current_->call, "board");
+        }
+        config_.board->publish(current_->sig, current_->args.in, current_->bytes);
+      }
+      settle_board();
+      continue;
+    }
+    if (config_.board) {
+      config_.board->announce(current_->sig);
+    }
     schedule_ = std::make_unique<Schedule>(config_.rank, config_.size, current_->args.dtype,
                                            current_->args.op, arena_);
     build_schedule(*schedule_, current_->args);
@@ -249,6 +268,78 @@ void Engine::finish_current(std::exception_ptr error) {
     probe_.reset();  // it made it after all, within the probe's grace
   }
   op->work->complete(std::move(error));
+}
+
+void Engine::settle_board() {
+  const Op& op = *current_;
+  std::optional<SlotBoard::Mismatch> mismatch;
+  if (config_.board->ready(op.sig, mismatch)) {
+    config_.board->finish(op.args.out, op.args.count, op.args.dtype, op.args.op);
+    finish_current(nullptr);
+  } else if (mismatch) {
+    fail_group(board_mismatch(op, *mismatch), true, config_.rank);
+  } else {
+    for (const auto& [peer, last] : config_.board->missing(op.sig.seq)) {
+      if (left_[static_cast<std::size_t>(peer)]) {
+        fail_group(make_error(ErrorCode::network,
+                              fmt::format("{}: {} left the group (destroyed it) while this rank "
+                                          "still needed it: its last collective was seq {}; the "
+                                          "ranks issued different numbers of collectives",
+                                          prefix(&op), rank_name(peer), last),
+                              context(&op, {peer})),
+                   true, peer);
+        return;
+      }
+    }
+  }
+}
+
+std::exception_ptr Engine::board_mismatch(const Op& op, const SlotBoard::Mismatch& m) const {
+  // Either side may be the odd one: the message names both.
+  return make_error(
+      ErrorCode::invalid_argument,
+      fmt::format("{}: collective mismatch with {}: {}; every rank must issue the same "
+                  "collectives, with the same count, dtype, op and root, in the same order",
+                  prefix(&op), rank_name(m.peer),
+                  describe_mismatch(op.sig, config_.rank, m.theirs, m.peer)),
+      context(&op, {m.peer}));
+}
+
+bool Engine::run_on_board(std::unique_ptr<Op>& op) {
+  {
+    std::uint64_t seen = issued_seq_.load();
+    while (seen < op->call.seq && !issued_seq_.compare_exchange_weak(seen, op->call.seq)) {
+    }
+  }
+  if (config_.on_start) {
+    config_.on_start(op->call, "board");
+  }
+  SlotBoard& board = *config_.board;
+  board.publish(op->sig, op->args.in, op->bytes);
+  op->board_started = true;
+  // The caller holds the group's issue lock: other threads cannot issue anything (a tagged send
+  // a late peer may be waiting for) until this returns. So it waits here only briefly.
+  const Deadline here = earliest(op->call.deadline, Deadline::after(kInlineWait));
+  for (;;) {
+    std::optional<SlotBoard::Mismatch> mismatch;
+    if (board.ready(op->sig, mismatch)) {
+      board.finish(op->args.out, op->args.count, op->args.dtype, op->args.op);
+      op->work->complete(nullptr);
+      return true;
+    }
+    if (has_failed_.load(std::memory_order_acquire)) {
+      std::lock_guard lock(mu_);
+      op->work->complete(failed_);
+      return true;
+    }
+    if (mismatch || here.expired()) {
+      // The engine takes it from here: it waits for late peers, or finds the same mismatch or
+      // timeout and fails the group (after probing the peers), naming them with addresses.
+      submit(std::move(op));
+      return false;
+    }
+    board.wait(here);
+  }
 }
 
 void Engine::on_completion(std::uint64_t token) {
@@ -380,10 +471,14 @@ void Engine::on_control(TransportEvent& ev) {
     }
     case FrameType::goodbye: {
       // A goodbye alone fails nothing (the peer's transport reports it if this rank still
-      // needs the peer). A goodbye of a failed group is news of that failure, with its root.
+      // needs the peer; a board op looks at left_). A goodbye of a failed group is news of that
+      // failure, with its root.
+      left_[static_cast<std::size_t>(ev.peer)] = true;
       const auto bye = decode_goodbye(ev.payload);
       if (!failure_ && bye && bye->cause) {
         fail_from_news(ev.peer, *bye->cause, true);
+      } else if (!failure_ && current_ && current_->on_board) {
+        settle_board();
       }
       return;
     }
@@ -541,7 +636,12 @@ void Engine::conclude_probe() {
   const Op* op = probe.op;
   std::vector<int> direct;
   std::string waiting;
-  if (op == current_.get() && executor_) {
+  if (op == current_.get() && op->on_board) {
+    for (const auto& [peer, last] : config_.board->missing(op->sig.seq)) {
+      direct.push_back(peer);
+    }
+    waiting = direct.empty() ? "" : " waiting for the small-op board entries of ";
+  } else if (op == current_.get() && executor_) {
     direct = executor_->waiting_for_recv();
     if (!direct.empty()) {
       waiting = " waiting for data from ";
@@ -639,6 +739,7 @@ void Engine::fail_group(std::exception_ptr error, bool notify_peers, int root_ra
   {
     std::lock_guard lock(mu_);
     failed_ = error;
+    has_failed_.store(true, std::memory_order_release);
   }
   if (config_.on_failure) {
     config_.on_failure(error);

@@ -26,6 +26,7 @@
 
 #include "core/private.hpp"
 
+#include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
@@ -45,6 +46,7 @@
 #include "tcp/executor.hpp"
 #include "tcp/op.hpp"
 #include "tcp/schedule.hpp"
+#include "tcp/slot_board.hpp"
 #include "tcp/transport.hpp"
 #include "tcp/wire.hpp"
 
@@ -63,6 +65,9 @@ struct EngineConfig {
   // peer_timeout, and a peer not heard from for peer_timeout fails the group naming it.
   // Zero: off.
   Duration peer_timeout = Duration::zero();
+  // The small-op board of a group whose ranks all share this host (null otherwise): ops with
+  // Op::on_board run through it, and every collective announces itself there.
+  std::shared_ptr<SlotBoard> board;
 };
 
 class Engine {
@@ -74,6 +79,15 @@ class Engine {
 
   // Any thread. The op's Work completes on the engine thread (or here, if the group failed).
   void submit(std::unique_ptr<Op> op);
+  // The caller's thread, for an Op::on_board op, when no collective is queued or running on
+  // the engine and none can be submitted meanwhile (the caller holds the group's issue order):
+  // runs it here, through the board, and completes its Work before returning true. An op whose
+  // peers are late (kInlineWait), or that meets a mismatch, is handed to the engine (returns
+  // false; its Work completes there): the engine waits on, or probes the peers and names them
+  // as for any op.
+  bool run_on_board(std::unique_ptr<Op>& op);
+  // Whether the calling thread is the engine's (a Work callback issuing an op).
+  bool on_engine_thread() const noexcept { return std::this_thread::get_id() == thread_.get_id(); }
   // Any thread: fail everything with `error` (unless the group already failed) and notify
   // the peers. Returns once the engine has dropped every user buffer (bounded: the engine
   // never blocks for long), or at once when called on the engine thread.
@@ -95,6 +109,10 @@ class Engine {
   void track_deadline(const Op& op);
   void untrack_deadline(const Op& op);
   void finish_current(std::exception_ptr error);
+  // The current op is a board op: finishes it if every rank has published, fails the group on
+  // a mismatch.
+  void settle_board();
+  std::exception_ptr board_mismatch(const Op& op, const SlotBoard::Mismatch& m) const;
   void on_completion(std::uint64_t token);
   // After the current executor ran: finishes the op if it is done, fails the group if it failed
   // (a failed call task only after kLocalFailureGrace: see held_failure_).
@@ -139,6 +157,7 @@ class Engine {
   bool abort_done_ = false;                    // guarded by mu_
   bool stop_ = false;                          // guarded by mu_
   std::exception_ptr failed_;                  // guarded by mu_ (written by the engine thread)
+  std::atomic<bool> has_failed_{false};        // failed_ is set (read without mu_ by board waits)
   std::atomic<std::uint64_t> issued_seq_{0};
 
   // Engine thread only.
@@ -159,6 +178,8 @@ class Engine {
   // within milliseconds and names the root cause better, so the failure waits for it, at most
   // kLocalFailureGrace, before it is raised as is.
   static constexpr Duration kLocalFailureGrace = std::chrono::milliseconds(500);
+  // run_on_board() waits this long for late peers before it hands the op to the engine.
+  static constexpr Duration kInlineWait = std::chrono::milliseconds(1);
   std::optional<LocalFailure> held_failure_;
   Deadline held_until_ = Deadline::never();
   Clock::time_point next_heartbeat_;      // a quarter of the peer timeout after the start
@@ -167,6 +188,7 @@ class Engine {
   AbortNotice failure_notice_;  // the same, as told to peers (in abort notices and goodbyes)
   std::vector<std::uint64_t> completed_;
   std::vector<TransportEvent> events_;
+  std::vector<bool> left_;  // by rank: said goodbye (a board op it never published fails)
 
   std::thread thread_;
 };

@@ -43,6 +43,7 @@ class ForwardingTransport : public EngineTransport {
   void close_all() noexcept override { inner_->close_all(); }
   void reset_link(int peer) noexcept override { inner_->reset_link(peer); }
   void op_started(std::uint64_t seq) noexcept override { inner_->op_started(seq); }
+  void await_board(bool waiting) noexcept override { inner_->await_board(waiting); }
   bool peer_connected(int peer) const override { return inner_->peer_connected(peer); }
   std::optional<Clock::time_point> last_heard(int peer) const override {
     return inner_->last_heard(peer);

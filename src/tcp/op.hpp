@@ -21,9 +21,11 @@ namespace chorus::tcp {
 struct Op {
   enum class Kind : std::uint8_t { collective, send, recv };
   Kind kind = Kind::collective;
-  CollectiveArgs args;  // collective
-  OpSignature sig;      // collective
-  int peer = -1;        // send/recv
+  CollectiveArgs args;         // collective
+  OpSignature sig;             // collective
+  bool on_board = false;       // a small allreduce through the group's SlotBoard (slot_board.hpp)
+  bool board_started = false;  // published there by the caller's thread (Engine::run_on_board)
+  int peer = -1;               // send/recv
   std::uint32_t tag = 0;
   void* data = nullptr;
   std::size_t bytes = 0;  // payload bytes of this rank (for messages)

@@ -18,7 +18,9 @@
 #include "core/format.hpp"
 #include "net/hmac.hpp"
 #include "net/socket.hpp"
+#include "tcp/futex.hpp"
 #include "tcp/peer_memory.hpp"
+#include "tcp/slot_board.hpp"
 
 namespace chorus::tcp {
 namespace {
@@ -221,7 +223,7 @@ ShmSegment::ShmSegment(void* base, std::size_t bytes, int locals, std::size_t ri
 ShmSegment::~ShmSegment() { ::munmap(base_, bytes_); }
 
 std::size_t ShmSegment::size_for(int locals, std::size_t ring_bytes) noexcept {
-  return data_offset(locals) + ring_bytes * pairs(locals);
+  return data_offset(locals) + ring_bytes * pairs(locals) + SlotBoard::bytes_for(locals);
 }
 
 std::size_t ShmSegment::pair_index(int from, int to) const noexcept {
@@ -241,6 +243,18 @@ RingIndex& ShmSegment::ring(int from, int to) const noexcept {
 
 std::byte* ShmSegment::ring_data(int from, int to) const noexcept {
   return base_ + data_offset(locals_) + ring_bytes_ * pair_index(from, to);
+}
+
+void wake_if_sleeping(WakeWord& w) noexcept {
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  if (w.sleeping.load(std::memory_order_relaxed) != 0) {
+    w.seq.fetch_add(1, std::memory_order_release);
+    futex_wake(w.seq);
+  }
+}
+
+std::byte* ShmSegment::board() const noexcept {
+  return base_ + data_offset(locals_) + ring_bytes_ * pairs(locals_);
 }
 
 std::size_t default_ring_bytes(int locals) noexcept {

@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: BSD-3-Clause
 // Shared memory between the ranks of a group that run on one host: one segment per host and
 // group, holding a byte ring for every ordered pair of those ranks and a wake word per rank
-// (shm_transport.hpp moves the collective streams through them).
+// (shm_transport.hpp moves the collective streams through them), and the small-op board
+// (slot_board.hpp; used when the group's ranks all run on this host).
 //
 // The segment has a name in /dev/shm only while it is set up: the host's lowest rank creates
 // it (O_EXCL, mode 0600, a random name, its pages reserved up front so that a full /dev/shm is
@@ -33,6 +34,11 @@ struct alignas(64) WakeWord {
   std::atomic<std::uint32_t> sleeping{0};
 };
 
+// After making progress possible for the rank of `w` (moving a ring it waits on, publishing on
+// the board): wakes it if it sleeps. Pairs with the fence in ShmTransport::sleep(): either the
+// sleeper sees the change, or this sees it asleep.
+void wake_if_sleeping(WakeWord& w) noexcept;
+
 // One direction of one pair: a single-producer single-consumer byte ring. `head` counts the
 // bytes ever written (producer), `tail` the bytes ever read (consumer); each on its own cache
 // line so that the two sides never write the same line.
@@ -56,6 +62,8 @@ class ShmSegment {
   WakeWord& wake(int local) const noexcept;
   RingIndex& ring(int from, int to) const noexcept;
   std::byte* ring_data(int from, int to) const noexcept;
+  // The small-op board of these ranks (slot_board.hpp): SlotBoard::bytes_for(locals) bytes.
+  std::byte* board() const noexcept;
   std::size_t ring_bytes() const noexcept { return ring_bytes_; }
   int locals() const noexcept { return locals_; }
   // Whether these ranks reach each other's memory (peer_memory.hpp): every follower and the

@@ -1,33 +1,14 @@
 // SPDX-License-Identifier: BSD-3-Clause
 #include "tcp/shm_transport.hpp"
 
-#include <linux/futex.h>
-#include <sys/syscall.h>
-#include <unistd.h>
-
 #include <algorithm>
-#include <climits>
 #include <cstring>
 
+#include "tcp/futex.hpp"
+
 namespace chorus::tcp {
-namespace {
 
-// Shared (not FUTEX_PRIVATE): the word lives in a mapping of several processes.
-void futex_wait(std::atomic<std::uint32_t>& word, std::uint32_t expected, Duration timeout) {
-  const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(timeout).count();
-  timespec ts{static_cast<time_t>(ns / 1'000'000'000), static_cast<long>(ns % 1'000'000'000)};
-  ::syscall(SYS_futex, reinterpret_cast<std::uint32_t*>(&word), FUTEX_WAIT, expected, &ts, nullptr,
-            0);
-}
-
-void futex_wake(std::atomic<std::uint32_t>& word) noexcept {
-  ::syscall(SYS_futex, reinterpret_cast<std::uint32_t*>(&word), FUTEX_WAKE, INT_MAX, nullptr,
-            nullptr, 0);
-}
-
-}  // namespace
-
-ShmTransport::ShmTransport(int rank, std::vector<int> locals, std::unique_ptr<ShmSegment> segment,
+ShmTransport::ShmTransport(int rank, std::vector<int> locals, std::shared_ptr<ShmSegment> segment,
                            std::unique_ptr<EngineTransport> inner)
     : ForwardingTransport(std::move(inner)), segment_(std::move(segment)) {
   const auto me = std::find(locals.begin(), locals.end(), rank);
@@ -81,8 +62,9 @@ void ShmTransport::post_recv(int peer, void* data, std::size_t bytes, std::uint6
 }
 
 bool ShmTransport::pending() const noexcept {
-  return std::any_of(links_.begin(), links_.end(),
-                     [](const Link& l) { return !l.sends.empty() || !l.recvs.empty(); });
+  return awaiting_board_ || std::any_of(links_.begin(), links_.end(), [](const Link& l) {
+           return !l.sends.empty() || !l.recvs.empty();
+         });
 }
 
 bool ShmTransport::push(Link& link, std::vector<std::uint64_t>& completed) {
@@ -155,16 +137,7 @@ bool ShmTransport::progress(std::vector<std::uint64_t>& completed) {
   }
 }
 
-void ShmTransport::notify(int local) noexcept {
-  WakeWord& w = segment_->wake(local);
-  // Pairs with the fence in sleep(): either the sleeper sees the ring move, or this sees it
-  // asleep.
-  std::atomic_thread_fence(std::memory_order_seq_cst);
-  if (w.sleeping.load(std::memory_order_relaxed) != 0) {
-    w.seq.fetch_add(1, std::memory_order_release);
-    futex_wake(w.seq);
-  }
-}
+void ShmTransport::notify(int local) noexcept { wake_if_sleeping(segment_->wake(local)); }
 
 void ShmTransport::wakeup() noexcept {
   // The bump always happens (a sleep about to start sees the word changed and returns); the

@@ -36,7 +36,7 @@ class ShmTransport final : public ForwardingTransport {
 
   // `locals`: the sorted group ranks of this host (this rank among them), as the segment
   // was laid out for.
-  ShmTransport(int rank, std::vector<int> locals, std::unique_ptr<ShmSegment> segment,
+  ShmTransport(int rank, std::vector<int> locals, std::shared_ptr<ShmSegment> segment,
                std::unique_ptr<EngineTransport> inner);
 
   void post_send(int peer, const void* data, std::size_t bytes, std::uint64_t token) override;
@@ -46,6 +46,7 @@ class ShmTransport final : public ForwardingTransport {
   void wakeup() noexcept override;
   void drop_all() noexcept override;
   void reset_link(int peer) noexcept override;
+  void await_board(bool waiting) noexcept override { awaiting_board_ = waiting; }
 
  private:
   struct Message {
@@ -86,9 +87,12 @@ class ShmTransport final : public ForwardingTransport {
   void sleep(Deadline until, std::vector<std::uint64_t>& completed);
 
   int local_ = -1;
-  std::unique_ptr<ShmSegment> segment_;
-  std::vector<int> link_index_;  // by group rank: index in links_, or -1 (other host)
+  std::shared_ptr<ShmSegment> segment_;  // shared with the group's SlotBoard, if any
+  std::vector<int> link_index_;          // by group rank: index in links_, or -1 (other host)
   std::vector<Link> links_;
+  // The engine waits on the board: sleep on the wake word (which board publishes bump), not in
+  // the socket transport's poll.
+  bool awaiting_board_ = false;
 };
 
 }  // namespace chorus::tcp

@@ -82,11 +82,13 @@ class TcpProcessGroup final : public ProcessGroup {
     ec.on_start = [this](const OpCall& call, const char* algorithm) {
       trace_started(call, algorithm);
     };
-    // The single-copy algorithms need every rank of the group in reach: one host.
+    // The single-copy algorithms and the small-op board need every rank of the group on
+    // this host.
     auto transport = make_transport(
         rank, size, std::move(mesh),
         hosts_.members[static_cast<std::size_t>(hosts_.host_of[static_cast<std::size_t>(rank)])],
-        mo.deadline, hosts_.members.size() == 1, peer_memory_);
+        mo.deadline, hosts_.members.size() == 1, peer_memory_, ec.board);
+    board_ = ec.board != nullptr;
     engine_ = std::make_unique<Engine>(std::move(ec), std::move(transport));
   }
 
@@ -223,6 +225,20 @@ class TcpProcessGroup final : public ProcessGroup {
     }
     o->work = std::make_shared<WorkState>(call.name, call.seq);
     auto work = o->work;
+    // A small allreduce goes through the board (the same choice on every rank); this thread
+    // runs it when the engine has no collective left to run: the last one handed to it is
+    // complete, and none can be handed over meanwhile (this runs under the issue lock). Not
+    // from a Work callback on the engine thread: that thread must go back to its loop.
+    o->on_board =
+        board_ && kind == OpKind::allreduce && !o->args.forced && SlotBoard::takes(o->bytes);
+    if (o->on_board && (!last_engine_collective_ || last_engine_collective_->is_completed()) &&
+        !engine_->on_engine_thread()) {
+      if (!engine_->run_on_board(o)) {
+        last_engine_collective_ = work;  // handed to the engine after all
+      }
+      return work;
+    }
+    last_engine_collective_ = work;
     engine_->submit(std::move(o));
     return work;
   }
@@ -252,6 +268,10 @@ class TcpProcessGroup final : public ProcessGroup {
   HostMap hosts_;                // which ranks share a host: picks the hierarchical algorithms
   AlgorithmOverrides forced_{};  // CHORUS_ALGO
   bool peer_memory_ = false;     // every rank on this host, in reach: peer_memory.hpp
+  bool board_ = false;           // every rank on this host, sharing a segment: slot_board.hpp
+  // The last collective handed to the engine (the issue lock guards it): once it is complete,
+  // the engine has no collective queued or running.
+  std::shared_ptr<WorkState> last_engine_collective_;
   std::unique_ptr<Engine> engine_;
 };
 

@@ -93,6 +93,9 @@ class EngineTransport : public Transport {
   // The engine is about to start collective `seq` (nothing of it is posted yet). A hook for
   // fault injection; real transports ignore it.
   virtual void op_started(std::uint64_t seq) noexcept { (void)seq; }
+  // Whether the engine waits for its peers' entries on the small-op board (slot_board.hpp):
+  // the shared-memory transport then sleeps where a board publish wakes it. Others ignore it.
+  virtual void await_board(bool waiting) noexcept { (void)waiting; }
 
   virtual bool peer_connected(int peer) const = 0;
   // Peer liveness: when something (data or a frame) last arrived from `peer`; nullopt when

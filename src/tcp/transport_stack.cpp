@@ -17,8 +17,10 @@ namespace chorus::tcp {
 
 std::unique_ptr<EngineTransport> make_transport(int rank, int size, Mesh mesh,
                                                 const std::vector<int>& locals, Deadline deadline,
-                                                bool whole_group, bool& peer_memory) {
+                                                bool whole_group, bool& peer_memory,
+                                                std::shared_ptr<SlotBoard>& board) {
   peer_memory = false;
+  board.reset();
   const env::TransportChoice choice = env::transport_choice();
   std::unique_ptr<ShmSegment> segment;
   if (choice != env::TransportChoice::tcp && locals.size() > 1) {
@@ -38,6 +40,7 @@ std::unique_ptr<EngineTransport> make_transport(int rank, int size, Mesh mesh,
                   rank, format_ranks(locals), why_not);
     }
   }
+  std::vector<Fault> faults = faults_for(rank, size);
   std::unique_ptr<EngineTransport> transport =
       std::make_unique<SocketTransport>(rank, size, std::move(mesh));
   if (segment) {
@@ -50,10 +53,15 @@ std::unique_ptr<EngineTransport> make_transport(int rank, int size, Mesh mesh,
                   "algorithms are off",
                   rank, format_ranks(locals), segment->peer_memory_why_not());
     }
+    std::shared_ptr<ShmSegment> shared = std::move(segment);
+    // Not under CHORUS_FAULT: faults are rehearsed on the engine's paths (they fire when the
+    // engine starts an op, and board ops mostly run on the caller's thread).
+    if (whole_group && faults.empty()) {
+      board = std::make_shared<SlotBoard>(shared, rank, size);
+    }
     transport =
-        std::make_unique<ShmTransport>(rank, locals, std::move(segment), std::move(transport));
+        std::make_unique<ShmTransport>(rank, locals, std::move(shared), std::move(transport));
   }
-  std::vector<Fault> faults = faults_for(rank, size);
   if (!faults.empty()) {
     transport = std::make_unique<FaultTransport>(rank, std::move(transport), std::move(faults));
   }

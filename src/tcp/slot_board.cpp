@@ -1,0 +1,243 @@
+// SPDX-License-Identifier: BSD-3-Clause
+#include "tcp/slot_board.hpp"
+
+#include <sched.h>
+
+#include <chrono>
+#include <cstring>
+#include <new>
+
+#include "core/reduce.hpp"
+#include "tcp/futex.hpp"
+#include "tcp/shm_segment.hpp"
+
+namespace chorus::tcp {
+
+// A sequence number and a signature on one cache line. Written by its rank only; readers in
+// other processes take a consistent copy as in a seqlock: the writer clears `seq`, writes the
+// signature, then sets `seq`; a reader that sees the same nonzero seq before and after its copy
+// has the signature that goes with it.
+struct alignas(64) SlotBoard::Line {
+  std::atomic<std::uint64_t> seq{0};
+  std::atomic<std::uint64_t> sig[kSignatureBytes / 8]{};
+
+  void write(const OpSignature& s) noexcept {
+    const EncodedSignature bytes = encode(s);
+    seq.store(0, std::memory_order_relaxed);
+    std::atomic_thread_fence(std::memory_order_release);
+    for (std::size_t i = 0; i < kSignatureBytes / 8; ++i) {
+      std::uint64_t word;
+      std::memcpy(&word, bytes.data() + 8 * i, 8);
+      sig[i].store(word, std::memory_order_relaxed);
+    }
+    seq.store(s.seq, std::memory_order_seq_cst);
+  }
+
+  // The seq and signature written last; nullopt while a write is under way (or none was).
+  std::optional<std::pair<std::uint64_t, OpSignature>> read() const noexcept {
+    const std::uint64_t before = seq.load(std::memory_order_acquire);
+    if (before == 0) {
+      return std::nullopt;
+    }
+    EncodedSignature bytes;
+    for (std::size_t i = 0; i < kSignatureBytes / 8; ++i) {
+      const std::uint64_t word = sig[i].load(std::memory_order_relaxed);
+      std::memcpy(bytes.data() + 8 * i, &word, 8);
+    }
+    std::atomic_thread_fence(std::memory_order_acquire);
+    if (seq.load(std::memory_order_relaxed) != before) {
+      return std::nullopt;
+    }
+    const std::optional<OpSignature> s = decode_signature(bytes.data());
+    if (!s) {
+      return std::nullopt;
+    }
+    return std::make_pair(before, *s);
+  }
+};
+
+// A rank sleeping in wait() counts itself in `sleepers` and waits on `seq`; a publisher that
+// sees a sleeper bumps `seq` and wakes it.
+struct alignas(64) SlotBoard::Wake {
+  std::atomic<std::uint32_t> seq{0};
+  std::atomic<std::uint32_t> sleepers{0};
+};
+
+namespace {
+
+constexpr std::size_t kLine = 64;
+// Per rank: current line, wake word, then two buffers of (header line + payload).
+constexpr std::size_t kBufferStride = kLine + SlotBoard::kSlotBytes;
+constexpr std::size_t kRankStride = 2 * kLine + 2 * kBufferStride;
+
+// wait(): polls this many times (a few microseconds) before it yields, and yields this many
+// times before it sleeps. With more ranks than cores a waiting rank must soon give its core to
+// the rank it waits for.
+constexpr int kSpins = 256;
+constexpr int kYields = 8;
+// A sleeping waiter wakes at least this often (its caller looks at failures and deadlines).
+constexpr auto kSleepSlice = std::chrono::milliseconds(1);
+
+inline void cpu_relax() noexcept {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#endif
+}
+
+}  // namespace
+
+std::size_t SlotBoard::bytes_for(int ranks) noexcept {
+  return kRankStride * static_cast<std::size_t>(ranks);
+}
+
+SlotBoard::SlotBoard(std::shared_ptr<ShmSegment> segment, int rank, int size) noexcept
+    : segment_(std::move(segment)), area_(segment_->board()), rank_(rank), size_(size) {
+  static_assert(sizeof(Line) == kLine && sizeof(Wake) == kLine);
+}
+
+SlotBoard::Line& SlotBoard::current(int rank) const noexcept {
+  return *std::launder(
+      reinterpret_cast<Line*>(area_ + kRankStride * static_cast<std::size_t>(rank)));
+}
+
+SlotBoard::Wake& SlotBoard::wake(int rank) const noexcept {
+  return *std::launder(
+      reinterpret_cast<Wake*>(area_ + kRankStride * static_cast<std::size_t>(rank) + kLine));
+}
+
+SlotBoard::Line& SlotBoard::header(int rank, int buffer) const noexcept {
+  return *std::launder(
+      reinterpret_cast<Line*>(area_ + kRankStride * static_cast<std::size_t>(rank) + 2 * kLine +
+                              kBufferStride * static_cast<std::size_t>(buffer)));
+}
+
+std::byte* SlotBoard::data(int rank, int buffer) const noexcept {
+  return reinterpret_cast<std::byte*>(&header(rank, buffer)) + kLine;
+}
+
+void SlotBoard::announce(const OpSignature& sig) noexcept { current(rank_).write(sig); }
+
+void SlotBoard::publish(const OpSignature& sig, const void* in, std::size_t bytes) noexcept {
+  announce(sig);
+  const int buffer = static_cast<int>(rounds_ % 2);
+  std::memcpy(data(rank_, buffer), in, bytes);
+  header(rank_, buffer).write(sig);  // seq last (release): the payload is visible with it
+  wake_peers();
+}
+
+void SlotBoard::wake_peers() const noexcept {
+  for (int p = 0; p < size_; ++p) {
+    if (p == rank_) {
+      continue;
+    }
+    // An engine running a board op sleeps in the transport (ShmTransport::await_board); the
+    // group's ranks are the host's, so the group rank is the segment's index.
+    wake_if_sleeping(segment_->wake(p));
+    Wake& w = wake(p);
+    // seq_cst: pairs with the sleeper's increment of `sleepers` before its last look.
+    if (w.sleepers.load(std::memory_order_seq_cst) != 0) {
+      w.seq.fetch_add(1, std::memory_order_seq_cst);
+      futex_wake(w.seq);
+    }
+  }
+}
+
+bool SlotBoard::ready(const OpSignature& sig, std::optional<Mismatch>& mismatch) const noexcept {
+  const int buffer = static_cast<int>(rounds_ % 2);
+  bool all = true;
+  for (int p = 0; p < size_; ++p) {
+    if (p == rank_) {
+      continue;
+    }
+    auto published = header(p, buffer).read();
+    if (!published || published->first != sig.seq) {
+      // Not published when looked at: a peer that runs another op at this seq, or has gone
+      // past it, issued a different sequence of collectives. It may also have published, run
+      // this op and started the next since the first look: a second look at the slot tells
+      // (the slot is written before the next op is announced).
+      const auto running = current(p).read();
+      if (!running || running->first < sig.seq || running->second == sig) {
+        all = false;
+        continue;
+      }
+      published = header(p, buffer).read();
+      if (!published || published->first != sig.seq) {
+        mismatch = Mismatch{p, running->second};
+        return false;
+      }
+    }
+    if (!(published->second == sig)) {
+      mismatch = Mismatch{p, published->second};
+      return false;
+    }
+  }
+  return all;
+}
+
+void SlotBoard::finish(void* out, std::size_t count, DataType dtype, ReduceOp op) noexcept {
+  const int buffer = static_cast<int>(rounds_ % 2);
+  const std::size_t bytes = count * element_size(dtype);
+  if (size_ == 1) {
+    std::memcpy(out, data(0, buffer), bytes);
+  } else {
+    // Rank order on every rank: the same operations in the same order give the same bits.
+    for (int p = 1; p < size_; ++p) {
+      const void* acc = p == 1 ? static_cast<const void*>(data(0, buffer)) : out;
+      reduce(out, acc, data(p, buffer), count, dtype, op, p == size_ - 1 ? size_ : 0);
+    }
+  }
+  ++rounds_;
+}
+
+std::vector<std::pair<int, std::uint64_t>> SlotBoard::missing(std::uint64_t seq) const noexcept {
+  std::vector<std::pair<int, std::uint64_t>> late;
+  const int buffer = static_cast<int>(rounds_ % 2);
+  for (int p = 0; p < size_; ++p) {
+    if (p == rank_) {
+      continue;
+    }
+    const auto published = header(p, buffer).read();
+    if (!published || published->first != seq) {
+      const auto running = current(p).read();
+      late.emplace_back(p, running ? running->first : 0);
+    }
+  }
+  return late;
+}
+
+void SlotBoard::wait(Deadline until) const noexcept {
+  // A publish shows up as a change in some peer's header; the cheapest sign to poll is this
+  // rank's wake word, which publishers bump only for sleepers, so the spin polls the headers.
+  const int buffer = static_cast<int>(rounds_ % 2);
+  auto published_seqs = [&] {
+    std::uint64_t sum = 0;
+    for (int p = 0; p < size_; ++p) {
+      sum += header(p, buffer).seq.load(std::memory_order_acquire) +
+             current(p).seq.load(std::memory_order_acquire);
+    }
+    return sum;
+  };
+  const std::uint64_t before = published_seqs();
+  for (int i = 0; i < kSpins; ++i) {
+    cpu_relax();
+    if ((i & 15) == 15 && published_seqs() != before) {
+      return;
+    }
+  }
+  for (int i = 0; i < kYields; ++i) {
+    ::sched_yield();
+    if (published_seqs() != before) {
+      return;
+    }
+  }
+  Wake& w = wake(rank_);
+  w.sleepers.fetch_add(1, std::memory_order_seq_cst);
+  std::atomic_thread_fence(std::memory_order_seq_cst);  // the count, then the last look
+  const std::uint32_t seq = w.seq.load(std::memory_order_seq_cst);
+  if (published_seqs() == before && !until.expired()) {
+    futex_wait(w.seq, seq, std::min<std::chrono::nanoseconds>(until.remaining(), kSleepSlice));
+  }
+  w.sleepers.fetch_sub(1, std::memory_order_seq_cst);
+}
+
+}  // namespace chorus::tcp

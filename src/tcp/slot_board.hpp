@@ -1,0 +1,98 @@
+// SPDX-License-Identifier: BSD-3-Clause
+// SlotBoard: the small-op path of a group whose ranks all run on one host and share a segment
+// (shm_segment.hpp). A small allreduce does not go through the rings: each rank copies its
+// input into its own slot in the segment, and every rank reduces all the slots, in rank
+// order, into its output, so every rank gets the same bits. No thread hand-off, no stream
+// headers, no system call when the peers are on time: an 8-byte allreduce costs a copy and a
+// few cache-line reads. A rank whose peers are late spins briefly, then sleeps on its wake
+// word (a futex the publishers bump), so waiting ranks give the CPU to the late ones.
+//
+// Who runs a board op: the caller's thread when the engine has no collective queued or
+// running (TcpProcessGroup: the usual case for a small blocking op), else the engine thread
+// when the op's turn comes. Both run the same steps on the same slots, so ranks may differ in
+// which thread runs an op.
+//
+// Slots are double-buffered: a group's k-th board op uses buffer k % 2. A rank is at most one
+// board op ahead of any other (it cannot finish op k before every rank has published k), so
+// it never overwrites a buffer a peer still reads.
+//
+// Every collective, board op or not, also announces (seq, signature) in the rank's `current`
+// line when it starts: a rank waiting on the board that finds a peer at its seq with another
+// op fails at once with a mismatch, as the stream headers would have.
+//
+// One thread at a time per rank (the op's runner); wait() may be called from any thread.
+#pragma once
+
+#include "core/private.hpp"
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <vector>
+
+#include <chorus/deadline.hpp>
+#include <chorus/types.hpp>
+
+#include "core/signature.hpp"
+
+namespace chorus::tcp {
+
+class ShmSegment;
+
+class SlotBoard {
+ public:
+  // Payload per rank and buffer: the largest allreduce the board takes.
+  static constexpr std::size_t kSlotBytes = 16 * 1024;
+
+  // Bytes of segment the board of `ranks` ranks takes (64-byte aligned).
+  static std::size_t bytes_for(int ranks) noexcept;
+
+  // The board in `segment` (ShmSegment::board(), laid out for `size` ranks; this rank is
+  // `rank`): the board keeps the segment mapped.
+  SlotBoard(std::shared_ptr<ShmSegment> segment, int rank, int size) noexcept;
+
+  // Whether an allreduce of `bytes` goes through the board (the same answer on every rank).
+  static bool takes(std::size_t bytes) noexcept { return bytes > 0 && bytes <= kSlotBytes; }
+
+  // Any collective, when it starts on this rank.
+  void announce(const OpSignature& sig) noexcept;
+
+  // A board op: announces it and publishes this rank's input (`bytes` <= kSlotBytes).
+  void publish(const OpSignature& sig, const void* in, std::size_t bytes) noexcept;
+
+  struct Mismatch {
+    int peer = -1;
+    OpSignature theirs;
+  };
+  // Whether every rank has published the op `sig` (published by this rank); a peer found
+  // running another op at this op's seq (or already past it) is a mismatch.
+  bool ready(const OpSignature& sig, std::optional<Mismatch>& mismatch) const noexcept;
+  // Once ready(): out = the reduction of every rank's input, in rank order; ends the op.
+  void finish(void* out, std::size_t count, DataType dtype, ReduceOp op) noexcept;
+  // The ranks that have not published the op with this seq yet, with the seq each announced
+  // last (for timeout messages).
+  std::vector<std::pair<int, std::uint64_t>> missing(std::uint64_t seq) const noexcept;
+
+  // Blocks until a peer publishes (maybe the one awaited), or `until`: spins for a few
+  // microseconds, then sleeps on this rank's wake word.
+  void wait(Deadline until) const noexcept;
+
+ private:
+  struct Line;
+  Line& current(int rank) const noexcept;
+  Line& header(int rank, int buffer) const noexcept;
+  std::byte* data(int rank, int buffer) const noexcept;
+  struct Wake;
+  Wake& wake(int rank) const noexcept;
+  void wake_peers() const noexcept;
+
+  std::shared_ptr<ShmSegment> segment_;
+  std::byte* area_;
+  int rank_;
+  int size_;
+  std::uint64_t rounds_ = 0;  // board ops finished by this rank
+};
+
+}  // namespace chorus::tcp
