@@ -178,8 +178,9 @@ class Engine {
   // within milliseconds and names the root cause better, so the failure waits for it, at most
   // kLocalFailureGrace, before it is raised as is.
   static constexpr Duration kLocalFailureGrace = std::chrono::milliseconds(500);
-  // run_on_board() waits this long for late peers before it hands the op to the engine.
-  static constexpr Duration kInlineWait = std::chrono::milliseconds(1);
+  // run_on_board() waits this long for late peers before it hands the op to the engine (it
+  // holds the issue lock meanwhile); long enough to ride out a peer off its core for a slice.
+  static constexpr Duration kInlineWait = std::chrono::milliseconds(5);
   std::optional<LocalFailure> held_failure_;
   Deadline held_until_ = Deadline::never();
   Clock::time_point next_heartbeat_;      // a quarter of the peer timeout after the start
