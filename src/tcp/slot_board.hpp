@@ -44,7 +44,7 @@ class ShmSegment;
 class SlotBoard {
  public:
   // Payload per rank and buffer: the largest allreduce the board takes.
-  static constexpr std::size_t kSlotBytes = 16 * 1024;
+  static constexpr std::size_t kSlotBytes = 64 * 1024;
 
   // Bytes of segment the board of `ranks` ranks takes (64-byte aligned).
   static std::size_t bytes_for(int ranks) noexcept;
