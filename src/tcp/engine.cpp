@@ -97,11 +97,15 @@ ErrorContext Engine::context(const Op* op, std::vector<int> peers) const {
   return c;
 }
 
+void Engine::note_issued(std::uint64_t seq) noexcept {
+  std::uint64_t seen = issued_seq_.load();
+  while (seen < seq && !issued_seq_.compare_exchange_weak(seen, seq)) {
+  }
+}
+
 void Engine::submit(std::unique_ptr<Op> op) {
   if (op->kind == Op::Kind::collective) {
-    std::uint64_t seen = issued_seq_.load();
-    while (seen < op->call.seq && !issued_seq_.compare_exchange_weak(seen, op->call.seq)) {
-    }
+    note_issued(op->call.seq);
   }
   std::exception_ptr failed;
   {
@@ -306,11 +310,7 @@ std::exception_ptr Engine::board_mismatch(const Op& op, const SlotBoard::Mismatc
 }
 
 bool Engine::run_on_board(std::unique_ptr<Op>& op) {
-  {
-    std::uint64_t seen = issued_seq_.load();
-    while (seen < op->call.seq && !issued_seq_.compare_exchange_weak(seen, op->call.seq)) {
-    }
-  }
+  note_issued(op->call.seq);
   if (config_.on_start) {
     config_.on_start(op->call, "board");
   }

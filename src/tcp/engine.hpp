@@ -104,6 +104,8 @@ class Engine {
   };
 
   void run() noexcept;
+  // Any thread: collective `seq` was issued (status replies tell peers the highest).
+  void note_issued(std::uint64_t seq) noexcept;
   void take_submitted();
   void start_next();
   void track_deadline(const Op& op);

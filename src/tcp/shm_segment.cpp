@@ -222,8 +222,9 @@ ShmSegment::ShmSegment(void* base, std::size_t bytes, int locals, std::size_t ri
 
 ShmSegment::~ShmSegment() { ::munmap(base_, bytes_); }
 
-std::size_t ShmSegment::size_for(int locals, std::size_t ring_bytes) noexcept {
-  return data_offset(locals) + ring_bytes * pairs(locals) + SlotBoard::bytes_for(locals);
+std::size_t ShmSegment::size_for(int locals, std::size_t ring_bytes, bool board) noexcept {
+  return data_offset(locals) + ring_bytes * pairs(locals) +
+         (board ? SlotBoard::bytes_for(locals) : 0);
 }
 
 std::size_t ShmSegment::pair_index(int from, int to) const noexcept {
@@ -263,10 +264,10 @@ std::size_t default_ring_bytes(int locals) noexcept {
 
 std::unique_ptr<ShmSegment> attach_host_segment(Mesh& mesh, int rank,
                                                 const std::vector<int>& locals, Deadline deadline,
-                                                bool test_peer_memory, std::string& why_not) {
+                                                bool whole_group, std::string& why_not) {
   const int n = static_cast<int>(locals.size());
   const std::size_t ring_bytes = default_ring_bytes(n);
-  const std::size_t bytes = ShmSegment::size_for(n, ring_bytes);
+  const std::size_t bytes = ShmSegment::size_for(n, ring_bytes, whole_group);
   const std::string where =
       fmt::format("shared-memory setup on rank {} (host ranks {})", rank, format_ranks(locals));
   const int leader = locals.front();
@@ -322,7 +323,7 @@ std::unique_ptr<ShmSegment> attach_host_segment(Mesh& mesh, int rank,
       why_not = verdict;
       return nullptr;
     }
-    if (test_peer_memory) {
+    if (whole_group) {
       segment->set_peer_memory_why_not(agree_on_peer_memory(mesh, rank, locals, deadline, where));
     }
     return segment;
@@ -357,7 +358,7 @@ std::unique_ptr<ShmSegment> attach_host_segment(Mesh& mesh, int rank,
     }
     throw;
   }
-  if (test_peer_memory) {
+  if (whole_group) {
     segment->set_peer_memory_why_not(agree_on_peer_memory(mesh, rank, locals, deadline, where));
   }
   return segment;

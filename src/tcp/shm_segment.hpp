@@ -55,14 +55,16 @@ class ShmSegment {
   ShmSegment(const ShmSegment&) = delete;
   ShmSegment& operator=(const ShmSegment&) = delete;
 
-  // The bytes a segment for `locals` ranks with rings of `ring_bytes` takes.
-  static std::size_t size_for(int locals, std::size_t ring_bytes) noexcept;
+  // The bytes a segment for `locals` ranks with rings of `ring_bytes` takes, with the small-op
+  // board after the rings if `board`.
+  static std::size_t size_for(int locals, std::size_t ring_bytes, bool board) noexcept;
 
   // `local` indices are positions in the host's sorted list of ranks.
   WakeWord& wake(int local) const noexcept;
   RingIndex& ring(int from, int to) const noexcept;
   std::byte* ring_data(int from, int to) const noexcept;
-  // The small-op board of these ranks (slot_board.hpp): SlotBoard::bytes_for(locals) bytes.
+  // The small-op board of these ranks (slot_board.hpp): SlotBoard::bytes_for(locals) bytes;
+  // only in a segment laid out with one (attach_host_segment with `whole_group`).
   std::byte* board() const noexcept;
   std::size_t ring_bytes() const noexcept { return ring_bytes_; }
   int locals() const noexcept { return locals_; }
@@ -91,10 +93,11 @@ std::size_t default_ring_bytes(int locals) noexcept;
 // the mapped segment, or nullptr with the reason in `why_not` when it cannot be set up on some
 // rank (no /dev/shm, out of space): every rank of the host then agrees on the same answer.
 // Throws NetworkError/TimeoutError naming the rank if a control socket fails meanwhile.
-// `test_peer_memory`: also run the peer memory probe (ShmSegment::peer_memory()); the same on
-// every rank of the host. Without it peer_memory() is false.
+// `whole_group` (every rank of the group is on this host; the same on every rank of the host):
+// also run the peer memory probe (ShmSegment::peer_memory(); false without it) and lay out
+// the small-op board, the two things only such a group uses.
 std::unique_ptr<ShmSegment> attach_host_segment(Mesh& mesh, int rank,
                                                 const std::vector<int>& locals, Deadline deadline,
-                                                bool test_peer_memory, std::string& why_not);
+                                                bool whole_group, std::string& why_not);
 
 }  // namespace chorus::tcp

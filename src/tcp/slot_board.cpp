@@ -56,13 +56,6 @@ struct alignas(64) SlotBoard::Line {
   }
 };
 
-// A rank sleeping in wait() counts itself in `sleepers` and waits on `seq`; a publisher that
-// sees a sleeper bumps `seq` and wakes it.
-struct alignas(64) SlotBoard::Wake {
-  std::atomic<std::uint32_t> seq{0};
-  std::atomic<std::uint32_t> sleepers{0};
-};
-
 namespace {
 
 constexpr std::size_t kLine = 64;
@@ -93,7 +86,7 @@ std::size_t SlotBoard::bytes_for(int ranks) noexcept {
 
 SlotBoard::SlotBoard(std::shared_ptr<ShmSegment> segment, int rank, int size) noexcept
     : segment_(std::move(segment)), area_(segment_->board()), rank_(rank), size_(size) {
-  static_assert(sizeof(Line) == kLine && sizeof(Wake) == kLine);
+  static_assert(sizeof(Line) == kLine && sizeof(WakeWord) == kLine);
 }
 
 SlotBoard::Line& SlotBoard::current(int rank) const noexcept {
@@ -101,9 +94,9 @@ SlotBoard::Line& SlotBoard::current(int rank) const noexcept {
       reinterpret_cast<Line*>(area_ + kRankStride * static_cast<std::size_t>(rank)));
 }
 
-SlotBoard::Wake& SlotBoard::wake(int rank) const noexcept {
+WakeWord& SlotBoard::wake(int rank) const noexcept {
   return *std::launder(
-      reinterpret_cast<Wake*>(area_ + kRankStride * static_cast<std::size_t>(rank) + kLine));
+      reinterpret_cast<WakeWord*>(area_ + kRankStride * static_cast<std::size_t>(rank) + kLine));
 }
 
 SlotBoard::Line& SlotBoard::header(int rank, int buffer) const noexcept {
@@ -131,15 +124,11 @@ void SlotBoard::wake_peers() const noexcept {
     if (p == rank_) {
       continue;
     }
-    // An engine running a board op sleeps in the transport (ShmTransport::await_board); the
-    // group's ranks are the host's, so the group rank is the segment's index.
+    // A thread waiting in wait() sleeps on the board's word; an engine running a board op
+    // sleeps in the transport (ShmTransport::await_board) on the segment's. The group's ranks
+    // are the host's, so the group rank is the segment's index.
+    wake_if_sleeping(wake(p));
     wake_if_sleeping(segment_->wake(p));
-    Wake& w = wake(p);
-    // seq_cst: pairs with the sleeper's increment of `sleepers` before its last look.
-    if (w.sleepers.load(std::memory_order_seq_cst) != 0) {
-      w.seq.fetch_add(1, std::memory_order_seq_cst);
-      futex_wake(w.seq);
-    }
   }
 }
 
@@ -177,15 +166,11 @@ bool SlotBoard::ready(const OpSignature& sig, std::optional<Mismatch>& mismatch)
 
 void SlotBoard::finish(void* out, std::size_t count, DataType dtype, ReduceOp op) noexcept {
   const int buffer = static_cast<int>(rounds_ % 2);
-  const std::size_t bytes = count * element_size(dtype);
-  if (size_ == 1) {
-    std::memcpy(out, data(0, buffer), bytes);
-  } else {
-    // Rank order on every rank: the same operations in the same order give the same bits.
-    for (int p = 1; p < size_; ++p) {
-      const void* acc = p == 1 ? static_cast<const void*>(data(0, buffer)) : out;
-      reduce(out, acc, data(p, buffer), count, dtype, op, p == size_ - 1 ? size_ : 0);
-    }
+  // Rank order on every rank: the same operations in the same order give the same bits. (A
+  // board has at least 2 ranks: a segment is shared by several.)
+  for (int p = 1; p < size_; ++p) {
+    const void* acc = p == 1 ? static_cast<const void*>(data(0, buffer)) : out;
+    reduce(out, acc, data(p, buffer), count, dtype, op, p == size_ - 1 ? size_ : 0);
   }
   ++rounds_;
 }
@@ -232,14 +217,17 @@ void SlotBoard::wait(Deadline until) const noexcept {
       return;
     }
   }
-  Wake& w = wake(rank_);
-  w.sleepers.fetch_add(1, std::memory_order_seq_cst);
-  std::atomic_thread_fence(std::memory_order_seq_cst);  // the count, then the last look
-  const std::uint32_t seq = w.seq.load(std::memory_order_seq_cst);
+  // One thread per rank waits on the board at a time (the op's runner), so a flag will do. Pairs
+  // with the fence in wake_if_sleeping(): either the publisher sees the flag, or the last look
+  // here sees its publish.
+  WakeWord& w = wake(rank_);
+  const std::uint32_t seq = w.seq.load(std::memory_order_acquire);
+  w.sleeping.store(1, std::memory_order_relaxed);
+  std::atomic_thread_fence(std::memory_order_seq_cst);
   if (published_seqs() == before && !until.expired()) {
     futex_wait(w.seq, seq, std::min<std::chrono::nanoseconds>(until.remaining(), kSleepSlice));
   }
-  w.sleepers.fetch_sub(1, std::memory_order_seq_cst);
+  w.sleeping.store(0, std::memory_order_relaxed);
 }
 
 }  // namespace chorus::tcp

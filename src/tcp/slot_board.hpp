@@ -40,6 +40,7 @@
 namespace chorus::tcp {
 
 class ShmSegment;
+struct WakeWord;
 
 class SlotBoard {
  public:
@@ -84,8 +85,7 @@ class SlotBoard {
   Line& current(int rank) const noexcept;
   Line& header(int rank, int buffer) const noexcept;
   std::byte* data(int rank, int buffer) const noexcept;
-  struct Wake;
-  Wake& wake(int rank) const noexcept;
+  WakeWord& wake(int rank) const noexcept;  // the board's, not the segment's
   void wake_peers() const noexcept;
 
   std::shared_ptr<ShmSegment> segment_;
