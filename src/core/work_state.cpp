@@ -2,6 +2,8 @@
 // WorkState: complete-once, waiters, then() callbacks.
 #include "core/work_state.hpp"
 
+#include <thread>
+
 #include <fmt/format.h>
 
 #include <chorus/errors.hpp>
@@ -40,6 +42,7 @@ bool WorkState::complete(std::exception_ptr error) noexcept {
     }
     done_ = true;
     error_ = std::move(error);
+    finished_.store(true, std::memory_order_release);
     callbacks.swap(callbacks_);
     recorder.swap(trace_recorder_);
   }
@@ -63,6 +66,12 @@ bool WorkState::complete(std::exception_ptr error) noexcept {
 }
 
 void WorkState::wait() {
+  if (t_callback_depth == 0) {
+    const auto stop = Clock::now() + kWaitSpin;
+    while (!finished_.load(std::memory_order_acquire) && Clock::now() < stop) {
+      std::this_thread::yield();
+    }
+  }
   std::unique_lock lock(mu_);
   if (!done_ && t_callback_depth > 0) {
     throw InvalidArgument(fmt::format(
@@ -82,10 +91,7 @@ bool WorkState::wait_for(Duration bound) {
   return cv_.wait_for(lock, bound, [&] { return done_; });
 }
 
-bool WorkState::is_completed() const noexcept {
-  std::lock_guard lock(mu_);
-  return done_;
-}
+bool WorkState::is_completed() const noexcept { return finished_.load(std::memory_order_acquire); }
 
 bool WorkState::is_success() const noexcept {
   std::lock_guard lock(mu_);

@@ -5,6 +5,8 @@
 
 #include "core/private.hpp"
 
+#include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <exception>
@@ -47,9 +49,14 @@ class WorkState : public Work {
  private:
   const char* op_name_;
   std::uint64_t seq_;
+  // wait() looks this long, yielding the core between looks, before it sleeps: a small op on
+  // a VM completes sooner than a sleeping thread wakes (tens of microseconds).
+  static constexpr std::chrono::microseconds kWaitSpin{50};
+
   mutable std::mutex mu_;
   std::condition_variable cv_;
   bool done_ = false;                                  // guarded by mu_
+  std::atomic<bool> finished_{false};                  // done_, readable without mu_
   std::exception_ptr error_;                           // guarded by mu_; immutable once done_
   std::vector<std::function<void(Work&)>> callbacks_;  // guarded by mu_
   std::shared_ptr<FlightRecorder> trace_recorder_;     // guarded by mu_

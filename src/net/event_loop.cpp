@@ -217,7 +217,7 @@ int EventLoop::run_once(Deadline until) {
     drain_posted();
   }
   fire_timers();
-  return dispatched;
+  return dispatched + (woken ? 1 : 0);
 }
 
 void EventLoop::run() {

@@ -63,7 +63,8 @@ class EventLoop {
   void wakeup() noexcept;
 
   // Waits for events until `until` or the next timer (whichever is first), dispatches them,
-  // runs posted functions and due timers. Returns the number of fd events dispatched.
+  // runs posted functions and due timers. Returns the number of fd events dispatched, plus
+  // one if it was woken (wakeup() or post()).
   int run_once(Deadline until);
   // run_once() until stop(). Marks the calling thread as the loop thread.
   void run();

@@ -7,6 +7,7 @@
 #include <sys/uio.h>
 
 #include <algorithm>
+#include <utility>
 
 #include "tcp/socket_transport.hpp"
 
@@ -47,7 +48,14 @@ void SocketTransport::post(int peer, std::byte* base, std::size_t bytes, std::ui
   p.last_used = Clock::now();
   const std::size_t k = p.data.size();
   auto queue = [send](Stream& s) -> std::deque<Part>& { return send ? s.sendq : s.recvq; };
-  auto pump = [this, send](Stream& s) { send ? write_stream(s) : read_stream(s); };
+  // An idle queue starts moving at the next poll(), with the rest of this iteration's posts.
+  auto pump = [this, send, peer](Stream& s) {
+    bool& flag = send ? s.send_posted : s.recv_posted;
+    if (!flag) {
+      flag = true;
+      posted_to_.push_back(peer);
+    }
+  };
   if (k > 1 && bytes >= k * kStripeBytes) {
     const std::size_t per = (bytes + k - 1) / k;
     const std::uint32_t req = new_req(token, static_cast<std::uint32_t>(k));
@@ -72,11 +80,34 @@ void SocketTransport::post(int peer, std::byte* base, std::size_t bytes, std::ui
   }
 }
 
-void SocketTransport::update_interest(Stream& s) {
+void SocketTransport::move_posted() {
+  std::vector<int> peers;
+  peers.swap(posted_to_);
+  for (int peer : peers) {
+    // A stream that failed meanwhile, or a link dropped since (its streams are gone), has
+    // nothing left to move here.
+    for (auto& s : peers_[static_cast<std::size_t>(peer)].data) {
+      const bool send = std::exchange(s->send_posted, false);
+      const bool recv = std::exchange(s->recv_posted, false);
+      if (s->dead) {
+        continue;
+      }
+      if (send && !write_stream(*s)) {
+        continue;
+      }
+      if (recv) {
+        read_stream(*s);
+      }
+    }
+  }
+}
+
+void SocketTransport::update_interest(Stream& s, bool keep_reading) {
   if (s.dead || !s.registered) {
     return;
   }
-  const std::uint32_t want = (s.recvq.empty() ? 0u : static_cast<std::uint32_t>(EPOLLIN)) |
+  const bool reading = !s.recvq.empty() || (keep_reading && (s.interest & EPOLLIN) != 0);
+  const std::uint32_t want = (reading ? static_cast<std::uint32_t>(EPOLLIN) : 0u) |
                              (s.sendq.empty() ? 0u : static_cast<std::uint32_t>(EPOLLOUT));
   if (want != s.interest) {
     loop_.modify(s.sock.fd(), want);
@@ -150,7 +181,9 @@ void SocketTransport::on_stream(Stream& s, std::uint32_t events) {
   if (s.dead || peers_[static_cast<std::size_t>(s.peer)].release == Release::agreed) {
     return;  // a link being released: its end closes, which is no failure
   }
-  if ((events & EPOLLIN) && !read_stream(s)) {
+  if ((events & EPOLLIN) && s.recvq.empty()) {
+    update_interest(s, false);  // the peer is ahead: its data waits for the receive's post
+  } else if ((events & EPOLLIN) && !read_stream(s)) {
     return;
   }
   if ((events & EPOLLOUT) && !write_stream(s)) {

@@ -151,6 +151,7 @@ void Engine::run() noexcept {
     }
     start_next();
     transport_->await_board(current_ && current_->on_board);
+    transport_->spin_before_sleep(spin_budget());
     try {
       transport_->poll(nearest_deadline(), completed_, events_);
     } catch (const std::exception& e) {
@@ -175,6 +176,11 @@ void Engine::run() noexcept {
     tend_liveness();
   }
   shutdown();
+}
+
+std::chrono::microseconds Engine::spin_budget() const {
+  const bool small_in_flight = current_ && !current_->on_board && current_->bytes <= kSpinMaxBytes;
+  return small_in_flight ? kSpin : std::chrono::microseconds::zero();
 }
 
 void Engine::take_submitted() {

@@ -183,6 +183,12 @@ class Engine {
   // run_on_board() waits this long for late peers before it hands the op to the engine (it
   // holds the issue lock meanwhile); long enough to ride out a peer off its core for a slice.
   static constexpr Duration kInlineWait = std::chrono::milliseconds(5);
+  // A collective of up to kSpinMaxBytes in flight: the transport looks for its data for up to
+  // kSpin before it sleeps (EngineTransport::spin_before_sleep). Measured on 2 cores over
+  // loopback tcp: 8 B allreduce 2-3x faster, 1 MiB 1.2x; no change at 64 MiB.
+  static constexpr std::size_t kSpinMaxBytes = std::size_t{4} << 20;
+  static constexpr std::chrono::microseconds kSpin{50};
+  std::chrono::microseconds spin_budget() const;
   std::optional<LocalFailure> held_failure_;
   Deadline held_until_ = Deadline::never();
   Clock::time_point next_heartbeat_;      // a quarter of the peer timeout after the start

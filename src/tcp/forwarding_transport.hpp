@@ -44,6 +44,9 @@ class ForwardingTransport : public EngineTransport {
   void reset_link(int peer) noexcept override { inner_->reset_link(peer); }
   void op_started(std::uint64_t seq) noexcept override { inner_->op_started(seq); }
   void await_board(bool waiting) noexcept override { inner_->await_board(waiting); }
+  void spin_before_sleep(std::chrono::microseconds spin) noexcept override {
+    inner_->spin_before_sleep(spin);
+  }
   bool peer_connected(int peer) const override { return inner_->peer_connected(peer); }
   std::optional<Clock::time_point> last_heard(int peer) const override {
     return inner_->last_heard(peer);

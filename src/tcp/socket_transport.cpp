@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <iterator>
+#include <thread>
 #include <utility>
 
 #include "core/bytes.hpp"
@@ -419,7 +420,7 @@ void SocketTransport::drop_all() noexcept {
       s->send_off = 0;
       s->recv_off = 0;
       if (!s->dead) {
-        update_interest(*s);
+        update_interest(*s, false);
       }
     }
     if (p.control) {
@@ -485,6 +486,24 @@ void SocketTransport::close_all() noexcept {
   }
 }
 
+bool SocketTransport::spin(Deadline wait_until) {
+  if (spin_ <= std::chrono::microseconds::zero() || wait_until.expired()) {
+    return false;
+  }
+  const Deadline stop = earliest(wait_until, Deadline::at(Clock::now() + spin_));
+  for (;;) {
+    if (loop_.run_once(Deadline::after(Duration::zero())) > 0 || !completed_.empty() ||
+        !events_.empty()) {
+      return true;
+    }
+    if (stop.expired()) {
+      return false;
+    }
+    // A peer of this rank's op may be waiting for this core (4 ranks on 2 cores).
+    std::this_thread::yield();
+  }
+}
+
 void SocketTransport::poll(Deadline until, std::vector<std::uint64_t>& completed,
                            std::vector<TransportEvent>& events) {
   take_links();
@@ -499,8 +518,13 @@ void SocketTransport::poll(Deadline until, std::vector<std::uint64_t>& completed
                 "died, was killed, or exited without destroying its group",
                 0);
   }
-  const bool ready = !completed_.empty() || !events_.empty();
-  loop_.run_once(ready ? Deadline::after(Duration::zero()) : earliest(until, retry_release_));
+  move_posted();
+  const Deadline wait_until = earliest(until, retry_release_);
+  if (!completed_.empty() || !events_.empty()) {
+    loop_.run_once(Deadline::after(Duration::zero()));
+  } else if (!spin(wait_until)) {
+    loop_.run_once(wait_until);
+  }
   take_links();
   std::vector<int> dropping;
   dropping.swap(to_drop_);

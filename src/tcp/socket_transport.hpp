@@ -62,6 +62,7 @@ class SocketTransport final : public EngineTransport {
   void poll(Deadline until, std::vector<std::uint64_t>& completed,
             std::vector<TransportEvent>& events) override;
   void wakeup() noexcept override { loop_.wakeup(); }
+  void spin_before_sleep(std::chrono::microseconds spin) noexcept override { spin_ = spin; }
   void drop_all() noexcept override;
   void flush_control(Deadline until) override;
   void close_all() noexcept override;
@@ -90,6 +91,10 @@ class SocketTransport final : public EngineTransport {
     bool registered = false;
     bool eof = false;   // orderly EOF seen
     bool dead = false;  // error, or closed by us
+    // Posted to an idle queue since the last poll(): moved there, together with whatever
+    // else this engine iteration posts (one syscall for a header and its payload).
+    bool send_posted = false;
+    bool recv_posted = false;
   };
   struct OutFrame {
     std::array<std::uint8_t, kFrameHeaderBytes> header;
@@ -168,8 +173,11 @@ class SocketTransport final : public EngineTransport {
 
   std::uint32_t new_req(std::uint64_t token, std::uint32_t parts);
   void part_done(std::uint32_t req);
-  // post_send (send) or post_recv: queues the message on its socket(s) and starts moving it.
+  // post_send (send) or post_recv: queues the message on its socket(s); the next poll()
+  // starts moving it (move_posted()).
   void post(int peer, std::byte* base, std::size_t bytes, std::uint64_t token, bool send);
+  // Moves what was posted to idle queues since the last poll().
+  void move_posted();
   void consume(std::deque<Part>& q, std::size_t& off, std::size_t bytes);
   void on_stream(Stream& s, std::uint32_t events);
   void on_control(int peer, std::uint32_t events);
@@ -182,7 +190,11 @@ class SocketTransport final : public EngineTransport {
   void read_control(int peer);
   bool start_frame(int peer);
   void control_frame_complete(int peer);
-  void update_interest(Stream& s);
+  // EPOLLOUT while sends are queued. EPOLLIN while receives are posted, and, unless
+  // `keep_reading` is false, after the last one finished: the next op's receive usually
+  // follows within microseconds, and two epoll_ctl calls per op cost more than one
+  // readiness event that finds nothing posted (on_stream() then turns EPOLLIN off).
+  void update_interest(Stream& s, bool keep_reading = true);
   void update_control_interest(int peer);
   void stream_failed(Stream& s, const std::string& what, int os_error);
   void peer_failed(int peer, const std::string& what, int os_error);
@@ -193,6 +205,9 @@ class SocketTransport final : public EngineTransport {
   void make_queues(int peer);
   // make_queues, and asks the connector for the link, once.
   void ensure_link(int peer);
+  // Looks at the sockets without sleeping, yielding in between, until something happens
+  // (true) or spin_ (or `wait_until`) passes (false). See spin_before_sleep().
+  bool spin(Deadline wait_until);
   // Takes the connector's finished links and failures (start of every poll).
   void take_links();
   void install_link(int peer, std::vector<net::Socket> sockets, const std::string& address);
@@ -221,6 +236,7 @@ class SocketTransport final : public EngineTransport {
   std::size_t open_links_ = 0;    // links up that may be released (not pinned)
   std::size_t pinned_links_ = 0;  // setup links
   std::vector<int> to_drop_;      // agreed releases, done at the end of poll()
+  std::vector<int> posted_to_;    // peers with a Stream::send_posted/recv_posted set
   std::vector<int> lost_;         // peers whose control socket ended (reported next poll)
   // A peer's failure news (abort notice, goodbye) is handed over one poll later, like a
   // control socket's end: data that peer sent before it, on a data socket whose receive the
@@ -228,6 +244,7 @@ class SocketTransport final : public EngineTransport {
   std::vector<TransportEvent> held_events_;
   std::set<int> news_held_for_;  // peers with held news: their later events wait behind it
   Deadline retry_release_ = Deadline::never();  // when to ask a peer that refused again
+  std::chrono::microseconds spin_{0};           // see spin_before_sleep()
   std::vector<Req> reqs_;
   std::vector<std::uint32_t> free_reqs_;
   std::vector<std::uint64_t> completed_;

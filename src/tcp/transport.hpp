@@ -96,6 +96,11 @@ class EngineTransport : public Transport {
   // Whether the engine waits for its peers' entries on the small-op board (slot_board.hpp):
   // the shared-memory transport then sleeps where a board publish wakes it. Others ignore it.
   virtual void await_board(bool waiting) noexcept { (void)waiting; }
+  // The engine expects data soon (a small op is in flight): the next poll() looks again and
+  // again, yielding the core between looks, for up to `spin` before it sleeps. Waking a
+  // sleeping thread costs tens of microseconds on a VM; a small op's reply usually comes
+  // sooner. Zero: sleep at once. Transports without a kernel wake-up ignore it.
+  virtual void spin_before_sleep(std::chrono::microseconds spin) noexcept { (void)spin; }
 
   virtual bool peer_connected(int peer) const = 0;
   // Peer liveness: when something (data or a frame) last arrived from `peer`; nullopt when
