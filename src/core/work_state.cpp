@@ -66,8 +66,8 @@ bool WorkState::complete(std::exception_ptr error) noexcept {
 }
 
 void WorkState::wait() {
-  if (t_callback_depth == 0) {
-    const auto stop = Clock::now() + kWaitSpin;
+  if (t_callback_depth == 0 && wait_spin_ > std::chrono::microseconds::zero()) {
+    const auto stop = Clock::now() + wait_spin_;
     while (!finished_.load(std::memory_order_acquire) && Clock::now() < stop) {
       std::this_thread::yield();
     }

@@ -29,6 +29,12 @@ class WorkState : public Work {
   // returns whether this call completed it. Runs callbacks on the calling thread.
   bool complete(std::exception_ptr error = nullptr) noexcept;
 
+  // wait() looks at the op for up to `spin`, yielding the core between looks, before it
+  // blocks: a small op completes sooner than a blocked thread wakes on a VM (tens of
+  // microseconds). Zero (the default) blocks at once; a backend sets it for its small ops
+  // before handing the Work out.
+  void spin_before_blocking(std::chrono::microseconds spin) noexcept { wait_spin_ = spin; }
+
   void wait() override;
   bool wait_for(Duration bound) override;
   bool is_completed() const noexcept override;
@@ -49,14 +55,11 @@ class WorkState : public Work {
  private:
   const char* op_name_;
   std::uint64_t seq_;
-  // wait() looks this long, yielding the core between looks, before it sleeps: a small op on
-  // a VM completes sooner than a sleeping thread wakes (tens of microseconds).
-  static constexpr std::chrono::microseconds kWaitSpin{50};
-
   mutable std::mutex mu_;
   std::condition_variable cv_;
   bool done_ = false;                                  // guarded by mu_
   std::atomic<bool> finished_{false};                  // done_, readable without mu_
+  std::chrono::microseconds wait_spin_{0};             // set before the Work is handed out
   std::exception_ptr error_;                           // guarded by mu_; immutable once done_
   std::vector<std::function<void(Work&)>> callbacks_;  // guarded by mu_
   std::shared_ptr<FlightRecorder> trace_recorder_;     // guarded by mu_

@@ -73,7 +73,7 @@ std::string Engine::rank_name(int rank) const {
 }
 
 std::string Engine::prefix(const Op* op) const {
-  return fmt::format("{} on rank {}/{} [{}]", op ? op->what : std::string("tcp group"),
+  return fmt::format("{} on rank {}/{} [{}]", op ? op->what() : std::string("tcp group"),
                      config_.rank, config_.size, config_.group);
 }
 
@@ -179,8 +179,13 @@ void Engine::run() noexcept {
 }
 
 std::chrono::microseconds Engine::spin_budget() const {
-  const bool small_in_flight = current_ && !current_->on_board && current_->bytes <= kSpinMaxBytes;
-  return small_in_flight ? kSpin : std::chrono::microseconds::zero();
+  if (current_) {
+    const bool small = !current_->on_board && current_->bytes <= kSpinMaxBytes;
+    return small ? kSpin : std::chrono::microseconds::zero();
+  }
+  const auto linger = std::chrono::ceil<std::chrono::microseconds>(linger_until_ - Clock::now());
+  return queue_.empty() ? std::max(linger, std::chrono::microseconds::zero())
+                        : std::chrono::microseconds::zero();
 }
 
 void Engine::take_submitted() {
@@ -276,6 +281,9 @@ void Engine::finish_current(std::exception_ptr error) {
   arena_.reset();
   if (probe_ && probe_->op == op.get()) {
     probe_.reset();  // it made it after all, within the probe's grace
+  }
+  if (!op->on_board && op->bytes <= kSpinMaxBytes) {
+    linger_until_ = Clock::now() + kSpin;
   }
   op->work->complete(std::move(error));
 }
@@ -660,7 +668,7 @@ void Engine::conclude_probe() {
     waiting = op->kind == Op::Kind::recv ? " waiting for a message from "
                                          : " waiting for this send to be read by ";
   } else if (current_) {
-    waiting = fmt::format(" queued behind {}, which was still running", current_->what);
+    waiting = fmt::format(" queued behind {}, which was still running", current_->what());
   }
   std::string details;
   for (std::size_t i = 0; i < direct.size(); ++i) {

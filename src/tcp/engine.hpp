@@ -188,7 +188,11 @@ class Engine {
   // loopback tcp: 8 B allreduce 2-3x faster, 1 MiB 1.2x; no change at 64 MiB.
   static constexpr std::size_t kSpinMaxBytes = std::size_t{4} << 20;
   static constexpr std::chrono::microseconds kSpin{50};
+  // kSpin while a small collective is in flight; after one finished, with nothing queued, the
+  // rest of kSpin from its end (a caller that waits for each op issues the next within
+  // microseconds, and its submit then finds the engine awake).
   std::chrono::microseconds spin_budget() const;
+  Clock::time_point linger_until_{};  // a small collective finished kSpin before this
   std::optional<LocalFailure> held_failure_;
   Deadline held_until_ = Deadline::never();
   Clock::time_point next_heartbeat_;      // a quarter of the peer timeout after the start

@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: BSD-3-Clause
 // Op: one queued call of a TcpProcessGroup: what to run (a collective's arguments and
 // signature, or a tagged send/recv), its sequence number and deadline, and the Work to
-// complete. Built on the user's thread, owned by the engine afterwards.
+// complete. Built on the user's thread, owned by the engine afterwards. A tagged send/recv
+// keeps its element count and dtype in `args` (for messages only).
 #pragma once
 
 #include "core/private.hpp"
@@ -30,8 +31,11 @@ struct Op {
   void* data = nullptr;
   std::size_t bytes = 0;  // payload bytes of this rank (for messages)
   OpCall call;
-  std::string what;  // "allreduce (seq 5, 4 MiB float32 sum)", for messages
   std::shared_ptr<WorkState> work;
+
+  // "allreduce (seq 5, 1048576 x float32, sum, 4 MiB)", for messages. Formatted only when a
+  // message needs it: a small op costs about a microsecond, and formatting was a fair part.
+  std::string what() const;
 };
 
 }  // namespace chorus::tcp

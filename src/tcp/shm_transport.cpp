@@ -8,9 +8,12 @@
 
 namespace chorus::tcp {
 
-ShmTransport::ShmTransport(int rank, std::vector<int> locals, std::shared_ptr<ShmSegment> segment,
+ShmTransport::ShmTransport(int rank, int size, std::vector<int> locals,
+                           std::shared_ptr<ShmSegment> segment,
                            std::unique_ptr<EngineTransport> inner)
-    : ForwardingTransport(std::move(inner)), segment_(std::move(segment)) {
+    : ForwardingTransport(std::move(inner)),
+      other_hosts_(static_cast<int>(locals.size()) < size),
+      segment_(std::move(segment)) {
   const auto me = std::find(locals.begin(), locals.end(), rank);
   local_ = static_cast<int>(me - locals.begin());
   link_index_.assign(static_cast<std::size_t>(locals.back()) + 1, -1);

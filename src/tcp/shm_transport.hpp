@@ -35,8 +35,8 @@ class ShmTransport final : public ForwardingTransport {
   static constexpr Duration kSocketSlice = std::chrono::milliseconds(1);
 
   // `locals`: the sorted group ranks of this host (this rank among them), as the segment
-  // was laid out for.
-  ShmTransport(int rank, std::vector<int> locals, std::shared_ptr<ShmSegment> segment,
+  // was laid out for; `size`: the group's.
+  ShmTransport(int rank, int size, std::vector<int> locals, std::shared_ptr<ShmSegment> segment,
                std::unique_ptr<EngineTransport> inner);
 
   void post_send(int peer, const void* data, std::size_t bytes, std::uint64_t token) override;
@@ -47,6 +47,11 @@ class ShmTransport final : public ForwardingTransport {
   void drop_all() noexcept override;
   void reset_link(int peer) noexcept override;
   void await_board(bool waiting) noexcept override { awaiting_board_ = waiting; }
+  // Only where sockets carry collective data (ranks on other hosts): spinning on sockets that
+  // carry nothing but control frames would only take the core from the peers.
+  void spin_before_sleep(std::chrono::microseconds spin) noexcept override {
+    inner_->spin_before_sleep(other_hosts_ ? spin : std::chrono::microseconds::zero());
+  }
 
  private:
   struct Message {
@@ -87,6 +92,7 @@ class ShmTransport final : public ForwardingTransport {
   void sleep(Deadline until, std::vector<std::uint64_t>& completed);
 
   int local_ = -1;
+  bool other_hosts_ = false;             // some ranks of the group are not on this host
   std::shared_ptr<ShmSegment> segment_;  // shared with the group's SlotBoard, if any
   std::vector<int> link_index_;          // by group rank: index in links_, or -1 (other host)
   std::vector<Link> links_;

@@ -43,6 +43,13 @@ struct WeakKeyLess {
 // More ranks than this is never what was meant (a WORLD_SIZE typo).
 constexpr int kMaxTcpWorldSize = 1 << 20;
 
+// Work::wait() on a collective of up to kWaitSpinMaxBytes looks for up to kWaitSpin before it
+// blocks (WorkState::spin_before_blocking). Measured on 2 cores: an 8-byte allreduce over tcp
+// 1.5x faster at 2 and 4 ranks; at 1-8 MiB and 4 ranks the waiting threads took 10-20 % of
+// the bandwidth from the ranks that move the data, so larger ops block at once.
+constexpr std::size_t kWaitSpinMaxBytes = std::size_t{64} << 10;
+constexpr std::chrono::microseconds kWaitSpin{50};
+
 std::uint64_t next_group_index(const std::shared_ptr<Store>& store, int rank);
 void check_world_size_fits(int rank, int size);
 
@@ -218,12 +225,10 @@ class TcpProcessGroup final : public ProcessGroup {
     }
     o->bytes = count * element_size(dtype);
     o->call = call;
-    o->what = describe(o->sig);
-    if (kind != OpKind::barrier) {
-      // describe() gives counts; messages also want bytes.
-      o->what.insert(o->what.size() - 1, fmt::format(", {}", format_bytes(o->bytes)));
-    }
     o->work = std::make_shared<WorkState>(call.name, call.seq);
+    if (o->bytes <= kWaitSpinMaxBytes) {
+      o->work->spin_before_blocking(kWaitSpin);
+    }
     auto work = o->work;
     // A small allreduce goes through the board (the same choice on every rank); this thread
     // runs it when the engine has no collective left to run: the last one handed to it is
@@ -252,9 +257,8 @@ class TcpProcessGroup final : public ProcessGroup {
     o->data = t.data();
     o->bytes = t.nbytes();
     o->call = call;
-    o->what =
-        fmt::format("{} (p2p seq {}, tag {}, {} x {}, {} rank {})", call.name, call.seq, tag,
-                    t.count(), to_string(t.dtype()), kind == Op::Kind::send ? "to" : "from", peer);
+    o->args.count = t.count();
+    o->args.dtype = t.dtype();
     o->work = std::make_shared<WorkState>(call.name, call.seq);
     auto work = o->work;
     engine_->submit(std::move(o));

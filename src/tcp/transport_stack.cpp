@@ -60,7 +60,7 @@ std::unique_ptr<EngineTransport> make_transport(int rank, int size, Mesh mesh,
       board = std::make_shared<SlotBoard>(shared, rank, size);
     }
     transport =
-        std::make_unique<ShmTransport>(rank, locals, std::move(shared), std::move(transport));
+        std::make_unique<ShmTransport>(rank, size, locals, std::move(shared), std::move(transport));
   }
   if (!faults.empty()) {
     transport = std::make_unique<FaultTransport>(rank, std::move(transport), std::move(faults));

@@ -80,7 +80,6 @@ std::shared_ptr<WorkState> allreduce(Engine& e, float* data, std::size_t count, 
   o->call.name = "allreduce";
   o->call.timeout = timeout;
   o->call.deadline = Deadline::after(timeout);
-  o->what = describe(o->sig);
   o->work = std::make_shared<WorkState>("allreduce", seq);
   auto w = o->work;
   e.submit(std::move(o));

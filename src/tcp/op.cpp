@@ -1,0 +1,24 @@
+// SPDX-License-Identifier: BSD-3-Clause
+// Op::what(): the op as error messages and logs name it.
+#include "tcp/op.hpp"
+
+#include <fmt/format.h>
+
+#include "core/format.hpp"
+
+namespace chorus::tcp {
+
+std::string Op::what() const {
+  if (kind != Kind::collective) {
+    return fmt::format("{} (p2p seq {}, tag {}, {} x {}, {} rank {})", call.name, call.seq, tag,
+                       args.count, to_string(args.dtype), kind == Kind::send ? "to" : "from", peer);
+  }
+  std::string text = describe(sig);
+  if (sig.kind != OpKind::barrier) {
+    // describe() gives counts; messages also want bytes.
+    text.insert(text.size() - 1, fmt::format(", {}", format_bytes(bytes)));
+  }
+  return text;
+}
+
+}  // namespace chorus::tcp
