@@ -4,6 +4,7 @@
 // interleaving with collectives), several sockets per peer, large payloads. (IPv6:
 // ipv6_mp_test.cpp.)
 #include <sys/socket.h>
+#include <time.h>
 
 #include <cmath>
 #include <future>
@@ -11,6 +12,7 @@
 #include <thread>
 #include <vector>
 
+#include <fmt/format.h>
 #include <catch2/catch.hpp>
 
 #include "tcp/mp_common.hpp"
@@ -39,6 +41,59 @@ TEST_CASE("10,000 small collectives back to back", "[tcp][mp]") {
         }
         last->wait();
         CHILD_CHECK(last->seq() == 10000);
+      },
+      120s);
+  REQUIRE_ALL_OK(results);
+}
+
+// CPU time this process used (all threads), in seconds.
+double process_cpu_seconds() {
+  timespec ts{};
+  ::clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) * 1e-9;
+}
+
+// The engine and Work::wait() look for a small op's data for a few tens of microseconds before
+// they sleep. Neither may turn into a busy loop: not in an idle group right after a burst of
+// small ops, nor while an op waits for a late peer. (A thread that kept spinning would use
+// about 0.3 s of CPU in each 0.3 s phase here, half that with two CPU hogs on 2 cores.)
+TEST_CASE("idle ranks and ranks waiting for a late peer do not burn a core", "[tcp][mp]") {
+  StoreServerProcess server;
+  const auto results = run_processes(
+      2,
+      [&](int rank) {
+        auto store = child_store(server.port());
+        for (const char* transport : {"tcp", "auto"}) {
+          ::setenv("CHORUS_TRANSPORT", transport, 1);
+          auto pg = make_tcp_group(store, rank, 2, loopback_options());
+          float x = 1.0f;
+          for (int i = 0; i < 200; ++i) {
+            x = 1.0f;
+            pg->allreduce(Tensor::of(&x, 1))->wait();
+          }
+          CHILD_CHECK(x == 2.0f);
+          // Idle: nothing issued for 0.3 s (the pause is the case, not a synchronization).
+          const double idle_from = process_cpu_seconds();
+          std::this_thread::sleep_for(300ms);
+          const double idle_cpu = process_cpu_seconds() - idle_from;
+          // Late peer: rank 1 issues its op 0.3 s after rank 0 does.
+          if (rank == 1) {
+            std::this_thread::sleep_for(300ms);
+          }
+          const double wait_from = process_cpu_seconds();
+          std::vector<float> v(1 << 15, 1.0f);  // 128 KiB: past the board, through the engine
+          pg->allreduce(Tensor::of(v.data(), v.size()))->wait();
+          pg->allreduce(Tensor::of(&x, 1))->wait();
+          const double wait_cpu = process_cpu_seconds() - wait_from;
+          CHILD_CHECK(v[0] == 2.0f && x == 4.0f);
+          if (idle_cpu > 0.1 || (rank == 0 && wait_cpu > 0.1)) {
+            throw ChildCheckFailed{fmt::format(
+                "CHORUS_TRANSPORT={}: {:.3f} s of CPU while idle for 0.3 s, {:.3f} s while "
+                "waiting about 0.3 s for a late peer",
+                transport, idle_cpu, wait_cpu)};
+          }
+          pg->barrier()->wait();
+        }
       },
       120s);
   REQUIRE_ALL_OK(results);
