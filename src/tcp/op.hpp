@@ -34,7 +34,7 @@ struct Op {
   std::shared_ptr<WorkState> work;
 
   // "allreduce (seq 5, 1048576 x float32, sum, 4 MiB)", for messages. Formatted only when a
-  // message needs it: a small op costs about a microsecond, and formatting was a fair part.
+  // message needs it: formatting costs about as much as the rest of a small op's call.
   std::string what() const;
 };
 
