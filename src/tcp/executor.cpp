@@ -1,5 +1,7 @@
 // SPDX-License-Identifier: BSD-3-Clause
 // Executor: dependency counting, FIFO posting per peer, inline copies and reductions.
+// A recv_reduce is offered to the transport to reduce on arrival; where it declines, the
+// receive lands in the task's slot and the reduction runs when it completes.
 #include "tcp/executor.hpp"
 
 #include <cstring>
@@ -13,6 +15,9 @@ constexpr std::uint8_t kWaiting = 0;
 constexpr std::uint8_t kReady = 1;
 constexpr std::uint8_t kPosted = 2;
 constexpr std::uint8_t kDone = 3;
+// A recv_reduce the transport could not reduce on arrival: posted as a receive into its slot,
+// reduced on completion.
+constexpr std::uint8_t kPostedStaged = 4;
 }  // namespace
 
 Executor::Executor(Transport& transport, Schedule& schedule, std::uint64_t token_base)
@@ -50,6 +55,7 @@ void Executor::ready(TaskId id) {
       pump_send(t.peer);
       break;
     case TaskKind::recv:
+    case TaskKind::recv_reduce:
       pump_recv(t.peer);
       break;
     case TaskKind::copy:
@@ -79,7 +85,19 @@ void Executor::pump_recv(int peer) {
     const TaskId id = fifo[pos++];
     state_[static_cast<std::size_t>(id)] = kPosted;
     const Task& t = schedule_.tasks()[static_cast<std::size_t>(id)];
-    transport_.post_recv(peer, t.dst, t.size, token_base_ + static_cast<std::uint64_t>(id));
+    const std::uint64_t token = token_base_ + static_cast<std::uint64_t>(id);
+    if (t.kind == TaskKind::recv) {
+      transport_.post_recv(peer, t.dst, t.size, token);
+      continue;
+    }
+    const ReduceOnArrival fused{t.dst,          t.src,     t.size,       schedule_.dtype(),
+                                schedule_.op(), t.divisor, t.local_first};
+    if (!transport_.post_recv_reduce(peer, fused, token)) {
+      // src2 is the op's own scratch slot (Schedule::recv_reduce): writable.
+      state_[static_cast<std::size_t>(id)] = kPostedStaged;
+      transport_.post_recv(peer, const_cast<void*>(t.src2), t.size * element_size(fused.dtype),
+                           token);
+    }
   }
 }
 
@@ -127,8 +145,15 @@ void Executor::complete(std::uint64_t token) {
   }
   const auto id = static_cast<TaskId>(token - token_base_);
   CHORUS_CHECK(id >= 0 && static_cast<std::size_t>(id) < state_.size() &&
-                   state_[static_cast<std::size_t>(id)] == kPosted,
+                   (state_[static_cast<std::size_t>(id)] == kPosted ||
+                    state_[static_cast<std::size_t>(id)] == kPostedStaged),
                "completion of task {} which is not in flight", id);
+  if (state_[static_cast<std::size_t>(id)] == kPostedStaged) {
+    const Task& t = schedule_.tasks()[static_cast<std::size_t>(id)];
+    const void* a = t.local_first ? t.src : t.src2;
+    const void* b = t.local_first ? t.src2 : t.src;
+    reduce(t.dst, a, b, t.size, schedule_.dtype(), schedule_.op(), t.divisor);
+  }
   finish(id);
   run_worklist();
 }

@@ -54,7 +54,9 @@ class Executor {
   Transport& transport_;
   Schedule& schedule_;
   std::uint64_t token_base_;
-  std::vector<std::uint8_t> state_;      // per task: 0 waiting, 1 ready, 2 posted, 3 done
+  // per task: 0 waiting, 1 ready, 2 posted, 3 done, 4 posted as a plain receive to be reduced
+  // on completion (a recv_reduce the transport cannot reduce on arrival)
+  std::vector<std::uint8_t> state_;
   std::vector<std::uint32_t> send_pos_;  // per peer: next FIFO index to post
   std::vector<std::uint32_t> recv_pos_;
   std::vector<TaskId> worklist_;  // ready local tasks

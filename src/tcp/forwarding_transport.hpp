@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: BSD-3-Clause
 // ForwardingTransport: an EngineTransport that hands every call to the transport it wraps.
 // Decorators (ShmTransport, FaultTransport) derive from it and override only what they change.
+// post_recv_reduce is not forwarded (it keeps Transport's "cannot"): a decorator that watches
+// transfers would not see the fused ones. A decorator that can fuse overrides it.
 #pragma once
 
 #include "core/private.hpp"

@@ -148,6 +148,20 @@ TaskId Schedule::recv(int peer, void* data, std::size_t bytes, std::initializer_
   return transfer(TaskKind::recv, peer, data, nullptr, bytes, deps);
 }
 
+TaskId Schedule::recv_reduce(int peer, void* dst, const void* local, void* slot, std::size_t count,
+                             int divisor, bool local_first, std::initializer_list<TaskId> deps) {
+  const TaskId id =
+      transfer(TaskKind::recv_reduce, peer, dst, local, count * element_size(dtype_), deps);
+  if (id != kNoTask) {
+    Task& t = tasks_[static_cast<std::size_t>(id)];
+    t.src2 = slot;
+    t.size = count;
+    t.divisor = divisor;
+    t.local_first = local_first;
+  }
+  return id;
+}
+
 TaskId Schedule::transfer(TaskKind kind, int peer, void* dst, const void* src, std::size_t bytes,
                           std::initializer_list<TaskId> deps) {
   if (bytes == 0) {

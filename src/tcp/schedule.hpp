@@ -34,7 +34,9 @@ namespace chorus::tcp {
 using TaskId = std::int32_t;
 inline constexpr TaskId kNoTask = -1;
 
-enum class TaskKind : std::uint8_t { send, recv, copy, reduce, call };
+// recv_reduce: a receive reduced as it arrives (Transport::post_recv_reduce); in the receive
+// FIFO like recv.
+enum class TaskKind : std::uint8_t { send, recv, recv_reduce, copy, reduce, call };
 
 // Local work that can fail because of a peer (a call task reading another rank's memory): what
 // went wrong, naming the peer by group rank. The op then fails as if that peer's link broke.
@@ -50,10 +52,11 @@ struct Task {
   int peer = -1;        // send/recv
   void* dst = nullptr;
   const void* src = nullptr;
-  const void* src2 = nullptr;  // reduce: dst = src op src2
-  std::size_t size = 0;        // send/recv/copy: bytes; reduce: elements; call: its index
-  int divisor = 0;             // reduce with avg: divide the result by this (0: don't)
-  std::uint32_t deps = 0;      // unfinished predecessors (the executor counts down)
+  const void* src2 = nullptr;  // reduce: dst = src op src2; recv_reduce: the staging slot
+  std::size_t size = 0;     // send/recv/copy: bytes; reduce, recv_reduce: elements; call: its index
+  int divisor = 0;          // reduce with avg: divide the result by this (0: don't)
+  bool local_first = true;  // recv_reduce: dst = src op received (false: received op src)
+  std::uint32_t deps = 0;   // unfinished predecessors (the executor counts down)
   std::uint32_t succ_begin = 0;
   std::uint32_t succ_count = 0;
 };
@@ -106,6 +109,13 @@ class Schedule {
   // dst = a op b over `count` elements of the schedule's dtype; divisor as in core/reduce.hpp.
   TaskId reduce(void* dst, const void* a, const void* b, std::size_t count, int divisor,
                 std::initializer_list<TaskId> deps = {});
+  // dst = local op (count elements received from `peer`) when local_first, else received op
+  // local; divisor as in reduce(). Where the transport can, the message is reduced as it
+  // arrives (Transport::post_recv_reduce); elsewhere it is received into `slot` (count
+  // elements of scratch, which the caller keeps free until this task completes) and reduced
+  // then. In the receive FIFO like recv(); the sender sends count elements.
+  TaskId recv_reduce(int peer, void* dst, const void* local, void* slot, std::size_t count,
+                     int divisor, bool local_first, std::initializer_list<TaskId> deps = {});
   // Runs `work` on the progress thread once `deps` are done (algorithms that move data
   // themselves, e.g. through another process's memory: peer_memory.hpp).
   TaskId call(LocalWork work, std::initializer_list<TaskId> deps = {});

@@ -3,10 +3,18 @@
 
 #include <algorithm>
 #include <cstring>
+#include <thread>
 
+#include "core/check.hpp"
+#include "core/reduce.hpp"
 #include "tcp/futex.hpp"
 
 namespace chorus::tcp {
+namespace {
+std::uint64_t align_up(std::uint64_t at, std::size_t align) {
+  return (at + align - 1) / align * align;
+}
+}  // namespace
 
 ShmTransport::ShmTransport(int rank, int size, std::vector<int> locals,
                            std::shared_ptr<ShmSegment> segment,
@@ -16,6 +24,8 @@ ShmTransport::ShmTransport(int rank, int size, std::vector<int> locals,
       segment_(std::move(segment)) {
   const auto me = std::find(locals.begin(), locals.end(), rank);
   local_ = static_cast<int>(me - locals.begin());
+  CHORUS_CHECK(segment_->ring_bytes() % kMessageAlign == 0, "ring of {} bytes",
+               segment_->ring_bytes());
   link_index_.assign(static_cast<std::size_t>(locals.back()) + 1, -1);
   for (int i = 0; i < static_cast<int>(locals.size()); ++i) {
     if (i == local_) {
@@ -64,10 +74,47 @@ void ShmTransport::post_recv(int peer, void* data, std::size_t bytes, std::uint6
   }
 }
 
+bool ShmTransport::post_recv_reduce(int peer, const ReduceOnArrival& r, std::uint64_t token) {
+  Link* link = link_of(peer);
+  if (link == nullptr) {
+    return inner_->post_recv_reduce(peer, r, token);
+  }
+  if (!link->dropped) {
+    const std::size_t unit = element_size(r.dtype);
+    Message m{static_cast<std::byte*>(r.out), r.count * unit, 0, token};
+    m.reduces = true;
+    m.reduce = r;
+    m.unit = unit;
+    link->recvs.push_back(m);
+  }
+  return true;
+}
+
 bool ShmTransport::pending() const noexcept {
   return awaiting_board_ || std::any_of(links_.begin(), links_.end(), [](const Link& l) {
            return !l.sends.empty() || !l.recvs.empty();
          });
+}
+
+ShmTransport::Window ShmTransport::writable(const Link& link) const noexcept {
+  const Message& m = link.sends.front();
+  const std::size_t cap = segment_->ring_bytes();
+  const std::uint64_t head = link.out->head.load(std::memory_order_relaxed);
+  const std::uint64_t tail = link.out->tail.load(std::memory_order_acquire);
+  const std::uint64_t at = m.done == 0 ? align_up(head, kMessageAlign) : head;
+  const std::uint64_t used = at - tail;
+  const std::size_t room = used >= cap ? 0 : cap - static_cast<std::size_t>(used);
+  return {at, std::min({room, m.bytes - m.done, kChunkBytes})};
+}
+
+ShmTransport::Window ShmTransport::readable(const Link& link) const noexcept {
+  const Message& m = link.recvs.front();
+  const std::uint64_t tail = link.in->tail.load(std::memory_order_relaxed);
+  const std::uint64_t head = link.in->head.load(std::memory_order_acquire);
+  const std::uint64_t at = m.done == 0 ? align_up(tail, kMessageAlign) : tail;
+  const std::size_t there = head > at ? static_cast<std::size_t>(head - at) : 0;
+  const std::size_t n = std::min({there, m.bytes - m.done, kChunkBytes});
+  return {at, n - n % m.unit};  // a reduction takes whole elements only
 }
 
 bool ShmTransport::push(Link& link, std::vector<std::uint64_t>& completed) {
@@ -76,16 +123,13 @@ bool ShmTransport::push(Link& link, std::vector<std::uint64_t>& completed) {
   }
   Message& m = link.sends.front();
   const std::size_t cap = segment_->ring_bytes();
-  const std::uint64_t head = link.out->head.load(std::memory_order_relaxed);
-  const std::uint64_t tail = link.out->tail.load(std::memory_order_acquire);
-  const std::size_t room = cap - static_cast<std::size_t>(head - tail);
-  const std::size_t n = std::min({room, m.bytes - m.done, kChunkBytes});
+  const auto [start, n] = writable(link);
   if (n > 0) {
-    const std::size_t at = static_cast<std::size_t>(head % cap);
+    const std::size_t at = static_cast<std::size_t>(start % cap);
     const std::size_t first = std::min(n, cap - at);
     std::memcpy(link.out_data + at, m.data + m.done, first);
     std::memcpy(link.out_data, m.data + m.done + first, n - first);
-    link.out->head.store(head + n, std::memory_order_release);
+    link.out->head.store(start + n, std::memory_order_release);
     m.done += n;
     notify(link.local);
   }
@@ -97,23 +141,39 @@ bool ShmTransport::push(Link& link, std::vector<std::uint64_t>& completed) {
   return true;
 }
 
+void ShmTransport::reduce_from_ring(Message& m, const std::byte* ring_at, std::size_t bytes) const {
+  if (bytes == 0) {
+    return;
+  }
+  const ReduceOnArrival& r = m.reduce;
+  const void* local = static_cast<const std::byte*>(r.local) + m.done;
+  const void* a = r.local_first ? local : ring_at;
+  const void* b = r.local_first ? ring_at : local;
+  chorus::reduce(m.data + m.done, a, b, bytes / m.unit, r.dtype, r.op, r.divisor);
+  m.done += bytes;
+}
+
 bool ShmTransport::pull(Link& link, std::vector<std::uint64_t>& completed) {
   if (link.recvs.empty()) {
     return false;
   }
   Message& m = link.recvs.front();
   const std::size_t cap = segment_->ring_bytes();
-  const std::uint64_t tail = link.in->tail.load(std::memory_order_relaxed);
-  const std::uint64_t head = link.in->head.load(std::memory_order_acquire);
-  const std::size_t n =
-      std::min({static_cast<std::size_t>(head - tail), m.bytes - m.done, kChunkBytes});
+  const auto [start, n] = readable(link);
   if (n > 0) {
-    const std::size_t at = static_cast<std::size_t>(tail % cap);
+    // Elements never straddle the ring's end: messages start aligned, and cap is a multiple
+    // of every element size.
+    const std::size_t at = static_cast<std::size_t>(start % cap);
     const std::size_t first = std::min(n, cap - at);
-    std::memcpy(m.data + m.done, link.in_data + at, first);
-    std::memcpy(m.data + m.done + first, link.in_data, n - first);
-    link.in->tail.store(tail + n, std::memory_order_release);
-    m.done += n;
+    if (m.reduces) {
+      reduce_from_ring(m, link.in_data + at, first);
+      reduce_from_ring(m, link.in_data, n - first);
+    } else {
+      std::memcpy(m.data + m.done, link.in_data + at, first);
+      std::memcpy(m.data + m.done + first, link.in_data, n - first);
+      m.done += n;
+    }
+    link.in->tail.store(start + n, std::memory_order_release);
     notify(link.local);
   }
   if (m.done < m.bytes) {
@@ -135,6 +195,9 @@ bool ShmTransport::progress(std::vector<std::uint64_t>& completed) {
     any |= moved;
     // Hand completions to the engine at once: it posts the next step of the schedule.
     if (!moved || !completed.empty()) {
+      if (any && spin_ > std::chrono::microseconds::zero()) {
+        last_moved_ = Clock::now();
+      }
       return any;
     }
   }
@@ -155,6 +218,16 @@ void ShmTransport::wakeup() noexcept {
 }
 
 void ShmTransport::sleep(Deadline until, std::vector<std::uint64_t>& completed) {
+  // Look again for up to spin_ after the last byte moved, yielding the core between looks
+  // (the peer this rank waits for may need it: 4 ranks on 2 cores). Only after a move: a rank
+  // woken by its socket slice while it waits for a late peer goes back to sleep at once.
+  const Clock::time_point spin_until = last_moved_ + spin_;
+  while (!awaiting_board_ && Clock::now() < spin_until) {
+    if (progress(completed)) {
+      return;
+    }
+    std::this_thread::yield();
+  }
   WakeWord& w = segment_->wake(local_);
   const std::uint32_t seq = w.seq.load(std::memory_order_acquire);
   w.sleeping.store(1, std::memory_order_relaxed);
@@ -186,13 +259,8 @@ void ShmTransport::poll(Deadline until, std::vector<std::uint64_t>& completed,
 }
 
 bool ShmTransport::can_move(const Link& link) const noexcept {
-  if (!link.recvs.empty() && link.in->head.load(std::memory_order_acquire) !=
-                                 link.in->tail.load(std::memory_order_relaxed)) {
-    return true;
-  }
-  return !link.sends.empty() && link.out->head.load(std::memory_order_relaxed) -
-                                        link.out->tail.load(std::memory_order_acquire) <
-                                    segment_->ring_bytes();
+  return (!link.recvs.empty() && readable(link).bytes > 0) ||
+         (!link.sends.empty() && writable(link).bytes > 0);
 }
 
 void ShmTransport::watch_departures(std::vector<TransportEvent>& events) {

@@ -28,10 +28,25 @@
 #include <vector>
 
 #include <chorus/deadline.hpp>
+#include <chorus/types.hpp>
 
 #include "tcp/wire.hpp"
 
 namespace chorus::tcp {
+
+// A receive of `count` elements that is reduced as it arrives, element by element:
+// out = local op received (received op local when !local_first), divided by `divisor` when it
+// is not 0 (core/reduce.hpp). `out` may be exactly `local`. The message is never staged whole,
+// which saves a copy where the transport can read it in place (shared-memory rings).
+struct ReduceOnArrival {
+  void* out = nullptr;
+  const void* local = nullptr;
+  std::size_t count = 0;
+  DataType dtype = DataType::float32;
+  ReduceOp op = ReduceOp::sum;
+  int divisor = 0;
+  bool local_first = true;
+};
 
 class Transport {
  public:
@@ -41,6 +56,16 @@ class Transport {
   virtual void post_send(int peer, const void* data, std::size_t bytes, std::uint64_t token) = 0;
   // Queues a receive of exactly `bytes` from `peer` into `data` (borrowed until completion).
   virtual void post_recv(int peer, void* data, std::size_t bytes, std::uint64_t token) = 0;
+  // Queues a receive of count * element_size(dtype) bytes from `peer`, reduced as it arrives
+  // (buffers borrowed until completion), in the stream's order like post_recv. Returns false,
+  // queueing nothing, where this transport cannot do that for `peer`: the caller then receives
+  // into scratch with post_recv and reduces once the message is complete.
+  virtual bool post_recv_reduce(int peer, const ReduceOnArrival& r, std::uint64_t token) {
+    (void)peer;
+    (void)r;
+    (void)token;
+    return false;
+  }
 };
 
 struct TransportEvent {

@@ -90,6 +90,26 @@ void run_cases(ProcessGroup& pg, const std::vector<Case>& cases, int rank) {
   pg.barrier()->wait();
 }
 
+// The reductions that read straight out of the rings (ring allreduce, ring reduce_scatter, chain
+// reduce): every dtype and op, in and out of place. A 5-byte broadcast before each case leaves
+// the rings at an odd offset, so each case starts on the padding to the next message boundary;
+// the 2.4 MB case turns the rings over, cut into chunks and slices.
+std::vector<Case> reduce_on_arrival_cases(int n) {
+  std::vector<Case> cases;
+  bool in_place = false;
+  int root = 0;
+  for (DataType dt : kAllTypes) {
+    for (ReduceOp op : kAllOps) {
+      for (OpKind kind : {OpKind::allreduce, OpKind::reduce_scatter, OpKind::reduce}) {
+        cases.push_back({OpKind::broadcast, n, 5, DataType::int8, ReduceOp::sum, 0, false});
+        cases.push_back({kind, n, 20'011, dt, op, root++ % n, in_place = !in_place});
+      }
+    }
+  }
+  cases.push_back({OpKind::allreduce, n, 300'007, DataType::float64, ReduceOp::avg, 0, false});
+  return cases;
+}
+
 void run_large_on(int n, const char* transport, const char* algorithms = nullptr) {
   StoreServerProcess server;
   const auto results = run_processes(
@@ -115,6 +135,27 @@ TEST_CASE("every collective over shared memory, messages larger than the rings",
   run_large_on(2, "shm");
   run_large_on(3, "shm");
   run_large_on(4, "shm");
+}
+
+TEST_CASE("receives reduced straight out of the rings: every dtype and op, rings at odd offsets",
+          "[shm][mp]") {
+  for (int n : {2, 3}) {
+    StoreServerProcess server;
+    const auto results = run_processes(
+        n,
+        [&](int rank) {
+          ::setenv("CHORUS_TRANSPORT", "shm", 1);
+          // The ring and the chain at every size (else the board, recursive doubling and the
+          // tree would take these counts).
+          ::setenv("CHORUS_ALGO", "allreduce=ring,reduce=chain", 1);
+          auto store = child_store(server.port());
+          auto pg = make_tcp_group(store, rank, n, loopback_options());
+          run_cases(*pg, reduce_on_arrival_cases(n), rank);
+        },
+        150s);
+    REQUIRE_ALL_OK(results);
+    CHECK(segments_of(results).empty());
+  }
 }
 
 TEST_CASE("the single-copy algorithms over real processes, every size and op they have",

@@ -3,8 +3,9 @@
 //
 // in holds n chunks of m = count elements; rank r's result is the reduction of chunk r.
 // Step s = 0..n-2: send chunk r-s-1 (step 0: from `in`; later: the partial this rank made at
-// step s-1), receive the partial of chunk r-s-2 from prev into a receive slot and reduce it
-// with in[chunk]: into a partial buffer (forwarded at the next step), or, at the last step
+// step s-1), receive the partial of chunk r-s-2 from prev and reduce it with in[chunk] (as it
+// arrives where the transport can, else through a receive slot: Schedule::recv_reduce): into
+// a partial buffer (forwarded at the next step), or, at the last step
 // (where the chunk is r itself), straight into out, dividing for avg. Slices pipeline as in
 // ring_allreduce.cpp: kPipelineSlots receive slots, reused once their reduction finished, and
 // two chunk-sized partial buffers used by alternate steps (a partial made at step s is
@@ -54,13 +55,16 @@ void build_ring_reduce_scatter(Schedule& s, const CollectiveArgs& a) {
       const std::size_t cnt = slice_count(m, per, j);
       const std::size_t k = next_r++ % kPipelineSlots;
       std::byte* rslot = rslots + k * slot * es;
-      const TaskId rv = s.recv(prev, rslot, cnt * es, {rslot_user[k]});
       const void* mine = at(a.in, rc * m + j * per, dt);
       TaskId rd;
       if (last) {
-        rd = s.reduce(at(a.out, j * per, dt), mine, rslot, cnt, divisor, {rv});
+        rd = s.recv_reduce(prev, at(a.out, j * per, dt), mine, rslot, cnt, divisor, true,
+                           {rslot_user[k]});
       } else {
-        rd = s.reduce(into + j * per * es, mine, rslot, cnt, 0, {rv, sent_before[j]});
+        // Reduced as it arrives, into memory that step s-1's send of this slice reads: that
+        // send must have left first.
+        rd = s.recv_reduce(prev, into + j * per * es, mine, rslot, cnt, 0, true,
+                           {rslot_user[k], sent_before[j]});
       }
       rslot_user[k] = rd;
       partial[j] = rd;

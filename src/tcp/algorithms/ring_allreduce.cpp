@@ -4,13 +4,15 @@
 // The count is cut into n chunks (chunk c = block_of(count, n, c)) and each chunk into slices
 // of slice_bytes. Rank r sends to next = r+1 and receives from prev = r-1 (mod n).
 //   reduce-scatter step s = 0..n-2: send chunk r-s (step 0: straight from `in`; later: the
-//     slice this rank reduced at step s-1), receive chunk r-s-1 into a scratch slot and reduce
-//     out[c] = in[c] op slot. After n-1 steps rank r holds the full reduction of chunk r+1.
-//     The last reduction also divides for avg, so float16/bfloat16 round once there.
+//     slice this rank reduced at step s-1), receive chunk r-s-1 and reduce
+//     out[c] = in[c] op received (Schedule::recv_reduce: as it arrives where the transport can,
+//     e.g. straight out of a shared-memory ring; else through a scratch slot). After n-1 steps rank
+//     r holds the full reduction of chunk r+1. The last reduction also divides for avg, so
+//     float16/bfloat16 round once there.
 //   allgather step s = 0..n-2: send chunk r+1-s, receive chunk r-s straight into `out`.
-// Per slice, the graph links recv -> reduce -> next step's send, so slices pipeline: while
+// Per slice, the graph links recv_reduce -> next step's send, so slices pipeline: while
 // slice j is reduced, slice j+1 is arriving and slice j-1 is leaving. kPipelineSlots scratch
-// slots bound the memory; a receive waits for the reduction that last used its slot. An
+// slots bound the memory; a receive waits for the one that last used its slot. An
 // allgather receive into chunk c waits for the reduce-scatter send that read chunk c
 // (in-place, that memory is about to be overwritten).
 // Posting order: every allgather send would otherwise queue behind all reduce-scatter sends
@@ -84,9 +86,8 @@ void build_ring_allreduce(Schedule& s, const CollectiveArgs& a) {
       const Span sp = slice(rc, j);
       const std::size_t k = next_slot++ % kPipelineSlots;
       std::byte* into = slots + k * slot * es;
-      const TaskId rv = s.recv(prev, into, sp.count * es, {slot_user[k]});
-      const TaskId rd = s.reduce(at(a.out, sp.offset, dt), at(a.in, sp.offset, dt), into, sp.count,
-                                 step == n - 2 ? divisor : 0, {rv});
+      const TaskId rd = s.recv_reduce(prev, at(a.out, sp.offset, dt), at(a.in, sp.offset, dt), into,
+                                      sp.count, step == n - 2 ? divisor : 0, true, {slot_user[k]});
       slot_user[k] = rd;
       red.push_back(rd);
     }

@@ -70,9 +70,8 @@ void build_chain_reduce(Schedule& s, const CollectiveArgs& a) {
     const std::size_t cnt = std::min(per, a.count - off);
     const std::size_t k = j % kPipelineSlots;
     std::byte* slot = slots + k * slot_size * es;
-    const TaskId rv = s.recv(real(p - 1), slot, cnt * es, {slot_user[k]});
-    const TaskId rd = s.reduce(at(acc, off, dt), slot, at(a.in, off, dt), cnt,
-                               root && a.op == ReduceOp::avg ? n : 0, {rv});
+    const TaskId rd = s.recv_reduce(real(p - 1), at(acc, off, dt), at(a.in, off, dt), slot, cnt,
+                                    root && a.op == ReduceOp::avg ? n : 0, false, {slot_user[k]});
     slot_user[k] = rd;
     if (!root) {
       s.send(real(p + 1), at(acc, off, dt), cnt * es, {rd});
