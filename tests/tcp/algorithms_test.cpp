@@ -246,7 +246,7 @@ TEST_CASE("CHORUS_ALGO forces an algorithm where it applies, and names bad entri
   a.op = ReduceOp::avg;
   CHECK(std::string(tcp::choose_algorithm(4, a)) == "recursive_doubling");
   // direct needs every rank's memory in reach (one host, peer_memory); then it is the default
-  // above small_bytes.
+  // for allreduce from 3 ranks and 64 MiB, and forced anywhere.
   const auto direct = tcp::parse_algorithm_overrides("allreduce=direct");
   a = tcp::CollectiveArgs{};
   a.kind = OpKind::allreduce;
@@ -258,18 +258,26 @@ TEST_CASE("CHORUS_ALGO forces an algorithm where it applies, and names bad entri
   CHECK(std::string(tcp::choose_algorithm(4, a)) == "direct");
   a.forced = nullptr;
   CHECK(std::string(tcp::choose_algorithm(4, a)) == "recursive_doubling");
-  a.count = 1 << 20;
+  a.dtype = DataType::float32;
+  a.count = (std::size_t{64} << 20) / 4 - 1;  // just below 64 MiB: the rings win there
+  CHECK(std::string(tcp::choose_algorithm(4, a)) == "ring");
+  a.count += 1;
+  CHECK(std::string(tcp::choose_algorithm(3, a)) == "direct");
   CHECK(std::string(tcp::choose_algorithm(4, a)) == "direct");
   CHECK(std::string(tcp::choose_algorithm(2, a)) == "ring");  // measured: rings win at 2 ranks
-  a.dtype = DataType::float32;
-  a.count = 1 << 16;  // 256 KiB: below the threshold
+  a.peer_memory = false;
   CHECK(std::string(tcp::choose_algorithm(4, a)) == "ring");
-  a.kind = OpKind::allgather;  // the whole op counts: 4 x 256 KiB of output, then 4 x 2 MiB
+  a.peer_memory = true;
+  // The other ops: the rings won at every size measured (1-64 MiB).
+  a.kind = OpKind::allgather;
   CHECK(std::string(tcp::choose_algorithm(4, a)) == "ring");
-  a.count = 1 << 19;
-  CHECK(std::string(tcp::choose_algorithm(4, a)) == "direct");
-  a.kind = OpKind::broadcast;  // 2 MiB: below 8 MiB for the other ops
+  a.kind = OpKind::reduce_scatter;
+  CHECK(std::string(tcp::choose_algorithm(4, a)) == "ring");
+  a.kind = OpKind::broadcast;
   CHECK(std::string(tcp::choose_algorithm(4, a)) == "chain");
+  const auto forced_broadcast = tcp::parse_algorithm_overrides("broadcast=direct");
+  a.forced = forced_broadcast[static_cast<std::size_t>(OpKind::broadcast)];
+  CHECK(std::string(tcp::choose_algorithm(4, a)) == "direct");
   for (const char* bad : {"allreduce=tree", "allreduce", "reduction=ring", "allreduce=ring,"}) {
     INFO(bad);
     try {

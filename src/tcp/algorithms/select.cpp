@@ -59,21 +59,14 @@ const std::vector<OpAlgorithms>& algorithm_table() {
 
 // The single-copy algorithms (direct.cpp) against the rings over shared memory, measured on
 // the 2-core machine (docs/architecture.md, "Single-copy algorithms against the rings"): the
-// kernel's copy between address spaces runs at about a third of memcpy's speed there, so they
-// win only where they save many copies: from 3 ranks on (a ring copies every byte 2(n-1) times
-// per rank), from 1 MiB for allreduce (whose ring has the most steps) and from 8 MiB for the
-// others (below, the extra round of messages and the slower copy cost about what they save).
+// kernel's copy between address spaces runs at about a third of memcpy's speed there, while
+// the rings reduce straight out of shared memory and keep looking for data instead of
+// sleeping. The rings win every op at 1-8 MiB and every op but allreduce at 64 MiB; allreduce
+// at 64 MiB and 3 ranks is the one place direct won (3.64 against 3.21 GB/s; a tie at 4). So
+// direct is the default only there: allreduce, from 3 ranks and 64 MiB. The other ops run it
+// only when CHORUS_ALGO asks.
 constexpr int kDirectMinRanks = 3;
-constexpr std::size_t kDirectMinAllreduceBytes = 1 << 20;
-constexpr std::size_t kDirectMinBytes = 8 << 20;
-
-// The op's size as nccl-tests counts it: the whole buffer (allgather's output,
-// reduce_scatter's input), which is what the copies scale with.
-std::size_t op_bytes(int size, const CollectiveArgs& a) {
-  const std::size_t bytes = a.count * element_size(a.dtype);
-  const bool whole = a.kind == OpKind::allgather || a.kind == OpKind::reduce_scatter;
-  return whole ? bytes * static_cast<std::size_t>(size) : bytes;
-}
+constexpr std::size_t kDirectMinAllreduceBytes = std::size_t{64} << 20;
 
 }  // namespace
 
@@ -120,10 +113,10 @@ const char* choose_algorithm(int size, const CollectiveArgs& a) {
       (forced != "direct" || a.peer_memory)) {
     return a.forced;
   }
-  const bool small = a.count * element_size(a.dtype) <= a.small_bytes;
-  const std::size_t direct_from =
-      a.kind == OpKind::allreduce ? kDirectMinAllreduceBytes : kDirectMinBytes;
-  const bool direct = a.peer_memory && size >= kDirectMinRanks && op_bytes(size, a) >= direct_from;
+  const std::size_t bytes = a.count * element_size(a.dtype);
+  const bool small = bytes <= a.small_bytes;
+  const bool direct = a.kind == OpKind::allreduce && a.peer_memory && size >= kDirectMinRanks &&
+                      bytes >= kDirectMinAllreduceBytes;
   switch (a.kind) {
     case OpKind::allreduce:
       if (forced.empty() && hierarchical_applies) {
