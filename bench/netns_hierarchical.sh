@@ -41,9 +41,14 @@ printf '# netns cluster %s: %d hosts x %d ranks, links %s, allreduce %s float32,
 netns_start_store "$store_bin" "$work"
 
 # run LABEL ALGO_ENV: one all_reduce_perf launch; appends the out-of-place busbw to LABEL's file.
+# Every launch is its own job, so it gets its own run id: launches that share one meet the
+# previous launch's keys in the store, and hierarchical runs after a flat run then stall for
+# about 0.2 s (docs/architecture.md, hierarchical allreduce).
+launches=0
 run() {
   local label=$1 algo=$2
-  CHORUS_ALGO=$algo netns_start_ranks "$n" "$work" 600 env CHORUS_ALGO="$algo" "$bench_bin" \
+  launches=$((launches + 1))
+  CHORUS_RUN_ID="netns-hier-$$-$launches" CHORUS_ALGO=$algo netns_start_ranks "$n" "$work" 600 env CHORUS_ALGO="$algo" "$bench_bin" \
     -b "$size" -e "$size" -n 3 -w 1 -c 1 --json "$work/$label.json"
   if ! netns_wait_ranks; then
     echo "all_reduce_perf ($label) failed (exit codes ${RANK_RC[*]}); stderr of each rank:" >&2
