@@ -90,15 +90,17 @@ void Executor::pump_recv(int peer) {
       transport_.post_recv(peer, t.dst, t.size, token);
       continue;
     }
-    const ReduceOnArrival fused{t.dst,          t.src,     t.size,       schedule_.dtype(),
-                                schedule_.op(), t.divisor, t.local_first};
-    if (!transport_.post_recv_reduce(peer, fused, token)) {
+    if (!transport_.post_recv_reduce(peer, arrival(t), token)) {
       // src2 is the op's own scratch slot (Schedule::recv_reduce): writable.
       state_[static_cast<std::size_t>(id)] = kPostedStaged;
-      transport_.post_recv(peer, const_cast<void*>(t.src2), t.size * element_size(fused.dtype),
-                           token);
+      transport_.post_recv(peer, const_cast<void*>(t.src2),
+                           t.size * element_size(schedule_.dtype()), token);
     }
   }
+}
+
+ReduceOnArrival Executor::arrival(const Task& t) const {
+  return {t.dst, t.src, t.size, schedule_.dtype(), schedule_.op(), t.divisor, t.local_first};
 }
 
 void Executor::run_local(TaskId id) {
@@ -150,9 +152,7 @@ void Executor::complete(std::uint64_t token) {
                "completion of task {} which is not in flight", id);
   if (state_[static_cast<std::size_t>(id)] == kPostedStaged) {
     const Task& t = schedule_.tasks()[static_cast<std::size_t>(id)];
-    const void* a = t.local_first ? t.src : t.src2;
-    const void* b = t.local_first ? t.src2 : t.src;
-    reduce(t.dst, a, b, t.size, schedule_.dtype(), schedule_.op(), t.divisor);
+    reduce_arrived(arrival(t), t.dst, t.src, t.src2, t.size);
   }
   finish(id);
   run_worklist();

@@ -50,6 +50,8 @@ class Executor {
   void run_worklist();
   void pump_send(int peer);
   void pump_recv(int peer);
+  // What a recv_reduce task reduces, as the transport takes it.
+  ReduceOnArrival arrival(const Task& t) const;
 
   Transport& transport_;
   Schedule& schedule_;

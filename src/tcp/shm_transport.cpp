@@ -6,7 +6,6 @@
 #include <thread>
 
 #include "core/check.hpp"
-#include "core/reduce.hpp"
 #include "tcp/futex.hpp"
 
 namespace chorus::tcp {
@@ -82,7 +81,6 @@ bool ShmTransport::post_recv_reduce(int peer, const ReduceOnArrival& r, std::uin
   if (!link->dropped) {
     const std::size_t unit = element_size(r.dtype);
     Message m{static_cast<std::byte*>(r.out), r.count * unit, 0, token};
-    m.reduces = true;
     m.reduce = r;
     m.unit = unit;
     link->recvs.push_back(m);
@@ -145,11 +143,9 @@ void ShmTransport::reduce_from_ring(Message& m, const std::byte* ring_at, std::s
   if (bytes == 0) {
     return;
   }
-  const ReduceOnArrival& r = m.reduce;
-  const void* local = static_cast<const std::byte*>(r.local) + m.done;
-  const void* a = r.local_first ? local : ring_at;
-  const void* b = r.local_first ? ring_at : local;
-  chorus::reduce(m.data + m.done, a, b, bytes / m.unit, r.dtype, r.op, r.divisor);
+  const ReduceOnArrival& r = *m.reduce;
+  reduce_arrived(r, m.data + m.done, static_cast<const std::byte*>(r.local) + m.done, ring_at,
+                 bytes / m.unit);
   m.done += bytes;
 }
 
@@ -165,7 +161,7 @@ bool ShmTransport::pull(Link& link, std::vector<std::uint64_t>& completed) {
     // of every element size.
     const std::size_t at = static_cast<std::size_t>(start % cap);
     const std::size_t first = std::min(n, cap - at);
-    if (m.reduces) {
+    if (m.reduce) {
       reduce_from_ring(m, link.in_data + at, first);
       reduce_from_ring(m, link.in_data, n - first);
     } else {

@@ -28,6 +28,7 @@
 #include <cstdint>
 #include <deque>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "tcp/forwarding_transport.hpp"
@@ -73,8 +74,7 @@ class ShmTransport final : public ForwardingTransport {
     std::size_t done = 0;
     std::uint64_t token;
     // A receive reduced on arrival: data is the output; `reduce` says with what.
-    bool reduces = false;
-    ReduceOnArrival reduce{};
+    std::optional<ReduceOnArrival> reduce;
     std::size_t unit = 1;  // bytes a pull moves at a time: the element size when reducing
   };
   // This rank's two rings with one host peer.

@@ -30,6 +30,7 @@
 #include <chorus/deadline.hpp>
 #include <chorus/types.hpp>
 
+#include "core/reduce.hpp"
 #include "tcp/wire.hpp"
 
 namespace chorus::tcp {
@@ -47,6 +48,14 @@ struct ReduceOnArrival {
   int divisor = 0;
   bool local_first = true;
 };
+
+// Reduces `count` elements that arrived (`received`) with `local` into `out`, in the operand
+// order `r` names. The one place both the fused and the staged path compute it.
+inline void reduce_arrived(const ReduceOnArrival& r, void* out, const void* local,
+                           const void* received, std::size_t count) {
+  reduce(out, r.local_first ? local : received, r.local_first ? received : local, count, r.dtype,
+         r.op, r.divisor);
+}
 
 class Transport {
  public:
