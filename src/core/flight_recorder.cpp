@@ -100,17 +100,21 @@ void FlightRecorder::ended(std::uint64_t record, const std::exception_ptr& error
     return;
   }
   std::string message;
-  try {
-    message = first_line(error);
-  } catch (...) {
-    message = "error (message unavailable: out of memory)";
+  if (error) {
+    try {
+      message = first_line(error);
+    } catch (...) {
+      message = "error (message unavailable: out of memory)";
+    }
   }
   const std::int64_t now = trace_now_us();
   const std::lock_guard lock(mu_);
   if (TraceEntry* e = slot(record); e != nullptr) {
     e->ended_us = now;
     e->state = error ? TraceState::failed : TraceState::completed;
-    e->error.swap(message);
+    if (error) {
+      e->error.swap(message);  // else left empty by issued()
+    }
   }
 }
 

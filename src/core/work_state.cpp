@@ -21,7 +21,8 @@ Work::~Work() = default;
 
 void WorkState::trace_end_in(std::shared_ptr<FlightRecorder> recorder,
                              std::uint64_t record) noexcept {
-  {
+  // An op that ran on the caller's thread is already complete here: no lock to take.
+  if (!finished_.load(std::memory_order_acquire)) {
     std::lock_guard lock(mu_);
     if (!done_) {
       trace_recorder_ = std::move(recorder);

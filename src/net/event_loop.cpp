@@ -131,9 +131,12 @@ void EventLoop::post(std::function<void()> fn) {
 }
 
 void EventLoop::wakeup() noexcept {
-  const std::uint64_t one = 1;
-  // EAGAIN means the counter is already non-zero: the loop will wake anyway.
-  (void)!::write(wake_fd_, &one, sizeof(one));
+  wake_requested_.store(true);
+  if (asleep_.load()) {
+    const std::uint64_t one = 1;
+    // EAGAIN means the counter is already non-zero: the loop will wake anyway.
+    (void)!::write(wake_fd_, &one, sizeof(one));
+  }
 }
 
 void EventLoop::drain_posted() {
@@ -182,13 +185,25 @@ int EventLoop::run_once(Deadline until) {
                      ? 0
                      : static_cast<int>(std::min<long long>((left.count() + 999) / 1000, INT_MAX));
   }
+  // A wakeup() since the last call makes this one a poll. A loop about to sleep says so first,
+  // then looks for a request once more (see wakeup()).
+  bool woken = wake_requested_.exchange(false);
+  if (woken) {
+    timeout_ms = 0;
+  } else if (timeout_ms != 0) {
+    asleep_.store(true);
+    if (wake_requested_.exchange(false)) {
+      woken = true;
+      timeout_ms = 0;
+    }
+  }
   const int n =
       ::epoll_wait(epoll_fd_, events_.data(), static_cast<int>(events_.size()), timeout_ms);
+  asleep_.store(false, std::memory_order_relaxed);
   if (n < 0 && errno != EINTR) {
     CHORUS_WARN(net, "epoll_wait failed: {}", errno_name(errno));
   }
   int dispatched = 0;
-  bool woken = false;
   for (int i = 0; i < n; ++i) {
     const std::uint64_t data = events_[static_cast<std::size_t>(i)].data.u64;
     const int fd = static_cast<int>(data & 0xffffffffu);
@@ -212,6 +227,11 @@ int EventLoop::run_once(Deadline until) {
   }
   if (n == static_cast<int>(events_.size()) && events_.size() < 4096) {
     events_.resize(events_.size() * 2);
+  }
+  // A request made while this call ran is answered by its return: the caller looks at what
+  // was asked after it (the flag would otherwise end the next call at once for nothing).
+  if (wake_requested_.exchange(false)) {
+    woken = true;
   }
   if (woken) {
     drain_posted();

@@ -59,7 +59,9 @@ class EventLoop {
 
   // Thread-safe: queue fn to run on the loop thread and wake the loop.
   void post(std::function<void()> fn);
-  // Thread-safe: make a blocked run_once() return soon.
+  // Thread-safe: make a blocked run_once() return soon (or the next one return at once). Only
+  // a loop asleep in epoll_wait costs a system call: a loop that is busy, or polling with a zero
+  // timeout, finds the request at its next run_once().
   void wakeup() noexcept;
 
   // Waits for events until `until` or the next timer (whichever is first), dispatches them,
@@ -92,6 +94,11 @@ class EventLoop {
   std::mutex post_mu_;
   std::vector<std::function<void()>> posted_;  // guarded by post_mu_
   std::atomic<bool> stop_{false};
+  // wakeup() and run_once() meet through these two flags (each side writes its own, then reads
+  // the other's, all sequentially consistent): either the waker sees the loop asleep and writes
+  // the eventfd, or the loop sees the request before it sleeps.
+  std::atomic<bool> wake_requested_{false};
+  std::atomic<bool> asleep_{false};
 };
 
 }  // namespace chorus::net

@@ -4,8 +4,9 @@
 // input into its own slot in the segment, and every rank reduces all the slots, in rank
 // order, into its output, so every rank gets the same bits. No thread hand-off, no stream
 // headers, no system call when the peers are on time: an 8-byte allreduce costs a copy and a
-// few cache-line reads. A rank whose peers are late spins briefly, then sleeps on its wake
-// word (a futex the publishers bump), so waiting ranks give the CPU to the late ones.
+// few cache-line reads. A rank whose peers are late spins briefly (not at all when the ranks
+// outnumber the CPUs), yields, then sleeps on its wake word (a futex the publishers bump), so
+// waiting ranks give the CPU to the late ones.
 //
 // Who runs a board op: the caller's thread when the engine has no collective queued or
 // running (TcpProcessGroup: the usual case for a small blocking op), else the engine thread
@@ -77,7 +78,8 @@ class SlotBoard {
   std::vector<std::pair<int, std::uint64_t>> missing(std::uint64_t seq) const noexcept;
 
   // Blocks until a peer publishes (maybe the one awaited), or `until`: spins for a few
-  // microseconds, then sleeps on this rank's wake word.
+  // microseconds (unless the host is oversubscribed), yields, then sleeps on this rank's wake
+  // word.
   void wait(Deadline until) const noexcept;
 
  private:
@@ -92,6 +94,9 @@ class SlotBoard {
   std::byte* area_;
   int rank_;
   int size_;
+  // wait()'s busy looks before it yields: none when the host's ranks outnumber the CPUs this
+  // process may use (a waiting rank then holds the core the late rank needs).
+  int spins_;
   std::uint64_t rounds_ = 0;  // board ops finished by this rank
 };
 

@@ -100,6 +100,40 @@ TEST_CASE("net: event loop dispatches accept, read and timers; post wakes it", "
   REQUIRE(posted);
 }
 
+TEST_CASE("net: no wakeup() is lost, whether the loop is asleep, about to sleep or busy",
+          "[net]") {
+  net::EventLoop loop;
+  // Made before run_once(): that call returns at once instead of sleeping to its deadline.
+  loop.wakeup();
+  REQUIRE(loop.run_once(Deadline::after(10s)) >= 1);
+  // From another thread, at every point of run_once() (the waker yields a varying number of
+  // times first): each round must end with the wakeup, never at the 10 s deadline (a lost
+  // wakeup returns 0).
+  constexpr int kRounds = 300;
+  std::atomic<int> round{0};
+  std::thread waker([&] {
+    for (int r = 1; r <= kRounds; ++r) {
+      while (round.load() < r) {
+        std::this_thread::yield();
+      }
+      for (int i = 0; i < r % 7; ++i) {
+        std::this_thread::yield();
+      }
+      loop.wakeup();
+    }
+  });
+  int lost = 0;
+  for (int r = 1; r <= kRounds; ++r) {
+    round.store(r);
+    if (loop.run_once(Deadline::after(10s)) == 0) {
+      ++lost;
+      break;
+    }
+  }
+  waker.join();
+  REQUIRE(lost == 0);
+}
+
 TEST_CASE("TcpStore: connect failure names host:port, time waited and the OS error", "[store]") {
   const std::uint16_t port = unused_port();
   const auto start = Clock::now();
