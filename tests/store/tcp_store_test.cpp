@@ -100,8 +100,7 @@ TEST_CASE("net: event loop dispatches accept, read and timers; post wakes it", "
   REQUIRE(posted);
 }
 
-TEST_CASE("net: no wakeup() is lost, whether the loop is asleep, about to sleep or busy",
-          "[net]") {
+TEST_CASE("net: no wakeup() is lost, whether the loop is asleep, about to sleep or busy", "[net]") {
   net::EventLoop loop;
   // Made before run_once(): that call returns at once instead of sleeping to its deadline.
   loop.wakeup();
