@@ -67,6 +67,9 @@ bool WorkState::complete(std::exception_ptr error) noexcept {
 }
 
 void WorkState::wait() {
+  if (t_callback_depth == 0 && driver_ && !finished_.load(std::memory_order_acquire)) {
+    driver_->drive(*this);
+  }
   if (t_callback_depth == 0 && wait_spin_ > std::chrono::microseconds::zero()) {
     const auto stop = Clock::now() + wait_spin_;
     while (!finished_.load(std::memory_order_acquire) && Clock::now() < stop) {

@@ -21,6 +21,18 @@
 
 namespace chorus {
 
+class WorkState;
+
+// A backend that can run its progress loop on a waiting thread (tcp: Engine::drive). Shared by
+// the Works that use it, so it may outlive the backend: drive() then returns at once.
+class WorkDriver {
+ public:
+  virtual ~WorkDriver() = default;
+  // Makes progress on the calling thread until `work` completes, or returns early where it
+  // cannot (another thread drives, the backend is shutting down); wait() then blocks as usual.
+  virtual void drive(const WorkState& work) noexcept = 0;
+};
+
 class WorkState : public Work {
  public:
   WorkState(const char* op_name, std::uint64_t seq) noexcept : op_name_(op_name), seq_(seq) {}
@@ -34,6 +46,10 @@ class WorkState : public Work {
   // microseconds). Zero (the default) blocks at once; a backend sets it for its small ops
   // before handing the Work out.
   void spin_before_blocking(std::chrono::microseconds spin) noexcept { wait_spin_ = spin; }
+  // wait() first lends its thread to `driver` (not from a then() callback). Set before the Work
+  // is handed out.
+  void drive_with(std::shared_ptr<WorkDriver> driver) noexcept { driver_ = std::move(driver); }
+  bool has_driver() const noexcept { return driver_ != nullptr; }
 
   void wait() override;
   bool wait_for(Duration bound) override;
@@ -60,6 +76,7 @@ class WorkState : public Work {
   bool done_ = false;                                  // guarded by mu_
   std::atomic<bool> finished_{false};                  // done_, readable without mu_
   std::chrono::microseconds wait_spin_{0};             // set before the Work is handed out
+  std::shared_ptr<WorkDriver> driver_;                 // set before the Work is handed out
   std::exception_ptr error_;                           // guarded by mu_; immutable once done_
   std::vector<std::function<void(Work&)>> callbacks_;  // guarded by mu_
   std::shared_ptr<FlightRecorder> trace_recorder_;     // guarded by mu_

@@ -2,7 +2,8 @@
 // SocketTransport, collective streams: gathered writes and scattered reads over the posted
 // messages of each data socket (one syscall moves many small messages, e.g. a signature
 // header and its payload), striping of large messages over the peer's sockets, and interest
-// in EPOLLIN/EPOLLOUT only while there is something to receive/send.
+// in EPOLLIN/EPOLLOUT only while there is something to receive/send (reading interest outlives
+// a receive until data comes with none posted twice: Stream::early_data).
 #include <sys/epoll.h>
 #include <sys/uio.h>
 
@@ -62,6 +63,7 @@ void SocketTransport::post(int peer, std::byte* base, std::size_t bytes, std::ui
     for (std::size_t i = 0; i < k; ++i) {
       const std::size_t off = i * per;
       Stream& s = *p.data[i];
+      s.early_data = s.early_data && send;
       const bool idle = queue(s).empty();
       queue(s).push_back({base + off, std::min(per, bytes - off), req});
       if (idle && !s.dead) {
@@ -71,6 +73,7 @@ void SocketTransport::post(int peer, std::byte* base, std::size_t bytes, std::ui
     return;
   }
   Stream& s = *p.data[index % k];
+  s.early_data = s.early_data && send;
   const bool idle = queue(s).empty();
   queue(s).push_back({base, bytes, new_req(token, 1)});
   if (s.dead) {
@@ -182,7 +185,10 @@ void SocketTransport::on_stream(Stream& s, std::uint32_t events) {
     return;  // a link being released: its end closes, which is no failure
   }
   if ((events & EPOLLIN) && s.recvq.empty()) {
-    update_interest(s, false);  // the peer is ahead: its data waits for the receive's post
+    // The peer is ahead: its data waits for the receive's post (see Stream::early_data).
+    if (std::exchange(s.early_data, true)) {
+      update_interest(s, false);
+    }
   } else if ((events & EPOLLIN) && !read_stream(s)) {
     return;
   }

@@ -10,6 +10,7 @@
 
 #include "core/format.hpp"
 #include "core/logging.hpp"
+#include "tcp/futex.hpp"
 
 namespace chorus::tcp {
 namespace {
@@ -43,6 +44,7 @@ Engine::Engine(EngineConfig config, std::unique_ptr<EngineTransport> transport)
   // (created, one op, destroyed) then sends no heartbeat at all.
   next_heartbeat_ = Clock::now() + config_.peer_timeout / 4;
   next_silence_check_ = Clock::now() + config_.peer_timeout;
+  gate_ = std::make_shared<Gate>(this);
   thread_ = std::thread([this] { run(); });
 }
 
@@ -51,7 +53,9 @@ Engine::~Engine() {
     std::lock_guard lock(mu_);
     stop_ = true;
   }
-  transport_->wakeup();
+  stopping_.store(true);
+  poke();          // a driver in poll() returns and sees stopping_
+  gate_->close();  // no new driver; waits for the ones inside
   if (thread_.joinable()) {
     thread_.join();
   }
@@ -104,6 +108,7 @@ void Engine::note_issued(std::uint64_t seq) noexcept {
 }
 
 void Engine::submit(std::unique_ptr<Op> op) {
+  const bool driven = op->work->has_driver();
   if (op->kind == Op::Kind::collective) {
     note_issued(op->call.seq);
   }
@@ -120,11 +125,17 @@ void Engine::submit(std::unique_ptr<Op> op) {
     op->work->complete(failed);
     return;
   }
-  transport_->wakeup();
+  // An op whose caller may drive the loop (drive()) does not unpark the engine thread: if
+  // nobody waits for it, the engine looks in within kParkTick.
+  if (driven) {
+    transport_->wakeup();
+  } else {
+    poke();
+  }
 }
 
 void Engine::abort(std::exception_ptr error) {
-  if (std::this_thread::get_id() == thread_.get_id()) {
+  if (on_engine_thread()) {
     fail_group(std::move(error), true, config_.rank);
     return;
   }
@@ -132,7 +143,7 @@ void Engine::abort(std::exception_ptr error) {
   abort_request_ = std::move(error);
   abort_done_ = false;
   lock.unlock();
-  transport_->wakeup();
+  poke();
   lock.lock();
   // The engine answers within one loop iteration (it never blocks on a peer); the bound only
   // guards against a bug turning abort() into a hang.
@@ -141,41 +152,137 @@ void Engine::abort(std::exception_ptr error) {
 
 void Engine::run() noexcept {
   log::set_thread_context(fmt::format("{} r{}/{}", config_.group, config_.rank, config_.size));
-  for (;;) {
-    take_submitted();
-    {
-      std::lock_guard lock(mu_);
-      if (stop_) {
-        break;
+  std::unique_lock lease(lease_);
+  runner_.store(std::this_thread::get_id());
+  // Parked: a caller drove the loop within kParkKeep. The engine thread then stays off the
+  // sockets and looks in once per kParkTick (heartbeats, news, ops nobody waits on).
+  bool parked = false;
+  while (!stopping_.load()) {
+    if (drivers_waiting_.load() > 0 || parked) {
+      if (lease.owns_lock()) {
+        runner_.store(std::thread::id());
+        lease.unlock();
       }
+      park();
+      if (stopping_.load() || drivers_waiting_.load() > 0 || !lease.try_lock()) {
+        parked = true;  // a caller drives, or is about to
+        continue;
+      }
+      runner_.store(std::this_thread::get_id());
+      iterate(Deadline::after(Duration::zero()));
+      // Work that no caller drives (an op nobody waits on yet, a tagged message, a probe)
+      // needs the engine thread's own loop.
+      parked = Clock::now() - last_drive_end_ < kParkKeep && !current_ && queue_.empty() &&
+               p2p_.empty() && !probe_ && !held_failure_;
+      continue;
     }
-    start_next();
-    transport_->await_board(current_ && current_->on_board);
-    transport_->spin_before_sleep(spin_budget());
-    try {
-      transport_->poll(nearest_deadline(), completed_, events_);
-    } catch (const std::exception& e) {
-      fail_group(make_error(ErrorCode::internal,
-                            fmt::format("{}: event loop failed: {}", prefix(nullptr), e.what()),
-                            context(nullptr, {})),
-                 true, config_.rank);
-    }
-    for (std::uint64_t token : completed_) {
-      on_completion(token);
-    }
-    completed_.clear();
-    for (auto& ev : events_) {
-      on_event(ev);
-    }
-    events_.clear();
-    if (current_ && current_->on_board && !failure_) {
-      settle_board();
-    }
-    check_held_failure();
-    check_deadlines();
-    tend_liveness();
+    iterate(nearest_deadline());
   }
+  if (!lease.owns_lock()) {
+    lease.lock();  // drivers give the loop back once stopping_ is set
+  }
+  runner_.store(std::this_thread::get_id());
   shutdown();
+}
+
+void Engine::iterate(Deadline until) {
+  take_submitted();
+  start_next();
+  transport_->await_board(current_ && current_->on_board);
+  transport_->spin_before_sleep(spin_budget());
+  try {
+    transport_->poll(until, completed_, events_);
+  } catch (const std::exception& e) {
+    fail_group(make_error(ErrorCode::internal,
+                          fmt::format("{}: event loop failed: {}", prefix(nullptr), e.what()),
+                          context(nullptr, {})),
+               true, config_.rank);
+  }
+  for (std::uint64_t token : completed_) {
+    on_completion(token);
+  }
+  completed_.clear();
+  for (auto& ev : events_) {
+    on_event(ev);
+  }
+  events_.clear();
+  if (current_ && current_->on_board && !failure_) {
+    settle_board();
+  }
+  check_held_failure();
+  check_deadlines();
+  tend_liveness();
+}
+
+void Engine::park() noexcept {
+  const std::uint32_t seq = park_seq_.load();
+  parked_.store(true);
+  // A poke() made before the load above set poked_ first; one made after it changed the word.
+  if (!poked_.exchange(false) && !stopping_.load()) {
+    futex_wait(park_seq_, seq, kParkTick);
+  }
+  parked_.store(false);
+  poked_.store(false);
+}
+
+void Engine::poke() noexcept {
+  poked_.store(true);
+  park_seq_.fetch_add(1);
+  if (parked_.load()) {
+    futex_wake(park_seq_);
+  }
+  transport_->wakeup();
+}
+
+void Engine::Gate::drive(const WorkState& work) noexcept {
+  Engine* engine = nullptr;
+  {
+    std::lock_guard lock(mu_);
+    engine = engine_;
+    if (engine == nullptr) {
+      return;
+    }
+    ++inside_;
+  }
+  engine->drive(work);
+  {
+    std::lock_guard lock(mu_);
+    --inside_;
+  }
+  cv_.notify_all();
+}
+
+void Engine::Gate::close() noexcept {
+  std::unique_lock lock(mu_);
+  engine_ = nullptr;
+  cv_.wait(lock, [&] { return inside_ == 0; });
+}
+
+void Engine::drive(const WorkState& work) noexcept {
+  const std::thread::id me = std::this_thread::get_id();
+  if (me == thread_.get_id() || runner_.load() == me) {
+    return;
+  }
+  drivers_waiting_.fetch_add(1);
+  transport_->wakeup();  // the engine thread leaves its poll and parks
+  std::unique_lock lease(lease_, std::defer_lock);
+  while (!lease.try_lock()) {
+    // Another caller drives: this one waits for its Work instead of for the loop.
+    const std::thread::id runner = runner_.load();
+    if (work.is_completed() || stopping_.load() ||
+        (runner != std::thread::id() && runner != thread_.get_id())) {
+      drivers_waiting_.fetch_sub(1);
+      return;
+    }
+    std::this_thread::yield();
+  }
+  drivers_waiting_.fetch_sub(1);
+  runner_.store(me);
+  while (!work.is_completed() && !stopping_.load()) {
+    iterate(nearest_deadline());
+  }
+  last_drive_end_ = Clock::now();
+  runner_.store(std::thread::id());
 }
 
 std::chrono::microseconds Engine::spin_budget() const {

@@ -1,8 +1,9 @@
 // SPDX-License-Identifier: BSD-3-Clause
 // Engine: the progress thread of one TcpProcessGroup.
 //
-// User threads only submit() ops and wait on their Work. The engine thread owns the
-// transport, the event loop and every op: it runs collectives one at a time in issue order
+// User threads submit() ops and wait on their Work. The engine thread owns the transport, the
+// event loop and every op (a caller waiting for a small op may run the loop for it meanwhile:
+// caller-driven progress, below): it runs collectives one at a time in issue order
 // (tagged send/recv run alongside, they never block the collective queue), sleeps in
 // epoll_wait until the nearest deadline (with a small collective in flight or just finished,
 // after looking for up to kSpin without sleeping), and is woken through the loop's eventfd on
@@ -87,8 +88,12 @@ class Engine {
   // false; its Work completes there): the engine waits on, or probes the peers and names them
   // as for any op.
   bool run_on_board(std::unique_ptr<Op>& op);
-  // Whether the calling thread is the engine's (a Work callback issuing an op).
-  bool on_engine_thread() const noexcept { return std::this_thread::get_id() == thread_.get_id(); }
+  // Whether the calling thread runs the engine's loop now (the engine thread, or a caller in
+  // drive()): a Work callback issuing an op.
+  bool on_engine_thread() const noexcept { return runner_.load() == std::this_thread::get_id(); }
+  // For WorkState::drive_with(): the Works of small collectives lend their waiting thread to
+  // the loop (caller-driven progress, below).
+  std::shared_ptr<WorkDriver> driver() const { return gate_; }
   // Any thread: fail everything with `error` (unless the group already failed) and notify
   // the peers. Returns once the engine has dropped every user buffer (bounded: the engine
   // never blocks for long), or at once when called on the engine thread.
@@ -104,7 +109,39 @@ class Engine {
     std::vector<bool> asked;
   };
 
+  // Caller-driven progress. One thread at a time runs the loop: whoever holds lease_, the
+  // engine thread or a caller waiting for a small op's Work (drive()). A caller that drives
+  // saves the hand-offs between its thread and the engine's (a submit's wake-up, the
+  // completion's), and the engine thread stays off the cores meanwhile: with 4 ranks on 2 cores
+  // that is half the runnable threads. The engine thread hands the lease over when
+  // drivers_waiting_ says a caller wants it, then parks: it looks in once per kParkTick while a
+  // caller drives, and goes back to its own loop kParkKeep after the last drive, or at once when
+  // there is work no caller drives (an op nobody waits on, a tagged message, a probe). Ops
+  // without a driver, abort() and the destructor unpark it (poke()).
+  class Gate final : public WorkDriver {
+   public:
+    explicit Gate(Engine* engine) noexcept : engine_(engine) {}
+    void drive(const WorkState& work) noexcept override;
+    // The engine is going away: later drive() calls return at once; waits for those inside.
+    void close() noexcept;
+
+   private:
+    std::mutex mu_;
+    std::condition_variable cv_;
+    Engine* engine_;  // guarded by mu_; null once closed
+    int inside_ = 0;  // guarded by mu_
+  };
+  // Runs the loop on the calling thread until `work` completes (or the engine stops); returns
+  // at once if another caller drives (the caller then waits for its Work as usual).
+  void drive(const WorkState& work) noexcept;
   void run() noexcept;
+  // One turn of the loop: takes submitted ops, starts the next, polls the transport until
+  // something happens or `until`, and settles what happened. Holder of lease_ only.
+  void iterate(Deadline until);
+  // The engine thread, without the lease: sleeps until poke() or kParkTick.
+  void park() noexcept;
+  // Any thread: the engine thread must run its own loop soon (unparks it, ends a poll).
+  void poke() noexcept;
   // Any thread: collective `seq` was issued (status replies tell peers the highest).
   void note_issued(std::uint64_t seq) noexcept;
   void take_submitted();
@@ -205,6 +242,18 @@ class Engine {
   std::vector<std::uint64_t> completed_;
   std::vector<TransportEvent> events_;
   std::vector<bool> left_;  // by rank: said goodbye (a board op it never published fails)
+
+  std::shared_ptr<Gate> gate_;
+  std::mutex lease_;
+  std::atomic<std::thread::id> runner_{};  // the thread holding lease_ (none while handed over)
+  std::atomic<int> drivers_waiting_{0};
+  std::atomic<bool> stopping_{false};  // the destructor runs: drivers give the loop back
+  std::atomic<std::uint32_t> park_seq_{0};
+  std::atomic<bool> parked_{false};
+  std::atomic<bool> poked_{false};
+  Clock::time_point last_drive_end_{};  // lease holder only
+  static constexpr std::chrono::milliseconds kParkTick{1};
+  static constexpr std::chrono::milliseconds kParkKeep{2};
 
   std::thread thread_;
 };

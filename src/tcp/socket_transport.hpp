@@ -95,6 +95,11 @@ class SocketTransport final : public EngineTransport {
     // else this engine iteration posts (one syscall for a header and its payload).
     bool send_posted = false;
     bool recv_posted = false;
+    // Data arrived with no receive posted (the peer is ahead) once since the last post. The
+    // second time, reading interest goes until a receive is posted: once only, the next op's
+    // receive usually comes first, and dropping and restoring the interest would cost two
+    // epoll_ctl calls per small op.
+    bool early_data = false;
   };
   struct OutFrame {
     std::array<std::uint8_t, kFrameHeaderBytes> header;

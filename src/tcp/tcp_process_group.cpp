@@ -228,6 +228,7 @@ class TcpProcessGroup final : public ProcessGroup {
     o->work = std::make_shared<WorkState>(call.name, call.seq);
     if (o->bytes <= kWaitSpinMaxBytes) {
       o->work->spin_before_blocking(kWaitSpin);
+      o->work->drive_with(engine_->driver());
     }
     auto work = o->work;
     // A small allreduce goes through the board (the same choice on every rank); this thread

@@ -6,6 +6,7 @@
 #include <sys/socket.h>
 #include <time.h>
 
+#include <atomic>
 #include <cmath>
 #include <future>
 #include <numeric>
@@ -81,11 +82,14 @@ TEST_CASE("idle ranks and ranks waiting for a late peer do not burn a core", "[t
             std::this_thread::sleep_for(300ms);
           }
           const double wait_from = process_cpu_seconds();
+          // Small: the waiting caller drives the loop (tcp), or waits on the board (auto).
+          float late = 1.0f;
+          pg->allreduce(Tensor::of(&late, 1))->wait();
           std::vector<float> v(1 << 15, 1.0f);  // 128 KiB: past the board, through the engine
           pg->allreduce(Tensor::of(v.data(), v.size()))->wait();
           pg->allreduce(Tensor::of(&x, 1))->wait();
           const double wait_cpu = process_cpu_seconds() - wait_from;
-          CHILD_CHECK(v[0] == 2.0f && x == 4.0f);
+          CHILD_CHECK(late == 2.0f && v[0] == 2.0f && x == 4.0f);
           if (idle_cpu > 0.1 || (rank == 0 && wait_cpu > 0.1)) {
             throw ChildCheckFailed{fmt::format(
                 "CHORUS_TRANSPORT={}: {:.3f} s of CPU while idle for 0.3 s, {:.3f} s while "
@@ -94,6 +98,68 @@ TEST_CASE("idle ranks and ranks waiting for a late peer do not burn a core", "[t
           }
           pg->barrier()->wait();
         }
+      },
+      120s);
+  REQUIRE_ALL_OK(results);
+}
+
+// A caller waiting for a small op runs the engine's loop itself while the engine thread parks
+// (Engine::drive). Work that no caller drives must still move: an op nobody waits on (only
+// polled, or with a then() callback), tagged messages, and another thread's ops while the
+// driving caller waits for a late peer.
+TEST_CASE("ops nobody waits on complete while callers drive the loop", "[tcp][mp]") {
+  StoreServerProcess server;
+  const auto results = run_processes(
+      2,
+      [&](int rank) {
+        ::setenv("CHORUS_TRANSPORT", "tcp", 1);
+        auto store = child_store(server.port());
+        auto pg = make_tcp_group(store, rank, 2, loopback_options());
+        for (int round = 0; round < 50; ++round) {
+          float x = 1.0f;
+          pg->allreduce(Tensor::of(&x, 1))->wait();  // driven: the engine thread parks
+          CHILD_CHECK(x == 2.0f);
+          // Issued right after a drive and never waited on: polled until done, bounded.
+          float y = static_cast<float>(round);
+          std::atomic<bool> called{false};
+          auto work = pg->allreduce(Tensor::of(&y, 1));
+          work->then([&](Work&) { called.store(true); });
+          const Deadline bound = Deadline::after(10s);
+          while (!(work->is_completed() && called.load()) && !bound.expired()) {
+            std::this_thread::yield();
+          }
+          CHILD_CHECK(work->is_completed() && called.load());
+          CHILD_CHECK(y == 2.0f * static_cast<float>(round));
+          // A tagged message (never driven) after a drive.
+          double m = rank == 0 ? 0.5 + round : -1;
+          auto p2p = rank == 0 ? pg->send(Tensor::of(&m, 1), 1, static_cast<std::uint32_t>(round))
+                               : pg->recv(Tensor::of(&m, 1), 0, static_cast<std::uint32_t>(round));
+          const Deadline p2p_bound = Deadline::after(10s);
+          while (!p2p->is_completed() && !p2p_bound.expired()) {
+            std::this_thread::yield();
+          }
+          CHILD_CHECK(p2p->is_completed() && m == 0.5 + round);
+        }
+        // Rank 0's main thread drives an allreduce that rank 1 joins only once rank 0's second
+        // thread has received a tagged message (its recv Work has no driver): the driving
+        // caller moves that recv too, and the second thread is not stuck behind its lease.
+        float z = 3.0f;
+        if (rank == 0) {
+          std::thread second([&] {
+            double got = 0;
+            pg->recv(Tensor::of(&got, 1), 1, 1000)->wait();
+            store->set("misc/drive/got", std::to_string(got));
+          });
+          pg->allreduce(Tensor::of(&z, 1))->wait();
+          second.join();
+        } else {
+          double sent = 42.0;
+          pg->send(Tensor::of(&sent, 1), 0, 1000)->wait();
+          CHILD_CHECK(store->get_string("misc/drive/got", 20s) == "42.000000");
+          pg->allreduce(Tensor::of(&z, 1))->wait();
+        }
+        CHILD_CHECK(z == 6.0f);
+        pg->barrier()->wait();
       },
       120s);
   REQUIRE_ALL_OK(results);
