@@ -27,6 +27,7 @@ void ChorusWork::start(const c10::intrusive_ptr<ChorusWork>& work,
   for (auto& part : parts) {
     part->then([self = work](chorus::Work& w) { self->part_done(w.exception()); });
   }
+  work->parts_ = std::move(parts);  // before the Work is handed out
   work->part_done(nullptr);
 }
 
@@ -94,6 +95,15 @@ c10::intrusive_ptr<c10::ivalue::Future> ChorusWork::getFuture() {
 }
 
 bool ChorusWork::wait(std::chrono::milliseconds timeout) {
+  if (timeout <= std::chrono::milliseconds::zero()) {
+    for (const auto& part : parts_) {
+      try {
+        part->wait();
+      } catch (...) {
+        // Reported below, as the first error of the parts (part_done()).
+      }
+    }
+  }
   std::unique_lock<std::mutex> lock(mutex_);
   if (timeout <= std::chrono::milliseconds::zero()) {
     cv_.wait(lock, [&] { return completed_; });

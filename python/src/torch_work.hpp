@@ -32,7 +32,9 @@ class ChorusWork final : public c10d::Work {
                     std::function<void()> finisher, std::vector<at::Tensor> keep);
 
   // Blocks until done and rethrows the op's error. A bounded wait that runs out throws a
-  // message naming the op; the op itself keeps running (its own deadline is the group's).
+  // message naming the op; the op itself keeps running (its own deadline is the group's). An
+  // unbounded one waits on the chorus ops first (their own wait() may run the engine's loop
+  // on this thread: the latency of a small blocking op).
   bool wait(std::chrono::milliseconds timeout) override;
   void synchronize() override {}
   int sourceRank() const override { return source_rank_; }
@@ -59,6 +61,9 @@ class ChorusWork final : public c10d::Work {
   std::exception_ptr first_error_;
   std::function<void()> finisher_;
   std::vector<at::Tensor> keep_;
+  // The chorus ops, set once by start(): an unbounded wait() waits on them first, which lets
+  // a small op's waiting thread drive the engine (chorus::WorkState::drive_with).
+  std::vector<std::shared_ptr<chorus::Work>> parts_;
 };
 
 }  // namespace chorus::torch_bridge
