@@ -80,12 +80,12 @@ test-asan: $(ASAN_BUILD)/build.ninja
 	$(SAN_ENV) scripts/run_tests.sh $(ASAN_BUILD) --skip "$(ASAN_SKIP)" --timeout-multiplier 3
 
 # TSan (clang 14: LLVM's own TSan; the leg also keeps the clang build warning-free): the tests
-# that run several threads in one process (engine + caller threads, the link connector, store
-# server + clients, Work callbacks, the DDP reducer's callbacks). libclang-rt-14-dev holds its
-# runtime.
+# that run several threads in one process (engine + caller threads, callers driving the engine's
+# loop, the link connector, store server + clients, Work callbacks, the DDP reducer's
+# callbacks). libclang-rt-14-dev holds its runtime.
 TSAN_TESTS := core store_contract store_tcp store_mp tcp_collectives_mp tcp_failures_mp tcp_threads_mp \
   tcp_links_mp tcp_membership_mp tcp_board_mp \
-  tcp_misc_mp tcp_addressing_mp capi capi_mp ddp_mp chorusrun
+  tcp_misc_mp tcp_addressing_mp tcp_engine_faults capi capi_mp ddp_mp chorusrun
 # chorusrun's test runs the launcher (store server thread + supervisor) and chorus-store.
 TSAN_TOOLS := tools/chorusrun tools/chorus-store
 $(TSAN_BUILD)/build.ninja: | deps

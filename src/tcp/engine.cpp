@@ -169,14 +169,14 @@ void Engine::run() noexcept {
         continue;
       }
       runner_.store(std::this_thread::get_id());
-      iterate(Deadline::after(Duration::zero()));
+      iterate(false);
       // Work that no caller drives (an op nobody waits on yet, a tagged message, a probe)
       // needs the engine thread's own loop.
       parked = Clock::now() - last_drive_end_ < kParkKeep && !current_ && queue_.empty() &&
                p2p_.empty() && !probe_ && !held_failure_;
       continue;
     }
-    iterate(nearest_deadline());
+    iterate(true);
   }
   if (!lease.owns_lock()) {
     lease.lock();  // drivers give the loop back once stopping_ is set
@@ -185,9 +185,13 @@ void Engine::run() noexcept {
   shutdown();
 }
 
-void Engine::iterate(Deadline until) {
+void Engine::iterate(bool wait, const WorkState* driven) {
   take_submitted();
   start_next();
+  // After take_submitted(): the deadlines of the ops just taken count. A driving caller whose
+  // op completed above (say, an abort) does not wait: it leaves.
+  const bool done = driven != nullptr && driven->is_completed();
+  const Deadline until = wait && !done ? nearest_deadline() : Deadline::after(Duration::zero());
   transport_->await_board(current_ && current_->on_board);
   transport_->spin_before_sleep(spin_budget());
   try {
@@ -279,7 +283,7 @@ void Engine::drive(const WorkState& work) noexcept {
   drivers_waiting_.fetch_sub(1);
   runner_.store(me);
   while (!work.is_completed() && !stopping_.load()) {
-    iterate(nearest_deadline());
+    iterate(true, &work);
   }
   last_drive_end_ = Clock::now();
   runner_.store(std::thread::id());

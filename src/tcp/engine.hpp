@@ -94,6 +94,11 @@ class Engine {
   // For WorkState::drive_with(): the Works of small collectives lend their waiting thread to
   // the loop (caller-driven progress, below).
   std::shared_ptr<WorkDriver> driver() const { return gate_; }
+  // Whether a caller (not the engine thread) runs the loop now (for tests).
+  bool caller_driving() const noexcept {
+    const std::thread::id runner = runner_.load();
+    return runner != std::thread::id() && runner != thread_.get_id();
+  }
   // Any thread: fail everything with `error` (unless the group already failed) and notify
   // the peers. Returns once the engine has dropped every user buffer (bounded: the engine
   // never blocks for long), or at once when called on the engine thread.
@@ -135,9 +140,10 @@ class Engine {
   // at once if another caller drives (the caller then waits for its Work as usual).
   void drive(const WorkState& work) noexcept;
   void run() noexcept;
-  // One turn of the loop: takes submitted ops, starts the next, polls the transport until
-  // something happens or `until`, and settles what happened. Holder of lease_ only.
-  void iterate(Deadline until);
+  // One turn of the loop: takes submitted ops, starts the next, polls the transport (with
+  // `wait`, until something happens or the nearest deadline; not once `driven`, the Work a
+  // driving caller waits for, is complete) and settles what happened. Holder of lease_ only.
+  void iterate(bool wait, const WorkState* driven = nullptr);
   // The engine thread, without the lease: sleeps until poke() or kParkTick.
   void park() noexcept;
   // Any thread: the engine thread must run its own loop soon (unparks it, ends a poll).

@@ -58,8 +58,10 @@ struct Group {
   std::vector<std::unique_ptr<Engine>> ranks;
 };
 
+// driven: the Work lends its waiting thread to the engine's loop (Engine::drive), as a small
+// op of a TcpProcessGroup does.
 std::shared_ptr<WorkState> allreduce(Engine& e, float* data, std::size_t count, std::uint64_t seq,
-                                     Duration timeout = 60s) {
+                                     Duration timeout = 60s, bool driven = false) {
   auto o = std::make_unique<Op>();
   o->kind = Op::Kind::collective;
   o->args.kind = OpKind::allreduce;
@@ -81,6 +83,9 @@ std::shared_ptr<WorkState> allreduce(Engine& e, float* data, std::size_t count, 
   o->call.timeout = timeout;
   o->call.deadline = Deadline::after(timeout);
   o->work = std::make_shared<WorkState>("allreduce", seq);
+  if (driven) {
+    o->work->drive_with(e.driver());
+  }
   auto w = o->work;
   e.submit(std::move(o));
   return w;
@@ -264,6 +269,79 @@ TEST_CASE("fabric: abort racing completion never hangs and leaves one outcome pe
     // After the abort every new op fails fast with it.
     const Error later = error_of(allreduce(g[0], a.data(), a.size(), 2));
     CHECK(contains(later.what(), "test abort"));
+  }
+}
+
+TEST_CASE("fabric: callers driving the loop complete every op, from several threads at once",
+          "[tcp][fabric]") {
+  MemoryFabric fabric(2);
+  Group g(2, fabric);
+  constexpr int kOps = 200;
+  std::vector<float> a(kOps, 1.0f), b(kOps, 1.0f);
+  // Rank 0: four threads, each waiting (driving) on every fourth op; rank 1: one thread.
+  std::vector<std::shared_ptr<WorkState>> w0;
+  for (int i = 0; i < kOps; ++i) {
+    w0.push_back(allreduce(g[0], &a[static_cast<std::size_t>(i)], 1,
+                           static_cast<std::uint64_t>(i + 1), 60s, true));
+  }
+  std::vector<std::thread> waiters;
+  std::atomic<int> failed{0};
+  for (int t = 0; t < 4; ++t) {
+    waiters.emplace_back([&, t] {
+      for (int i = t; i < kOps; i += 4) {
+        try {
+          w0[static_cast<std::size_t>(i)]->wait();
+        } catch (...) {
+          failed.fetch_add(1);
+        }
+      }
+    });
+  }
+  for (int i = 0; i < kOps; ++i) {
+    allreduce(g[1], &b[static_cast<std::size_t>(i)], 1, static_cast<std::uint64_t>(i + 1), 60s,
+              true)
+        ->wait();
+  }
+  for (auto& t : waiters) {
+    t.join();
+  }
+  CHECK(failed.load() == 0);
+  CHECK(std::all_of(a.begin(), a.end(), [](float v) { return v == 2.0f; }));
+  CHECK(std::all_of(b.begin(), b.end(), [](float v) { return v == 2.0f; }));
+}
+
+TEST_CASE("fabric: a caller driving the loop gives way to abort() and to the group's end",
+          "[tcp][fabric][failure]") {
+  for (int round = 0; round < 20; ++round) {
+    MemoryFabric fabric(2);
+    Group g(2, fabric);
+    float x = 1.0f;
+    // Rank 1 never joins: the caller drives (sleeping in the transport's poll) until told.
+    auto w = allreduce(g[0], &x, 1, 1, 60s, true);
+    std::string outcome;
+    std::thread waiter([&] {
+      try {
+        w->wait();
+        outcome = "completed";
+      } catch (const Error& e) {
+        outcome = e.what();
+      }
+    });
+    // Once the waiting thread runs the loop (bounded: it gets the loop within one engine turn).
+    const Deadline driving_by = Deadline::after(kBound);
+    while (!g[0].caller_driving() && !driving_by.expired()) {
+      std::this_thread::yield();
+    }
+    REQUIRE(g[0].caller_driving());
+    if (round % 2 == 0) {
+      g[0].abort(std::make_exception_ptr(Error(ErrorCode::aborted, "test abort", ErrorContext{})));
+    } else {
+      g.ranks[0].reset();  // destroyed while the caller drives
+    }
+    REQUIRE(w->wait_for(kBound));
+    waiter.join();
+    INFO(outcome);
+    CHECK(contains(outcome, round % 2 == 0 ? "test abort" : "destroyed"));
   }
 }
 
