@@ -73,7 +73,6 @@ constexpr std::size_t kRankStride = 2 * kLine + 2 * kBufferStride;
 // allreduce at 4 ranks: 11-22 us with the spin, 4.5-6.5 us without; 2 ranks: no change).
 // Yielding for 30 or 100 us instead of 10 made neither 2 nor 4 ranks faster.
 constexpr int kSpins = 256;
-constexpr int kMinSpins = 16;
 constexpr auto kYieldFor = std::chrono::microseconds(10);
 
 // The CPUs this process may run on (its affinity mask; the online count if that is unknown).
@@ -107,8 +106,7 @@ SlotBoard::SlotBoard(std::shared_ptr<ShmSegment> segment, int rank, int size) no
       area_(segment_->board()),
       rank_(rank),
       size_(size),
-      max_spins_(size > usable_cpus() ? 0 : kSpins),
-      spins_(max_spins_) {
+      spins_(size > usable_cpus() ? 0 : kSpins) {
   static_assert(sizeof(Line) == kLine && sizeof(WakeWord) == kLine);
 }
 
@@ -227,15 +225,12 @@ void SlotBoard::wait(Deadline until) const noexcept {
     return sum;
   };
   const std::uint64_t before = published_seqs();
-  const int spins = spins_.load(std::memory_order_relaxed);
-  for (int i = 0; i < spins; ++i) {
+  for (int i = 0; i < spins_; ++i) {
     cpu_relax();
     if ((i & 15) == 15 && published_seqs() != before) {
-      spins_.store(std::min(max_spins_, 2 * spins), std::memory_order_relaxed);
       return;
     }
   }
-  spins_.store(std::min(max_spins_, std::max(kMinSpins, spins / 2)), std::memory_order_relaxed);
   const auto yield_until = Clock::now() + kYieldFor;
   while (Clock::now() < yield_until) {
     ::sched_yield();

@@ -94,13 +94,9 @@ class SlotBoard {
   std::byte* area_;
   int rank_;
   int size_;
-  // wait()'s busy looks before it yields, at most max_spins_: none when the host's ranks
-  // outnumber the CPUs this process may use (a waiting rank then holds the core the late rank
-  // needs). Between kMinSpins and max_spins_ otherwise, halved after a wait the looks did not
-  // end and doubled after one they did: when the scheduler puts two ranks on one core, looking
-  // only delays the peer.
-  int max_spins_;
-  mutable std::atomic<int> spins_;
+  // wait()'s busy looks before it yields: none when the host's ranks outnumber the CPUs this
+  // process may use (a waiting rank then holds the core the late rank needs).
+  int spins_;
   std::uint64_t rounds_ = 0;  // board ops finished by this rank
 };
 
