@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: BSD-3-Clause
-// Engine: the progress thread of one TcpProcessGroup.
+// Engine: the progress loop of one TcpProcessGroup, and the thread that runs it.
 //
 // User threads submit() ops and wait on their Work. The engine thread owns the transport, the
 // event loop and every op (a caller waiting for a small op may run the loop for it meanwhile:
@@ -58,9 +58,10 @@ struct EngineConfig {
   int rank = 0;
   int size = 1;
   std::string group;
-  // Called on the engine thread with the first failure (the group records it for fast-fail).
+  // Called by the loop (the engine thread or a driving caller, see below) with the first
+  // failure (the group records it for fast-fail).
   std::function<void(std::exception_ptr)> on_failure;
-  // Called on the engine thread when a collective starts running, with its algorithm (the
+  // Called by the loop when a collective starts running, with its algorithm (the
   // group's flight recorder notes both).
   std::function<void(const OpCall&, const char* algorithm)> on_start;
   // Peer liveness (see TcpGroupOptions::peer_timeout): heartbeats to every peer four times per
@@ -79,7 +80,7 @@ class Engine {
   Engine(const Engine&) = delete;
   Engine& operator=(const Engine&) = delete;
 
-  // Any thread. The op's Work completes on the engine thread (or here, if the group failed).
+  // Any thread. The op's Work completes in the loop (or here, if the group failed).
   void submit(std::unique_ptr<Op> op);
   // The caller's thread, for an Op::on_board op, when no collective is queued or running on
   // the engine and none can be submitted meanwhile (the caller holds the group's issue order):
@@ -206,7 +207,7 @@ class Engine {
   std::atomic<bool> has_failed_{false};        // failed_ is set (read without mu_ by board waits)
   std::atomic<std::uint64_t> issued_seq_{0};
 
-  // Engine thread only.
+  // The loop's: touched only by the holder of lease_ (the engine thread, or a driving caller).
   std::deque<std::unique_ptr<Op>> queue_;
   std::unique_ptr<Op> current_;
   std::unique_ptr<Schedule> schedule_;

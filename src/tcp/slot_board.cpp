@@ -5,9 +5,8 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <climits>
-
 #include <chrono>
+#include <climits>
 #include <cstring>
 #include <new>
 
