@@ -155,19 +155,26 @@ void Engine::run() noexcept {
   std::unique_lock lease(lease_);
   runner_.store(std::this_thread::get_id());
   // Parked: a caller drove the loop within kParkKeep. The engine thread then stays off the
-  // sockets and looks in once per kParkTick (heartbeats, news, ops nobody waits on).
+  // sockets and looks in once per kParkTick (heartbeats, news, ops nobody waits on); less often
+  // while one caller's drive goes on (a wait for a late peer: that caller runs everything), up
+  // to kParkTickMax; such a drive pokes the engine thread when it ends.
   bool parked = false;
+  auto tick = kParkTick;
+  std::uint64_t drives_seen = drives_.load();
   while (!stopping_.load()) {
     if (drivers_waiting_.load() > 0 || parked) {
       if (lease.owns_lock()) {
         runner_.store(std::thread::id());
         lease.unlock();
       }
-      park();
+      park(tick);
       if (stopping_.load() || drivers_waiting_.load() > 0 || !lease.try_lock()) {
         parked = true;  // a caller drives, or is about to
+        const std::uint64_t drives = std::exchange(drives_seen, drives_.load());
+        tick = drives == drives_seen ? std::min(2 * tick, kParkTickMax) : kParkTick;
         continue;
       }
+      tick = kParkTick;
       runner_.store(std::this_thread::get_id());
       iterate(false);
       // Work that no caller drives (an op nobody waits on yet, a tagged message, a probe)
@@ -218,12 +225,12 @@ void Engine::iterate(bool wait, const WorkState* driven) {
   tend_liveness();
 }
 
-void Engine::park() noexcept {
+void Engine::park(std::chrono::milliseconds tick) noexcept {
   const std::uint32_t seq = park_seq_.load();
   parked_.store(true);
   // A poke() made before the load above set poked_ first; one made after it changed the word.
   if (!poked_.exchange(false) && !stopping_.load()) {
-    futex_wait(park_seq_, seq, kParkTick);
+    futex_wait(park_seq_, seq, tick);
   }
   parked_.store(false);
   poked_.store(false);
@@ -282,11 +289,18 @@ void Engine::drive(const WorkState& work) noexcept {
   }
   drivers_waiting_.fetch_sub(1);
   runner_.store(me);
+  drives_.fetch_add(1);
+  const Clock::time_point start = Clock::now();
   while (!work.is_completed() && !stopping_.load()) {
     iterate(true, &work);
   }
-  last_drive_end_ = Clock::now();
+  const Clock::time_point end = Clock::now();
+  last_drive_end_ = end;
   runner_.store(std::thread::id());
+  lease.unlock();
+  if (end - start > kParkTick) {
+    poke();  // the engine thread may have slowed its looks meanwhile
+  }
 }
 
 std::chrono::microseconds Engine::spin_budget() const {

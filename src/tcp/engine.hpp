@@ -120,10 +120,11 @@ class Engine {
   // saves the hand-offs between its thread and the engine's (a submit's wake-up, the
   // completion's), and the engine thread stays off the cores meanwhile: with 4 ranks on 2 cores
   // that is half the runnable threads. The engine thread hands the lease over when
-  // drivers_waiting_ says a caller wants it, then parks: it looks in once per kParkTick while a
-  // caller drives, and goes back to its own loop kParkKeep after the last drive, or at once when
-  // there is work no caller drives (an op nobody waits on, a tagged message, a probe). Ops
-  // without a driver, abort() and the destructor unpark it (poke()).
+  // drivers_waiting_ says a caller wants it, then parks: it looks in once per kParkTick while
+  // callers drive (less often during one long drive, which pokes it at its end), and goes back to
+  // its own loop kParkKeep after the last drive, or at once when there is work no caller drives (an
+  // op nobody waits on, a tagged message, a probe). Ops without a driver, abort() and the
+  // destructor unpark it (poke()).
   class Gate final : public WorkDriver {
    public:
     explicit Gate(Engine* engine) noexcept : engine_(engine) {}
@@ -145,8 +146,8 @@ class Engine {
   // `wait`, until something happens or the nearest deadline; not once `driven`, the Work a
   // driving caller waits for, is complete) and settles what happened. Holder of lease_ only.
   void iterate(bool wait, const WorkState* driven = nullptr);
-  // The engine thread, without the lease: sleeps until poke() or kParkTick.
-  void park() noexcept;
+  // The engine thread, without the lease: sleeps until poke() or `tick` passes.
+  void park(std::chrono::milliseconds tick) noexcept;
   // Any thread: the engine thread must run its own loop soon (unparks it, ends a poll).
   void poke() noexcept;
   // Any thread: collective `seq` was issued (status replies tell peers the highest).
@@ -258,8 +259,12 @@ class Engine {
   std::atomic<std::uint32_t> park_seq_{0};
   std::atomic<bool> parked_{false};
   std::atomic<bool> poked_{false};
-  Clock::time_point last_drive_end_{};  // lease holder only
+  Clock::time_point last_drive_end_{};    // lease holder only
+  std::atomic<std::uint64_t> drives_{0};  // drives begun (the parked engine sees one go on)
   static constexpr std::chrono::milliseconds kParkTick{1};
+  // A parked engine thread whose looks find the same drive still going doubles its tick, up to
+  // this: a caller waiting 3 s for a late peer cost 2 % of a core in 1 ms looks.
+  static constexpr std::chrono::milliseconds kParkTickMax{64};
   static constexpr std::chrono::milliseconds kParkKeep{2};
 
   std::thread thread_;
