@@ -94,7 +94,7 @@ class TcpProcessGroup final : public ProcessGroup {
     auto transport = make_transport(
         rank, size, std::move(mesh),
         hosts_.members[static_cast<std::size_t>(hosts_.host_of[static_cast<std::size_t>(rank)])],
-        mo.deadline, hosts_.members.size() == 1, peer_memory_, ec.board);
+        mo.deadline, hosts_.members.size() == 1, peer_memory_, shared_memory_, ec.board);
     board_ = ec.board != nullptr;
     engine_ = std::make_unique<Engine>(std::move(ec), std::move(transport));
   }
@@ -209,6 +209,7 @@ class TcpProcessGroup final : public ProcessGroup {
     o->args.slice_bytes = options_.slice_bytes;
     o->args.hosts = &hosts_;
     o->args.peer_memory = peer_memory_;
+    o->args.shared_memory = shared_memory_;
     o->args.forced = forced_[static_cast<std::size_t>(kind)];
     o->sig.kind = kind;
     o->sig.seq = call.seq;
@@ -273,6 +274,7 @@ class TcpProcessGroup final : public ProcessGroup {
   HostMap hosts_;                // which ranks share a host: picks the hierarchical algorithms
   AlgorithmOverrides forced_{};  // CHORUS_ALGO
   bool peer_memory_ = false;     // every rank on this host, in reach: peer_memory.hpp
+  bool shared_memory_ = false;   // every rank on this host, streams through shared memory
   bool board_ = false;           // every rank on this host, sharing a segment: slot_board.hpp
   // The last collective handed to the engine (the issue lock guards it): once it is complete,
   // the engine has no collective queued or running.

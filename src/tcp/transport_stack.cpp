@@ -18,8 +18,10 @@ namespace chorus::tcp {
 std::unique_ptr<EngineTransport> make_transport(int rank, int size, Mesh mesh,
                                                 const std::vector<int>& locals, Deadline deadline,
                                                 bool whole_group, bool& peer_memory,
+                                                bool& shared_memory,
                                                 std::shared_ptr<SlotBoard>& board) {
   peer_memory = false;
+  shared_memory = false;
   board.reset();
   const env::TransportChoice choice = env::transport_choice();
   std::unique_ptr<ShmSegment> segment;
@@ -53,6 +55,7 @@ std::unique_ptr<EngineTransport> make_transport(int rank, int size, Mesh mesh,
                   "algorithms are off",
                   rank, format_ranks(locals), segment->peer_memory_why_not());
     }
+    shared_memory = whole_group;
     std::shared_ptr<ShmSegment> shared = std::move(segment);
     // Not under CHORUS_FAULT: faults are rehearsed on the engine's paths (they fire when the
     // engine starts an op, and board ops mostly run on the caller's thread).

@@ -27,12 +27,13 @@ namespace chorus::tcp {
 // (HostMap::members of its host). When `whole_group` (every rank of the group is on this
 // host), `peer_memory` is set if the collective streams go through shared memory and the
 // ranks reach each other's memory (peer_memory.hpp): they then agree that the single-copy
-// algorithms can run. Other groups skip that probe. `board` is set to the small-op board
-// (slot_board.hpp) when `whole_group` and the collective streams go through shared memory.
+// algorithms can run. Other groups skip that probe. `shared_memory` is set when `whole_group`
+// and the collective streams go through shared memory; `board` then too, to the small-op board
+// (slot_board.hpp), unless CHORUS_FAULT is set.
 std::unique_ptr<EngineTransport> make_transport(int rank, int size, Mesh mesh,
                                                 const std::vector<int>& host_ranks,
                                                 Deadline deadline, bool whole_group,
-                                                bool& peer_memory,
+                                                bool& peer_memory, bool& shared_memory,
                                                 std::shared_ptr<SlotBoard>& board);
 
 }  // namespace chorus::tcp

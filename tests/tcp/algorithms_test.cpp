@@ -46,7 +46,7 @@ tcp::CollectiveArgs args_for(const Case& c, const RankBuffers& rb, const Variant
 std::string run_case(const Case& c, const Variant& v, std::uint32_t seed,
                      const std::vector<OpSignature>* sigs = nullptr,
                      std::vector<std::optional<tcp::SignatureMismatch>>* mismatches = nullptr,
-                     const tcp::HostMap* hosts = nullptr, bool direct = false) {
+                     const tcp::HostMap* hosts = nullptr, const char* forced = nullptr) {
   LoopbackFabric fabric(c.n, seed);
   std::vector<RankBuffers> bufs;
   std::vector<tcp::ScratchArena> arenas(static_cast<std::size_t>(c.n));
@@ -60,11 +60,9 @@ std::string run_case(const Case& c, const Variant& v, std::uint32_t seed,
         std::make_unique<tcp::Schedule>(r, c.n, c.dtype, c.op, arenas[static_cast<std::size_t>(r)]);
     tcp::CollectiveArgs args = args_for(c, bufs[static_cast<std::size_t>(r)], v);
     args.hosts = hosts;
-    if (direct) {
-      // The ranks are this one process: its pid names every rank's memory.
-      args.peer_memory = true;
-      args.forced = "direct";
-    }
+    args.forced = forced;
+    // For direct: the ranks are this one process, whose pid names every rank's memory.
+    args.peer_memory = forced != nullptr && std::string(forced) == "direct";
     tcp::build_schedule(*s, args);
     s->finalize(sigs ? (*sigs)[static_cast<std::size_t>(r)] : header_of(c, 7));
     scheds.push_back(std::move(s));
@@ -108,7 +106,8 @@ std::string run_case(const Case& c, const Variant& v, std::uint32_t seed,
   return {};
 }
 
-void run_matrix(OpKind kind, bool reduces, bool direct = false) {
+// forced: the algorithm CHORUS_ALGO would force (nullptr: the default choice).
+void run_matrix(OpKind kind, bool reduces, const char* forced = nullptr) {
   std::uint32_t seed = 1;
   int cases = 0;
   for (int n = 1; n <= 8; ++n) {
@@ -129,7 +128,7 @@ void run_matrix(OpKind kind, bool reduces, bool direct = false) {
                   kind == OpKind::scatter) {
                 c.root = static_cast<int>(seed % static_cast<std::uint32_t>(n));
               }
-              const std::string err = run_case(c, v, seed++, nullptr, nullptr, nullptr, direct);
+              const std::string err = run_case(c, v, seed++, nullptr, nullptr, nullptr, forced);
               if (!err.empty()) {
                 FAIL(err << " (small_bytes " << v.small_bytes << ", slice_bytes " << v.slice_bytes
                          << ")");
@@ -163,10 +162,15 @@ TEST_CASE("loopback all_to_all", "[tcp][algorithms]") { run_matrix(OpKind::all_t
 
 TEST_CASE("loopback direct (single-copy) collectives: world sizes, counts, dtypes and ops",
           "[tcp][algorithms]") {
-  run_matrix(OpKind::allreduce, true, true);
-  run_matrix(OpKind::reduce_scatter, true, true);
-  run_matrix(OpKind::allgather, false, true);
-  run_matrix(OpKind::broadcast, false, true);
+  run_matrix(OpKind::allreduce, true, "direct");
+  run_matrix(OpKind::reduce_scatter, true, "direct");
+  run_matrix(OpKind::allgather, false, "direct");
+  run_matrix(OpKind::broadcast, false, "direct");
+}
+
+TEST_CASE("loopback halving-doubling allreduce: every world size, count, dtype and op",
+          "[tcp][algorithms]") {
+  run_matrix(OpKind::allreduce, true, "halving_doubling");
 }
 
 TEST_CASE("loopback hierarchical allreduce: host layouts, counts, dtypes and ops",
@@ -250,7 +254,7 @@ TEST_CASE("CHORUS_ALGO forces an algorithm where it applies, and names bad entri
   const auto direct = tcp::parse_algorithm_overrides("allreduce=direct");
   a = tcp::CollectiveArgs{};
   a.kind = OpKind::allreduce;
-  a.count = 1 << 20;
+  a.count = 4 << 20;
   a.forced = direct[static_cast<std::size_t>(OpKind::allreduce)];
   CHECK(std::string(tcp::choose_algorithm(4, a)) == "ring");
   a.peer_memory = true;
@@ -278,6 +282,31 @@ TEST_CASE("CHORUS_ALGO forces an algorithm where it applies, and names bad entri
   const auto forced_broadcast = tcp::parse_algorithm_overrides("broadcast=direct");
   a.forced = forced_broadcast[static_cast<std::size_t>(OpKind::broadcast)];
   CHECK(std::string(tcp::choose_algorithm(4, a)) == "direct");
+  // halving-doubling: over sockets, a power of two from 4 ranks, above the latency sizes and
+  // up to 2 MiB.
+  a = tcp::CollectiveArgs{};
+  a.kind = OpKind::allreduce;
+  a.small_bytes = 256 << 10;
+  a.count = (256 << 10) + 1;
+  CHECK(std::string(tcp::choose_algorithm(4, a)) == "halving_doubling");
+  CHECK(std::string(tcp::choose_algorithm(8, a)) == "halving_doubling");
+  CHECK(std::string(tcp::choose_algorithm(2, a)) == "ring");
+  CHECK(std::string(tcp::choose_algorithm(3, a)) == "ring");
+  CHECK(std::string(tcp::choose_algorithm(6, a)) == "ring");
+  a.count = 2 << 20;
+  CHECK(std::string(tcp::choose_algorithm(4, a)) == "halving_doubling");
+  a.count += 1;
+  CHECK(std::string(tcp::choose_algorithm(4, a)) == "ring");
+  a.count = 1 << 20;
+  a.shared_memory = true;
+  CHECK(std::string(tcp::choose_algorithm(4, a)) == "ring");
+  a.count = 256 << 10;
+  a.shared_memory = false;
+  CHECK(std::string(tcp::choose_algorithm(4, a)) == "recursive_doubling");
+  const auto hd = tcp::parse_algorithm_overrides("allreduce=halving_doubling");
+  a.forced = hd[static_cast<std::size_t>(OpKind::allreduce)];
+  a.shared_memory = true;
+  CHECK(std::string(tcp::choose_algorithm(3, a)) == "halving_doubling");
   for (const char* bad : {"allreduce=tree", "allreduce", "reduction=ring", "allreduce=ring,"}) {
     INFO(bad);
     try {

@@ -167,6 +167,14 @@ TEST_CASE("the single-copy algorithms over real processes, every size and op the
   run_large_on(4, "shm", direct);
 }
 
+TEST_CASE("halving-doubling allreduce over real processes, sockets and shared memory",
+          "[shm][mp]") {
+  // Forced below its default sizes too; 3 ranks fold a pair first.
+  const char* hd = "allreduce=halving_doubling";
+  run_large_on(4, "shm", hd);
+  run_large_on(3, "tcp", hd);
+}
+
 TEST_CASE("CHORUS_TRANSPORT=tcp keeps same-host ranks on sockets", "[shm][mp]") {
   run_large_on(2, "tcp");
 }

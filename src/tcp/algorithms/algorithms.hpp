@@ -45,6 +45,9 @@ struct CollectiveArgs {
   // Every rank of the group runs on this host and reaches the others' memory
   // (peer_memory.hpp): the single-copy "direct" algorithms apply.
   bool peer_memory = false;
+  // Every rank of the group runs on this host and the streams go through shared memory
+  // (shm_transport.hpp), not sockets.
+  bool shared_memory = false;
 };
 
 // CHORUS_ALGO: "op=algorithm[,op=algorithm...]", e.g. "allreduce=ring,broadcast=tree".
@@ -54,16 +57,18 @@ using AlgorithmOverrides = std::array<const char*, 10>;
 AlgorithmOverrides parse_algorithm_overrides(const std::string& text);
 
 // The algorithm for (op, bytes, world size, hosts): "ring", "recursive_doubling",
-// "hierarchical", "tree", "chain", "direct", "pairwise", "dissemination", or "local" for one
-// rank (a static string, for the flight recorder and logs). A forced one wins, except where it
-// does not apply ("hierarchical": one host, or avg; "direct" for allreduce, reduce_scatter,
-// allgather and broadcast: no peer_memory): then the default choice.
+// "halving_doubling", "hierarchical", "tree", "chain", "direct", "pairwise", "dissemination", or
+// "local" for one rank (a static string, for the flight recorder and logs). A forced one wins,
+// except where it does not apply ("hierarchical": one host, or avg; "direct" for allreduce,
+// reduce_scatter, allgather and broadcast: no peer_memory): then the default choice.
 const char* choose_algorithm(int size, const CollectiveArgs& a);
 // Builds the algorithm choose_algorithm() names into `s` (not finalized).
 void build_schedule(Schedule& s, const CollectiveArgs& a);
 
 void build_ring_allreduce(Schedule& s, const CollectiveArgs& a);
 void build_rd_allreduce(Schedule& s, const CollectiveArgs& a);
+// Reduce-scatter by recursive halving, allgather by recursive doubling.
+void build_hd_allreduce(Schedule& s, const CollectiveArgs& a);
 // Reduce to each host's lowest rank, allreduce among those, broadcast back inside each host.
 void build_hierarchical_allreduce(Schedule& s, const CollectiveArgs& a);
 void build_ring_allgather(Schedule& s, const CollectiveArgs& a);

@@ -44,7 +44,8 @@ struct OpAlgorithms {
 
 const std::vector<OpAlgorithms>& algorithm_table() {
   static const std::vector<OpAlgorithms> table = {
-      {OpKind::allreduce, {"ring", "recursive_doubling", "hierarchical", "direct"}},
+      {OpKind::allreduce,
+       {"ring", "recursive_doubling", "halving_doubling", "hierarchical", "direct"}},
       {OpKind::allgather, {"ring", "direct"}},
       {OpKind::reduce_scatter, {"ring", "direct"}},
       {OpKind::broadcast, {"tree", "chain", "direct"}},
@@ -67,6 +68,21 @@ const std::vector<OpAlgorithms>& algorithm_table() {
 // only when CHORUS_ALGO asks.
 constexpr int kDirectMinRanks = 3;
 constexpr std::size_t kDirectMinAllreduceBytes = std::size_t{64} << 20;
+
+// Halving-doubling against the ring over loopback sockets, 4 ranks on the 2-core machine
+// (docs/architecture.md, "Halving-doubling against the ring"): halving-doubling's 4 rounds
+// beat the ring's 6 from 256 KiB to 1 MiB (1 MiB: 2.0 against 1.7 GB/s busbw), tie at 2 MiB,
+// and lose from 4 MiB on. At 3 ranks (a folded pair) and over shared memory (where the ring
+// reduces straight out of the segment) the ring won. So: sockets, a power of two from 4
+// ranks, above the latency algorithms' sizes and up to 2 MiB.
+constexpr int kHalvingDoublingMinRanks = 4;
+constexpr std::size_t kHalvingDoublingMaxBytes = std::size_t{2} << 20;
+
+bool halving_doubling_pays(int size, std::size_t bytes, const CollectiveArgs& a) {
+  const bool power_of_two = (size & (size - 1)) == 0;
+  return !a.shared_memory && power_of_two && size >= kHalvingDoublingMinRanks &&
+         bytes > a.small_bytes && bytes <= kHalvingDoublingMaxBytes;
+}
 
 }  // namespace
 
@@ -122,7 +138,10 @@ const char* choose_algorithm(int size, const CollectiveArgs& a) {
       if (forced.empty() && hierarchical_applies) {
         return "hierarchical";
       }
-      return direct ? "direct" : small ? "recursive_doubling" : "ring";
+      return direct                                  ? "direct"
+             : small                                 ? "recursive_doubling"
+             : halving_doubling_pays(size, bytes, a) ? "halving_doubling"
+                                                     : "ring";
     case OpKind::allgather:
     case OpKind::reduce_scatter:
       return direct ? "direct" : "ring";
@@ -154,9 +173,10 @@ void build_schedule(Schedule& s, const CollectiveArgs& a) {
   const bool direct = algorithm == "direct";
   switch (a.kind) {
     case OpKind::allreduce:
-      return direct    ? build_direct_allreduce(s, a)
-             : latency ? build_rd_allreduce(s, a)
-                       : build_ring_allreduce(s, a);
+      return direct                            ? build_direct_allreduce(s, a)
+             : latency                         ? build_rd_allreduce(s, a)
+             : algorithm == "halving_doubling" ? build_hd_allreduce(s, a)
+                                               : build_ring_allreduce(s, a);
     case OpKind::allgather:
       return direct ? build_direct_allgather(s, a) : build_ring_allgather(s, a);
     case OpKind::reduce_scatter:
