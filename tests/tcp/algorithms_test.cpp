@@ -258,19 +258,21 @@ TEST_CASE("CHORUS_ALGO forces an algorithm where it applies, and names bad entri
   a.forced = direct[static_cast<std::size_t>(OpKind::allreduce)];
   CHECK(std::string(tcp::choose_algorithm(4, a)) == "ring");
   a.peer_memory = true;
+  a.shared_memory = true;  // peer memory is probed only over shared memory
   a.count = 4;
   CHECK(std::string(tcp::choose_algorithm(4, a)) == "direct");
   a.forced = nullptr;
   CHECK(std::string(tcp::choose_algorithm(4, a)) == "recursive_doubling");
   a.dtype = DataType::float32;
   a.count = (std::size_t{64} << 20) / 4 - 1;  // just below 64 MiB: the rings win there
-  CHECK(std::string(tcp::choose_algorithm(4, a)) == "ring");
+  CHECK(std::string(tcp::choose_algorithm(3, a)) == "ring");
   a.count += 1;
   CHECK(std::string(tcp::choose_algorithm(3, a)) == "direct");
-  CHECK(std::string(tcp::choose_algorithm(4, a)) == "direct");
+  CHECK(std::string(tcp::choose_algorithm(5, a)) == "direct");
+  CHECK(std::string(tcp::choose_algorithm(4, a)) == "halving_doubling");  // measured: it wins
   CHECK(std::string(tcp::choose_algorithm(2, a)) == "ring");  // measured: rings win at 2 ranks
   a.peer_memory = false;
-  CHECK(std::string(tcp::choose_algorithm(4, a)) == "ring");
+  CHECK(std::string(tcp::choose_algorithm(3, a)) == "ring");
   a.peer_memory = true;
   // The other ops: the rings won at every size measured (1-64 MiB).
   a.kind = OpKind::allgather;
@@ -282,8 +284,8 @@ TEST_CASE("CHORUS_ALGO forces an algorithm where it applies, and names bad entri
   const auto forced_broadcast = tcp::parse_algorithm_overrides("broadcast=direct");
   a.forced = forced_broadcast[static_cast<std::size_t>(OpKind::broadcast)];
   CHECK(std::string(tcp::choose_algorithm(4, a)) == "direct");
-  // halving-doubling: over sockets, a power of two from 4 ranks, above the latency sizes and
-  // up to 2 MiB.
+  // halving-doubling: a power of two from 4 ranks, above the latency sizes; over sockets up
+  // to 2 MiB.
   a = tcp::CollectiveArgs{};
   a.kind = OpKind::allreduce;
   a.small_bytes = 256 << 10;
@@ -298,8 +300,13 @@ TEST_CASE("CHORUS_ALGO forces an algorithm where it applies, and names bad entri
   a.count += 1;
   CHECK(std::string(tcp::choose_algorithm(4, a)) == "ring");
   a.count = 1 << 20;
+  CHECK(std::string(tcp::choose_algorithm(6, a)) == "ring");
+  // Over shared memory it won at every size measured.
   a.shared_memory = true;
-  CHECK(std::string(tcp::choose_algorithm(4, a)) == "ring");
+  CHECK(std::string(tcp::choose_algorithm(4, a)) == "halving_doubling");
+  a.count = std::size_t{1} << 30;
+  CHECK(std::string(tcp::choose_algorithm(8, a)) == "halving_doubling");
+  CHECK(std::string(tcp::choose_algorithm(3, a)) == "ring");
   a.count = 256 << 10;
   a.shared_memory = false;
   CHECK(std::string(tcp::choose_algorithm(4, a)) == "recursive_doubling");

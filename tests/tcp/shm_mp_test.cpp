@@ -12,6 +12,7 @@
 #include <cstdio>
 #include <fstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <fmt/format.h>
@@ -139,15 +140,21 @@ TEST_CASE("every collective over shared memory, messages larger than the rings",
 
 TEST_CASE("receives reduced straight out of the rings: every dtype and op, rings at odd offsets",
           "[shm][mp]") {
-  for (int n : {2, 3}) {
+  // The ring (or halving-doubling) and the chain at every size (else the board, recursive
+  // doubling and the tree would take these counts).
+  const std::pair<int, const char*> runs[] = {{2, "allreduce=ring,reduce=chain"},
+                                              {3, "allreduce=ring,reduce=chain"},
+                                              {4, "allreduce=halving_doubling,reduce=chain"}};
+  for (const auto& run : runs) {
+    const int n = run.first;
+    const char* algorithms = run.second;
+    INFO(algorithms);
     StoreServerProcess server;
     const auto results = run_processes(
         n,
         [&](int rank) {
           ::setenv("CHORUS_TRANSPORT", "shm", 1);
-          // The ring and the chain at every size (else the board, recursive doubling and the
-          // tree would take these counts).
-          ::setenv("CHORUS_ALGO", "allreduce=ring,reduce=chain", 1);
+          ::setenv("CHORUS_ALGO", algorithms, 1);
           auto store = child_store(server.port());
           auto pg = make_tcp_group(store, rank, n, loopback_options());
           run_cases(*pg, reduce_on_arrival_cases(n), rank);

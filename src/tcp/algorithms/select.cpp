@@ -64,24 +64,25 @@ const std::vector<OpAlgorithms>& algorithm_table() {
 // the rings reduce straight out of shared memory and keep looking for data instead of
 // sleeping. The rings win every op at 1-8 MiB and every op but allreduce at 64 MiB; allreduce
 // at 64 MiB and 3 ranks is the one place direct won (3.64 against 3.21 GB/s; a tie at 4). So
-// direct is the default only there: allreduce, from 3 ranks and 64 MiB. The other ops run it
-// only when CHORUS_ALGO asks.
+// direct is the default only there: allreduce, from 3 ranks and 64 MiB, where halving-doubling
+// does not apply (below). The other ops run it only when CHORUS_ALGO asks.
 constexpr int kDirectMinRanks = 3;
 constexpr std::size_t kDirectMinAllreduceBytes = std::size_t{64} << 20;
 
-// Halving-doubling against the ring over loopback sockets, 4 ranks on the 2-core machine
-// (docs/architecture.md, "Halving-doubling against the ring"): halving-doubling's 4 rounds
-// beat the ring's 6 from 256 KiB to 1 MiB (1 MiB: 2.0 against 1.7 GB/s busbw), tie at 2 MiB,
-// and lose from 4 MiB on. At 3 ranks (a folded pair) and over shared memory (where the ring
-// reduces straight out of the segment) the ring won. So: sockets, a power of two from 4
-// ranks, above the latency algorithms' sizes and up to 2 MiB.
+// Halving-doubling against the ring, 4 and 8 ranks on the 2-core machine (docs/architecture.md,
+// "Halving-doubling against the ring"): its 2 log2 n rounds beat the ring's 2(n-1) over
+// loopback sockets from 512 KiB to 1 MiB (1 MiB, 4 ranks: 1.22 against 0.72 GB/s busbw) and
+// tie from 2 MiB on; over shared memory they won at every size measured, 256 KiB to 64 MiB
+// (64 MiB, 4 ranks: 2.46 GB/s against 2.10 for direct). At 3 ranks (a folded pair) the ring
+// won. So: a power of two from 4 ranks, above the latency algorithms' sizes; up to 2 MiB over
+// sockets.
 constexpr int kHalvingDoublingMinRanks = 4;
-constexpr std::size_t kHalvingDoublingMaxBytes = std::size_t{2} << 20;
+constexpr std::size_t kHalvingDoublingMaxSocketBytes = std::size_t{2} << 20;
 
 bool halving_doubling_pays(int size, std::size_t bytes, const CollectiveArgs& a) {
   const bool power_of_two = (size & (size - 1)) == 0;
-  return !a.shared_memory && power_of_two && size >= kHalvingDoublingMinRanks &&
-         bytes > a.small_bytes && bytes <= kHalvingDoublingMaxBytes;
+  return power_of_two && size >= kHalvingDoublingMinRanks && bytes > a.small_bytes &&
+         (a.shared_memory || bytes <= kHalvingDoublingMaxSocketBytes);
 }
 
 }  // namespace
@@ -138,9 +139,9 @@ const char* choose_algorithm(int size, const CollectiveArgs& a) {
       if (forced.empty() && hierarchical_applies) {
         return "hierarchical";
       }
-      return direct                                  ? "direct"
-             : small                                 ? "recursive_doubling"
+      return small                                   ? "recursive_doubling"
              : halving_doubling_pays(size, bytes, a) ? "halving_doubling"
+             : direct                                ? "direct"
                                                      : "ring";
     case OpKind::allgather:
     case OpKind::reduce_scatter:
