@@ -69,6 +69,13 @@ struct TcpGroupOptions {
   std::size_t small_allreduce_bytes = 256 * 1024;
   // Bytes per pipeline slice in ring algorithms (send, receive and reduce overlap per slice).
   std::size_t slice_bytes = 256 * 1024;
+  // Send buffer (SO_SNDBUF; the kernel doubles it) of the data sockets to ranks on this host,
+  // when their collectives go over loopback tcp. Bounded, the bytes in flight between two
+  // ranks stay in cache until the receiver copies them out; the kernel's autotuning lets them
+  // grow to several MiB (64 MiB allreduce on loopback, 2 ranks: 1.7x the busbw with the bound;
+  // see docs/architecture.md). Links to other hosts keep the autotuning, which sizes the
+  // buffer to the network path. 0: autotuning for these too.
+  int local_send_buffer_bytes = 512 * 1024;
   // Peer liveness: each rank's progress thread sends a heartbeat to every peer a few times per
   // peer_timeout, and a peer not heard from (data or heartbeat) for peer_timeout is declared
   // dead: its host is down, the network is partitioned, or the process is stopped. This runs

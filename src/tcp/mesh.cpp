@@ -225,6 +225,7 @@ Mesh build_mesh(Store& store, const MeshOptions& o) {
   mesh.group_id = mesh.membership.group_id;
   mesh.peers.resize(static_cast<std::size_t>(n));
   mesh.sockets_per_peer = o.sockets_per_peer;
+  mesh.local_send_buffer = o.local_send_buffer;
   mesh.max_links = o.max_links;
   const std::vector<int> peers =
       setup_peers(o.rank, n, host_ids(mesh.membership), o.link_host_peers);

@@ -36,6 +36,7 @@ struct Mesh {
   std::string local_address;    // this rank's "host:port"
   std::vector<PeerLink> peers;  // indexed by rank; empty where no link was made yet
   int sockets_per_peer = 1;     // data sockets per link
+  int local_send_buffer = 0;    // TcpGroupOptions::local_send_buffer_bytes
   // CHORUS_MAX_PEER_SOCKETS as links (sockets / (1 + sockets_per_peer)); 0: no bound.
   std::size_t max_links = 0;
   // Owns the listening socket for the group's life (a live group answers connections,
@@ -48,7 +49,8 @@ struct MeshOptions {
   int rank = 0;
   int size = 1;
   int sockets_per_peer = 1;
-  std::string interface;  // TcpGroupOptions::interface (empty: CHORUS_SOCKET_IFNAME, ...)
+  int local_send_buffer = 0;  // TcpGroupOptions::local_send_buffer_bytes
+  std::string interface;      // TcpGroupOptions::interface (empty: CHORUS_SOCKET_IFNAME, ...)
   std::string group_name;
   std::string host_id;  // published with the address (host_id.hpp)
   Duration timeout{0};

@@ -12,6 +12,7 @@
 #include <utility>
 
 #include "core/bytes.hpp"
+#include "tcp/membership.hpp"
 
 namespace chorus::tcp {
 
@@ -22,7 +23,15 @@ SocketTransport::SocketTransport(int rank, int size, Mesh mesh)
       local_address_(mesh.local_address),
       peers_(static_cast<std::size_t>(size)),
       max_links_(mesh.max_links),
+      local_send_buffer_(mesh.local_send_buffer),
       discard_(64 * 1024) {
+  const std::vector<std::string> hosts = host_ids(mesh.membership);
+  if (hosts.size() == static_cast<std::size_t>(size)) {
+    for (int p = 0; p < size; ++p) {
+      peers_[static_cast<std::size_t>(p)].same_host =
+          hosts[static_cast<std::size_t>(p)] == hosts[static_cast<std::size_t>(rank)];
+    }
+  }
   for (int p = 0; p < size; ++p) {
     PeerLink& link = mesh.peers[static_cast<std::size_t>(p)];
     peers_[static_cast<std::size_t>(p)].address = link.address;
@@ -97,6 +106,9 @@ void SocketTransport::install_link(int peer, std::vector<net::Socket> sockets,
     Stream& s = *p.data[static_cast<std::size_t>(i)];
     s.sock = std::move(sockets[static_cast<std::size_t>(i) + 1]);
     s.sock.set_nodelay(true);
+    if (p.same_host && local_send_buffer_ > 0) {
+      s.sock.set_send_buffer(local_send_buffer_);  // see TcpGroupOptions::local_send_buffer_bytes
+    }
     Stream* raw = &s;
     loop_.add(s.sock.fd(), 0, [this, raw](std::uint32_t ev) { on_stream(*raw, ev); });
     s.registered = true;

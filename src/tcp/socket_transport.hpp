@@ -156,6 +156,7 @@ class SocketTransport final : public EngineTransport {
     std::string address;
     bool link_requested = false;  // asked the connector for it (or setup made it)
     bool pinned = false;          // a setup link (ring neighbour, host peer): never released
+    bool same_host = false;       // on this rank's host (by the group's host ids)
     Release release = Release::none;
     bool release_when_flushed = false;  // our "ok" is still being written
     Clock::time_point last_used{};
@@ -238,6 +239,7 @@ class SocketTransport final : public EngineTransport {
   std::string local_address_;
   std::vector<Peer> peers_;
   std::size_t max_links_ = 0;     // 0: no bound
+  int local_send_buffer_ = 0;     // SO_SNDBUF of data sockets to same-host peers (0: autotuned)
   std::size_t open_links_ = 0;    // links up that may be released (not pinned)
   std::size_t pinned_links_ = 0;  // setup links
   std::vector<int> to_drop_;      // agreed releases, done at the end of poll()

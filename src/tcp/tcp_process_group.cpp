@@ -65,6 +65,7 @@ class TcpProcessGroup final : public ProcessGroup {
     mo.rank = rank;
     mo.size = size;
     mo.sockets_per_peer = options.sockets_per_peer;
+    mo.local_send_buffer = options.local_send_buffer_bytes;
     mo.interface = options.interface;
     mo.group_name = name();
     mo.timeout = timeout();
@@ -314,6 +315,10 @@ std::shared_ptr<ProcessGroup> make_tcp_group(std::shared_ptr<Store> store, int r
   check_arg(options.sockets_per_peer >= 1 && options.sockets_per_peer <= 8,
             "make_tcp_group: sockets_per_peer must be in 1..8, got {}", options.sockets_per_peer);
   check_arg(options.slice_bytes >= 1, "make_tcp_group: slice_bytes must be at least 1");
+  check_arg(options.local_send_buffer_bytes >= 0,
+            "make_tcp_group: local_send_buffer_bytes must be 0 (kernel autotuning) or positive, "
+            "got {}",
+            options.local_send_buffer_bytes);
   check_arg(options.hello_timeout > Duration::zero(),
             "make_tcp_group: hello_timeout must be positive");
   check_arg(size >= 1 && rank >= 0 && rank < size,

@@ -55,6 +55,10 @@ TEST_CASE("wrong arguments throw InvalidArgument at call time", "[tcp]") {
   bad = opts();
   bad.hello_timeout = Duration::zero();
   CHECK_THROWS_AS(make_tcp_group(make_hash_store(), 0, 1, bad), InvalidArgument);
+  bad = opts();
+  bad.local_send_buffer_bytes = -1;
+  CHECK_THROWS_WITH(make_tcp_group(make_hash_store(), 0, 1, bad),
+                    Catch::Contains("local_send_buffer_bytes"));
 
   auto pg = make_tcp_group(make_hash_store(), 0, 1, opts());
   std::vector<float> a(4);

@@ -3,6 +3,8 @@
 // concurrently, subgroups, tagged send/recv (matching, unexpected messages, size mismatch,
 // interleaving with collectives), several sockets per peer, large payloads. (IPv6:
 // ipv6_mp_test.cpp.)
+#include <dirent.h>
+#include <stdlib.h>
 #include <sys/socket.h>
 #include <time.h>
 
@@ -19,6 +21,29 @@
 #include "tcp/mp_common.hpp"
 
 namespace chorus::test {
+namespace {
+
+// Sockets of this process whose send buffer (SO_SNDBUF as the kernel reports it) is `bytes`.
+int sockets_with_send_buffer(int bytes) {
+  int found = 0;
+  DIR* dir = ::opendir("/proc/self/fd");
+  if (dir == nullptr) {
+    return -1;
+  }
+  while (const dirent* e = ::readdir(dir)) {
+    const int fd = std::atoi(e->d_name);
+    int value = 0;
+    socklen_t len = sizeof(value);
+    if (e->d_name[0] != '.' && fd != ::dirfd(dir) &&
+        ::getsockopt(fd, SOL_SOCKET, SO_SNDBUF, &value, &len) == 0 && value == bytes) {
+      ++found;
+    }
+  }
+  ::closedir(dir);
+  return found;
+}
+
+}  // namespace
 
 TEST_CASE("10,000 small collectives back to back", "[tcp][mp]") {
   StoreServerProcess server;
@@ -325,6 +350,39 @@ TEST_CASE("large payloads: ring allreduce, several sockets per peer, pipelined b
       },
       120s);
   REQUIRE_ALL_OK(results);
+}
+
+TEST_CASE("data sockets to ranks on this host get the bounded send buffer, others autotune",
+          "[tcp][mp]") {
+  // The kernel doubles what SO_SNDBUF asks for; 100003 stays under any net.core.wmem_max.
+  constexpr int kAsked = 100003;
+  for (const bool one_host : {true, false}) {
+    INFO((one_host ? "one host" : "two hosts"));
+    StoreServerProcess server;
+    const auto results = run_processes(
+        2,
+        [&](int rank) {
+          ::setenv("CHORUS_TRANSPORT", "tcp", 1);
+          if (!one_host) {
+            ::setenv("CHORUS_HOST_ID", fmt::format("host-{}", rank).c_str(), 1);
+          }
+          TcpGroupOptions o = loopback_options();
+          o.sockets_per_peer = 2;
+          o.local_send_buffer_bytes = kAsked;
+          auto pg = make_tcp_group(child_store(server.port()), rank, 2, o);
+          std::vector<float> v(1 << 20, 1.0f);
+          pg->allreduce(Tensor::of(v.data(), v.size()))->wait();
+          CHILD_CHECK(v[0] == 2.0f);
+          const int bounded = sockets_with_send_buffer(2 * kAsked);
+          const int expected = one_host ? o.sockets_per_peer : 0;
+          if (bounded != expected) {
+            throw ChildCheckFailed{fmt::format(
+                "{} sockets have the bounded send buffer, expected {}", bounded, expected)};
+          }
+        },
+        60s);
+    REQUIRE_ALL_OK(results);
+  }
 }
 
 }  // namespace chorus::test
