@@ -73,8 +73,8 @@ struct TcpGroupOptions {
   // when their collectives go over loopback tcp. Bounded, the bytes in flight between two
   // ranks stay in cache until the receiver copies them out; the kernel's autotuning lets them
   // grow to several MiB (64 MiB allreduce on loopback, 2 and 4 ranks: about 1.5x the busbw
-  // with the bound; see docs/architecture.md). Links to other hosts keep the autotuning, which sizes the
-  // buffer to the network path. 0: autotuning for these too.
+  // with the bound; see docs/architecture.md). Links to other hosts keep the autotuning, which
+  // sizes the buffer to the network path. 0: autotuning for these too.
   int local_send_buffer_bytes = 512 * 1024;
   // Peer liveness: each rank's progress thread sends a heartbeat to every peer a few times per
   // peer_timeout, and a peer not heard from (data or heartbeat) for peer_timeout is declared
