@@ -264,6 +264,9 @@ void Engine::Gate::drive(const WorkState& work) noexcept {
 }
 
 void Engine::Gate::close() noexcept {
+  // Not bounded by a deadline, like the join after it: the engine cannot go while a driver
+  // still runs its loop. Each driver returns within one poll of the poke() that follows
+  // stopping_ (the destructor makes both before it closes the gate).
   std::unique_lock lock(mu_);
   engine_ = nullptr;
   cv_.wait(lock, [&] { return inside_ == 0; });

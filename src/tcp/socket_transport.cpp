@@ -12,11 +12,10 @@
 #include <utility>
 
 #include "core/bytes.hpp"
-#include "tcp/membership.hpp"
 
 namespace chorus::tcp {
 
-SocketTransport::SocketTransport(int rank, int size, Mesh mesh)
+SocketTransport::SocketTransport(int rank, int size, Mesh mesh, const std::vector<int>& host_ranks)
     : rank_(rank),
       size_(size),
       sockets_per_peer_(mesh.sockets_per_peer),
@@ -25,12 +24,8 @@ SocketTransport::SocketTransport(int rank, int size, Mesh mesh)
       max_links_(mesh.max_links),
       local_send_buffer_(mesh.local_send_buffer),
       discard_(64 * 1024) {
-  const std::vector<std::string> hosts = host_ids(mesh.membership);
-  if (hosts.size() == static_cast<std::size_t>(size)) {
-    for (int p = 0; p < size; ++p) {
-      peers_[static_cast<std::size_t>(p)].same_host =
-          hosts[static_cast<std::size_t>(p)] == hosts[static_cast<std::size_t>(rank)];
-    }
+  for (const int p : host_ranks) {
+    peers_[static_cast<std::size_t>(p)].same_host = true;
   }
   for (int p = 0; p < size; ++p) {
     PeerLink& link = mesh.peers[static_cast<std::size_t>(p)];

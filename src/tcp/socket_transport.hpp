@@ -49,7 +49,9 @@ class SocketTransport final : public EngineTransport {
   // A peer that refused to release an idle link is asked again after this.
   static constexpr auto kReleaseRetry = std::chrono::milliseconds(20);
 
-  SocketTransport(int rank, int size, Mesh mesh);
+  // `host_ranks`: the group ranks on this rank's host (sorted); data sockets to them get
+  // Mesh::local_send_buffer.
+  SocketTransport(int rank, int size, Mesh mesh, const std::vector<int>& host_ranks);
   ~SocketTransport() override;
 
   void post_send(int peer, const void* data, std::size_t bytes, std::uint64_t token) override;
@@ -156,7 +158,7 @@ class SocketTransport final : public EngineTransport {
     std::string address;
     bool link_requested = false;  // asked the connector for it (or setup made it)
     bool pinned = false;          // a setup link (ring neighbour, host peer): never released
-    bool same_host = false;       // on this rank's host (by the group's host ids)
+    bool same_host = false;       // on this rank's host (one of the constructor's host_ranks)
     Release release = Release::none;
     bool release_when_flushed = false;  // our "ok" is still being written
     Clock::time_point last_used{};

@@ -92,12 +92,15 @@ class TcpProcessGroup final : public ProcessGroup {
     };
     // The single-copy algorithms and the small-op board need every rank of the group on
     // this host.
-    auto transport = make_transport(
+    TransportStack stack = make_transport(
         rank, size, std::move(mesh),
         hosts_.members[static_cast<std::size_t>(hosts_.host_of[static_cast<std::size_t>(rank)])],
-        mo.deadline, hosts_.members.size() == 1, peer_memory_, shared_memory_, ec.board);
-    board_ = ec.board != nullptr;
-    engine_ = std::make_unique<Engine>(std::move(ec), std::move(transport));
+        mo.deadline, hosts_.members.size() == 1);
+    peer_memory_ = stack.peer_memory;
+    shared_memory_ = stack.shared_memory;
+    board_ = stack.board != nullptr;
+    ec.board = std::move(stack.board);
+    engine_ = std::make_unique<Engine>(std::move(ec), std::move(stack.transport));
   }
 
   ~TcpProcessGroup() override {

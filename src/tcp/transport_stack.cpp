@@ -15,14 +15,9 @@
 
 namespace chorus::tcp {
 
-std::unique_ptr<EngineTransport> make_transport(int rank, int size, Mesh mesh,
-                                                const std::vector<int>& locals, Deadline deadline,
-                                                bool whole_group, bool& peer_memory,
-                                                bool& shared_memory,
-                                                std::shared_ptr<SlotBoard>& board) {
-  peer_memory = false;
-  shared_memory = false;
-  board.reset();
+TransportStack make_transport(int rank, int size, Mesh mesh, const std::vector<int>& locals,
+                              Deadline deadline, bool whole_group) {
+  TransportStack out;
   const env::TransportChoice choice = env::transport_choice();
   std::unique_ptr<ShmSegment> segment;
   if (choice != env::TransportChoice::tcp && locals.size() > 1) {
@@ -44,23 +39,23 @@ std::unique_ptr<EngineTransport> make_transport(int rank, int size, Mesh mesh,
   }
   std::vector<Fault> faults = faults_for(rank, size);
   std::unique_ptr<EngineTransport> transport =
-      std::make_unique<SocketTransport>(rank, size, std::move(mesh));
+      std::make_unique<SocketTransport>(rank, size, std::move(mesh), locals);
   if (segment) {
     CHORUS_INFO(init, "rank {}: collectives with host ranks {} go through shared memory", rank,
                 format_ranks(locals));
-    peer_memory = segment->peer_memory();
-    if (!peer_memory && whole_group) {
+    out.peer_memory = segment->peer_memory();
+    if (!out.peer_memory && whole_group) {
       CHORUS_INFO(init,
                   "rank {}: host ranks {} cannot reach each other's memory ({}); the single-copy "
                   "algorithms are off",
                   rank, format_ranks(locals), segment->peer_memory_why_not());
     }
-    shared_memory = whole_group;
+    out.shared_memory = whole_group;
     std::shared_ptr<ShmSegment> shared = std::move(segment);
     // Not under CHORUS_FAULT: faults are rehearsed on the engine's paths (they fire when the
     // engine starts an op, and board ops mostly run on the caller's thread).
     if (whole_group && faults.empty()) {
-      board = std::make_shared<SlotBoard>(shared, rank, size);
+      out.board = std::make_shared<SlotBoard>(shared, rank, size);
     }
     transport =
         std::make_unique<ShmTransport>(rank, size, locals, std::move(shared), std::move(transport));
@@ -68,7 +63,8 @@ std::unique_ptr<EngineTransport> make_transport(int rank, int size, Mesh mesh,
   if (!faults.empty()) {
     transport = std::make_unique<FaultTransport>(rank, std::move(transport), std::move(faults));
   }
-  return transport;
+  out.transport = std::move(transport);
+  return out;
 }
 
 }  // namespace chorus::tcp

@@ -20,20 +20,24 @@
 
 namespace chorus::tcp {
 
+// What make_transport built, and what the algorithm choice needs to know about it.
+struct TransportStack {
+  std::unique_ptr<EngineTransport> transport;
+  // Only when every rank of the group is on this host (the other fields stay false / null):
+  bool peer_memory = false;          // the ranks reach each other's memory (peer_memory.hpp), so
+                                     // the single-copy algorithms can run
+  bool shared_memory = false;        // the collective streams go through shared memory
+  std::shared_ptr<SlotBoard> board;  // the small-op board (slot_board.hpp), unless CHORUS_FAULT
+                                     // is set
+};
+
 // Collective over the group (ranks on one host agree on shared memory over their control
 // sockets before the sockets are handed over). Throws InvalidArgument when
 // CHORUS_TRANSPORT=shm and shared memory cannot be set up.
 // `host_ranks`: the sorted group ranks on this rank's host, this one included
-// (HostMap::members of its host). When `whole_group` (every rank of the group is on this
-// host), `peer_memory` is set if the collective streams go through shared memory and the
-// ranks reach each other's memory (peer_memory.hpp): they then agree that the single-copy
-// algorithms can run. Other groups skip that probe. `shared_memory` is set when `whole_group`
-// and the collective streams go through shared memory; `board` then too, to the small-op board
-// (slot_board.hpp), unless CHORUS_FAULT is set.
-std::unique_ptr<EngineTransport> make_transport(int rank, int size, Mesh mesh,
-                                                const std::vector<int>& host_ranks,
-                                                Deadline deadline, bool whole_group,
-                                                bool& peer_memory, bool& shared_memory,
-                                                std::shared_ptr<SlotBoard>& board);
+// (HostMap::members of its host). `whole_group`: every rank of the group is on this host;
+// other groups skip the peer memory probe and get no board.
+TransportStack make_transport(int rank, int size, Mesh mesh, const std::vector<int>& host_ranks,
+                              Deadline deadline, bool whole_group);
 
 }  // namespace chorus::tcp

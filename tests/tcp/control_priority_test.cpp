@@ -44,8 +44,8 @@ struct Pair {
     m[1].peers[0].control = std::move(control.second);
     m[0].peers[1].data.push_back(std::move(data.first));
     m[1].peers[0].data.push_back(std::move(data.second));
-    t[0] = std::make_unique<SocketTransport>(0, 2, std::move(m[0]));
-    t[1] = std::make_unique<SocketTransport>(1, 2, std::move(m[1]));
+    t[0] = std::make_unique<SocketTransport>(0, 2, std::move(m[0]), std::vector<int>{0, 1});
+    t[1] = std::make_unique<SocketTransport>(1, 2, std::move(m[1]), std::vector<int>{0, 1});
   }
   // One round of progress on both ranks; returns rank 0's events.
   std::vector<TransportEvent> step() {
