@@ -220,9 +220,17 @@ void Engine::iterate(bool wait, const WorkState* driven) {
   if (current_ && current_->on_board && !failure_) {
     settle_board();
   }
+  release_held_headers();
   check_held_failure();
   check_deadlines();
   tend_liveness();
+}
+
+void Engine::release_held_headers() {
+  if (executor_ && !failure_ && headers_until_.expired()) {
+    headers_until_ = Deadline::never();
+    executor_->release_headers();
+  }
 }
 
 void Engine::park(std::chrono::milliseconds tick) noexcept {
@@ -382,6 +390,7 @@ void Engine::start_next() {
       config_.on_start(current_->call, choose_algorithm(config_.size, current_->args));
     }
     executor_->start();
+    headers_until_ = executor_->holds_headers() ? Deadline::after(kHeaderHold) : Deadline::never();
     settle_current();
   }
 }
@@ -650,7 +659,8 @@ Deadline Engine::nearest_deadline() const {
   if (failure_) {
     return Deadline::never();
   }
-  const Deadline liveness = earliest(liveness_deadline(), held_until_);
+  const Deadline liveness = earliest(earliest(liveness_deadline(), held_until_),
+                                     executor_ ? headers_until_ : Deadline::never());
   if (probe_) {
     return earliest(probe_->until, liveness);
   }

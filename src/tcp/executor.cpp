@@ -67,15 +67,45 @@ void Executor::ready(TaskId id) {
 }
 
 // Posts the head of the peer's send FIFO while it is ready: later sends never overtake it.
+// A header waits for the data send behind it (start()).
 void Executor::pump_send(int peer) {
   const auto& fifo = schedule_.send_fifo(peer);
   auto& pos = send_pos_[static_cast<std::size_t>(peer)];
   while (pos < fifo.size() && state_[static_cast<std::size_t>(fifo[pos])] == kReady) {
+    if (held(peer)) {
+      break;
+    }
     const TaskId id = fifo[pos++];
     state_[static_cast<std::size_t>(id)] = kPosted;
     const Task& t = schedule_.tasks()[static_cast<std::size_t>(id)];
     transport_.post_send(peer, t.src, t.size, token_base_ + static_cast<std::uint64_t>(id));
   }
+}
+
+// The head of the peer's send FIFO is a ready header whose first data send is not ready.
+bool Executor::held(int peer) const noexcept {
+  const auto& fifo = schedule_.send_fifo(peer);
+  const std::uint32_t pos = send_pos_[static_cast<std::size_t>(peer)];
+  return hold_headers_ && pos + 1 < fifo.size() &&
+         schedule_.tasks()[static_cast<std::size_t>(fifo[pos])].header &&
+         state_[static_cast<std::size_t>(fifo[pos])] == kReady &&
+         state_[static_cast<std::size_t>(fifo[pos + 1])] != kReady;
+}
+
+void Executor::release_headers() {
+  hold_headers_ = false;
+  for (int p = 0; p < schedule_.size(); ++p) {
+    pump_send(p);
+  }
+}
+
+bool Executor::holds_headers() const noexcept {
+  for (int p = 0; p < schedule_.size(); ++p) {
+    if (held(p)) {
+      return true;
+    }
+  }
+  return false;
 }
 
 void Executor::pump_recv(int peer) {

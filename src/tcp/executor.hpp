@@ -26,8 +26,16 @@ class Executor {
   // Tokens are token_base + task index; token_base must leave the low 32 bits zero.
   Executor(Transport& transport, Schedule& schedule, std::uint64_t token_base);
 
-  // Posts everything that is ready and runs ready local work.
+  // Posts everything that is ready and runs ready local work. A signature header whose
+  // stream carries data sends is held until the first of them is ready, so that both leave in
+  // one write (a header sent alone costs a system call, and the peer a wake-up, per step of a
+  // small op); release_headers() sends the held ones alone.
   void start();
+  // Sends every held header now, and later ones as soon as they are ready: the peers then see
+  // a mismatched op even where this rank's data sends wait for data that never comes.
+  void release_headers();
+  // Some header is held (release_headers() would send it).
+  bool holds_headers() const noexcept;
   // A transfer of this executor completed. Runs what became ready.
   void complete(std::uint64_t token);
   bool owns(std::uint64_t token) const noexcept { return (token >> 32) == (token_base_ >> 32); }
@@ -49,6 +57,7 @@ class Executor {
   void run_local(TaskId id);
   void run_worklist();
   void pump_send(int peer);
+  bool held(int peer) const noexcept;
   void pump_recv(int peer);
   // What a recv_reduce task reduces, as the transport takes it.
   ReduceOnArrival arrival(const Task& t) const;
@@ -62,6 +71,7 @@ class Executor {
   std::vector<std::uint32_t> send_pos_;  // per peer: next FIFO index to post
   std::vector<std::uint32_t> recv_pos_;
   std::vector<TaskId> worklist_;  // ready local tasks
+  bool hold_headers_ = true;
   std::size_t remaining_ = 0;
   std::optional<SignatureMismatch> mismatch_;
   std::optional<LocalFailure> local_failure_;

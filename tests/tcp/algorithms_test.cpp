@@ -2,6 +2,7 @@
 // Every algorithm over the in-memory LoopbackFabric: world sizes 1..8 x counts (0, 1, odd,
 // not divisible by n, many slices) x every dtype x every op, in place and out of place, both
 // the latency and the pipelined variant; plus signature mismatches.
+#include <cstring>
 #include <memory>
 #include <set>
 #include <vector>
@@ -453,6 +454,89 @@ TEST_CASE("schedule: interleave merges a later phase into an earlier one, lag it
   // A lag past the end of the first phase keeps the order.
   s.interleave(1, false, 1, 5);
   CHECK(s.recv_fifo(1) == std::vector<tcp::TaskId>{r0});
+}
+
+namespace {
+// Records what the executor posts, in order: ('s' | 'r', peer, token).
+struct RecordingTransport : tcp::Transport {
+  struct Post {
+    char what;
+    int peer;
+    std::uint64_t token;
+    bool operator==(const Post& o) const {
+      return what == o.what && peer == o.peer && token == o.token;
+    }
+  };
+  void post_send(int peer, const void*, std::size_t, std::uint64_t token) override {
+    posts.push_back({'s', peer, token});
+  }
+  void post_recv(int peer, void*, std::size_t, std::uint64_t token) override {
+    posts.push_back({'r', peer, token});
+  }
+  std::vector<Post> posts;
+};
+}  // namespace
+
+// A header sent alone costs a system call, and the peer a wake-up, per step of a small op; the
+// executor holds it until the data send behind it is ready, or until it is released.
+TEST_CASE("executor: a signature header waits for the first data send to its peer",
+          "[tcp][algorithms]") {
+  const OpSignature sig{OpKind::allreduce, DataType::uint8, ReduceOp::sum, 0, 1, 7};
+  for (const bool release_first : {false, true}) {
+    INFO("release_first=" << release_first);
+    tcp::ScratchArena arena;
+    // Rank 0 of 3: receives from 2, then sends to 1 what came (a dependent send); sends to 2
+    // at once.
+    tcp::Schedule s(0, 3, DataType::uint8, ReduceOp::sum, arena);
+    std::uint8_t in = 1;
+    std::uint8_t got = 0;
+    const tcp::TaskId recv2 = s.recv(2, &got, 1);
+    const tcp::TaskId send1 = s.send(1, &got, 1, {recv2});
+    const tcp::TaskId send2 = s.send(2, &in, 1);
+    s.finalize(sig);
+    const tcp::TaskId header1 = s.send_fifo(1).front();
+    const tcp::TaskId header2 = s.send_fifo(2).front();
+    REQUIRE(s.tasks()[static_cast<std::size_t>(header1)].header);
+    RecordingTransport t;
+    constexpr std::uint64_t kBase = std::uint64_t{1} << 32;
+    auto token = [&](tcp::TaskId id) { return kBase + static_cast<std::uint64_t>(id); };
+    tcp::Executor ex(t, s, kBase);
+    ex.start();
+    // Peer 2's first data send is ready: header and data go together. Peer 1's header waits.
+    auto sends_to = [&](int peer) {
+      std::vector<std::uint64_t> out;
+      for (const auto& p : t.posts) {
+        if (p.what == 's' && p.peer == peer) {
+          out.push_back(p.token);
+        }
+      }
+      return out;
+    };
+    CHECK(sends_to(2) == std::vector<std::uint64_t>{token(header2), token(send2)});
+    CHECK(sends_to(1).empty());
+    CHECK(ex.holds_headers());
+    if (release_first) {
+      ex.release_headers();
+      CHECK(sends_to(1) == std::vector<std::uint64_t>{token(header1)});
+      CHECK_FALSE(ex.holds_headers());
+    }
+    // The receive from 2 completes (its header first, then its data): the send to 1 is ready.
+    const tcp::TaskId header_in2 = s.recv_fifo(2).front();
+    std::memcpy(s.tasks()[static_cast<std::size_t>(header_in2)].dst, encode(sig).data(),
+                kSignatureBytes);
+    ex.complete(token(header_in2));
+    ex.complete(token(recv2));
+    const std::size_t before = t.posts.size();
+    CHECK(sends_to(1) == std::vector<std::uint64_t>{token(header1), token(send1)});
+    if (!release_first) {
+      // Posted back to back, in one call: the transport writes them together.
+      REQUIRE(before >= 2);
+      CHECK(t.posts[before - 2] == RecordingTransport::Post{'s', 1, token(header1)});
+      CHECK(t.posts[before - 1] == RecordingTransport::Post{'s', 1, token(send1)});
+    }
+    CHECK_FALSE(ex.holds_headers());
+    CHECK_FALSE(ex.failed());
+  }
 }
 
 // Links are made on demand (link_connector.hpp), so the peers a rank's schedules name are the
