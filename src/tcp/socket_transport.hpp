@@ -49,7 +49,7 @@ class SocketTransport final : public EngineTransport {
   // A peer that refused to release an idle link is asked again after this.
   static constexpr auto kReleaseRetry = std::chrono::milliseconds(20);
 
-  // `host_ranks`: the group ranks on this rank's host (sorted); data sockets to them get
+  // `host_ranks`: the group ranks on this rank's host; data sockets to them get
   // Mesh::local_send_buffer.
   SocketTransport(int rank, int size, Mesh mesh, const std::vector<int>& host_ranks);
   ~SocketTransport() override;
