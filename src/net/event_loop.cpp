@@ -155,6 +155,9 @@ void EventLoop::drain_posted() {
 }
 
 void EventLoop::fire_timers() {
+  if (timers_.empty()) {
+    return;
+  }
   const auto now = Clock::now();
   while (!timers_.empty()) {
     auto it = timers_.begin();
@@ -185,6 +188,17 @@ int EventLoop::run_once(Deadline until) {
                      ? 0
                      : static_cast<int>(std::min<long long>((left.count() + 999) / 1000, INT_MAX));
   }
+  return wait_and_dispatch(timeout_ms);
+}
+
+int EventLoop::poll_ready() {
+  if (!timers_.empty()) {
+    return run_once(Deadline::after(Duration::zero()));
+  }
+  return wait_and_dispatch(0);
+}
+
+int EventLoop::wait_and_dispatch(int timeout_ms) {
   // A wakeup() since the last call makes this one a poll. A loop about to sleep says so first,
   // then looks for a request once more (see wakeup()).
   bool woken = wake_requested_.exchange(false);

@@ -68,6 +68,9 @@ class EventLoop {
   // runs posted functions and due timers. Returns the number of fd events dispatched, plus
   // one if it was woken (wakeup() or post()).
   int run_once(Deadline until);
+  // run_once() without sleeping: dispatches what is ready now. Reads the clock only when
+  // timers are set (a transport that spins calls this thousands of times per millisecond).
+  int poll_ready();
   // run_once() until stop(). Marks the calling thread as the loop thread.
   void run();
   void stop() noexcept;  // thread-safe; run() returns after the current iteration
@@ -81,6 +84,8 @@ class EventLoop {
   };
   void drain_posted();
   void fire_timers();
+  // run_once() after the timeout (milliseconds; -1: none) is known.
+  int wait_and_dispatch(int timeout_ms);
 
   int epoll_fd_ = -1;
   int wake_fd_ = -1;

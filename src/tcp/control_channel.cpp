@@ -44,7 +44,7 @@ void SocketTransport::send_p2p(int peer, std::uint32_t tag, const void* data, st
     return;
   }
   ensure_link(peer);
-  p.last_used = Clock::now();
+  p.last_used = ++uses_;
   // One frame per chunk (wire.hpp), so that control frames can be queued between them.
   const bool idle = p.control->sendq.empty();
   const auto* base = static_cast<const std::byte*>(data);
@@ -95,7 +95,7 @@ void SocketTransport::recv_p2p(int peer, std::uint32_t tag, void* data, std::siz
     return;
   }
   ensure_link(peer);
-  p.last_used = Clock::now();
+  p.last_used = ++uses_;
   p.control->posted.push_back({tag, static_cast<std::byte*>(data), bytes, token});
 }
 

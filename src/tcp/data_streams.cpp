@@ -46,7 +46,7 @@ void SocketTransport::post(int peer, std::byte* base, std::size_t bytes, std::ui
     return;  // the engine already heard about it and fails the op
   }
   ensure_link(peer);
-  p.last_used = Clock::now();
+  p.last_used = ++uses_;
   const std::size_t k = p.data.size();
   auto queue = [send](Stream& s) -> std::deque<Part>& { return send ? s.sendq : s.recvq; };
   // An idle queue starts moving at the next poll(), with the rest of this iteration's posts.
@@ -84,7 +84,9 @@ void SocketTransport::post(int peer, std::byte* base, std::size_t bytes, std::ui
 }
 
 void SocketTransport::move_posted() {
+  // Two vectors trade places so that neither is allocated again per op.
   std::vector<int> peers;
+  peers.swap(moving_);
   peers.swap(posted_to_);
   for (int peer : peers) {
     // A stream that failed meanwhile, or a link dropped since (its streams are gone), has
@@ -103,6 +105,8 @@ void SocketTransport::move_posted() {
       }
     }
   }
+  peers.clear();
+  moving_.swap(peers);
 }
 
 void SocketTransport::update_interest(Stream& s, bool keep_reading) {

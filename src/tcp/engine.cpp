@@ -157,7 +157,8 @@ void Engine::run() noexcept {
   // Parked: a caller drove the loop within kParkKeep. The engine thread then stays off the
   // sockets and looks in once per kParkTick (heartbeats, news, ops nobody waits on); less often
   // while one caller's drive goes on (a wait for a late peer: that caller runs everything), up
-  // to kParkTickMax; such a drive pokes the engine thread when it ends.
+  // to kParkTickMax; such a drive pokes the engine thread when it ends. While callers drive one
+  // op after another and the looks find nothing to do, the tick grows up to kParkTickBusy.
   bool parked = false;
   auto tick = kParkTick;
   std::uint64_t drives_seen = drives_.load();
@@ -171,16 +172,18 @@ void Engine::run() noexcept {
       if (stopping_.load() || drivers_waiting_.load() > 0 || !lease.try_lock()) {
         parked = true;  // a caller drives, or is about to
         const std::uint64_t drives = std::exchange(drives_seen, drives_.load());
-        tick = drives == drives_seen ? std::min(2 * tick, kParkTickMax) : kParkTick;
+        tick = drives == drives_seen ? std::min(2 * tick, kParkTickMax)
+                                     : std::min(2 * tick, kParkTickBusy);
         continue;
       }
-      tick = kParkTick;
       runner_.store(std::this_thread::get_id());
       iterate(false);
       // Work that no caller drives (an op nobody waits on yet, a tagged message, a probe)
       // needs the engine thread's own loop.
       parked = Clock::now() - last_drive_end_ < kParkKeep && !current_ && queue_.empty() &&
                p2p_.empty() && !probe_ && !held_failure_;
+      const std::uint64_t drives = std::exchange(drives_seen, drives_.load());
+      tick = parked && drives != drives_seen ? std::min(2 * tick, kParkTickBusy) : kParkTick;
       continue;
     }
     iterate(true);
@@ -325,7 +328,8 @@ std::chrono::microseconds Engine::spin_budget() const {
 }
 
 void Engine::take_submitted() {
-  std::deque<std::unique_ptr<Op>> ops;
+  std::vector<std::unique_ptr<Op>> ops;
+  ops.swap(taken_);  // empty, with the memory of an earlier batch: submitters append there
   std::exception_ptr abort_request;
   {
     std::lock_guard lock(mu_);
@@ -360,6 +364,8 @@ void Engine::take_submitted() {
       transport_->recv_p2p(p.peer, p.tag, p.data, p.bytes, token);
     }
   }
+  ops.clear();
+  taken_.swap(ops);
 }
 
 void Engine::start_next() {
@@ -380,11 +386,7 @@ void Engine::start_next() {
     if (config_.board) {
       config_.board->announce(current_->sig);
     }
-    schedule_ = std::make_unique<Schedule>(config_.rank, config_.size, current_->args.dtype,
-                                           current_->args.op, arena_);
-    build_schedule(*schedule_, current_->args);
-    schedule_->finalize(current_->sig);
-    executor_ = std::make_unique<Executor>(*transport_, *schedule_, (++epoch_) << 32);
+    build_run(*current_);
     transport_->op_started(current_->call.seq);
     if (config_.on_start) {
       config_.on_start(current_->call, choose_algorithm(config_.size, current_->args));
@@ -393,6 +395,38 @@ void Engine::start_next() {
     headers_until_ = executor_->holds_headers() ? Deadline::after(kHeaderHold) : Deadline::never();
     settle_current();
   }
+}
+
+void Engine::build_run(const Op& op) {
+  const bool reuse = spare_schedule_ != nullptr && spare_executor_ != nullptr;
+  if (reuse) {
+    schedule_ = std::move(spare_schedule_);
+    schedule_->clear(op.args.dtype, op.args.op);
+  } else {
+    spare_executor_.reset();
+    schedule_ =
+        std::make_unique<Schedule>(config_.rank, config_.size, op.args.dtype, op.args.op, arena_);
+  }
+  build_schedule(*schedule_, op.args);
+  schedule_->finalize(op.sig);
+  const std::uint64_t tokens = (++epoch_) << 32;
+  if (reuse) {
+    executor_ = std::move(spare_executor_);  // bound to schedule_ (recycle_run())
+    executor_->restart(tokens);
+  } else {
+    executor_ = std::make_unique<Executor>(*transport_, *schedule_, tokens);
+  }
+}
+
+void Engine::recycle_run() noexcept {
+  if (!schedule_ || !executor_) {
+    executor_.reset();
+    schedule_.reset();
+    return;
+  }
+  schedule_->clear(schedule_->dtype(), schedule_->op());  // lets go of call tasks' captures
+  spare_schedule_ = std::move(schedule_);
+  spare_executor_ = std::move(executor_);
 }
 
 void Engine::track_deadline(const Op& op) {
@@ -413,8 +447,7 @@ void Engine::untrack_deadline(const Op& op) {
 void Engine::finish_current(std::exception_ptr error) {
   std::unique_ptr<Op> op = std::move(current_);
   untrack_deadline(*op);
-  executor_.reset();
-  schedule_.reset();
+  recycle_run();
   arena_.reset();
   if (probe_ && probe_->op == op.get()) {
     probe_.reset();  // it made it after all, within the probe's grace

@@ -121,7 +121,8 @@ class Engine {
   // completion's), and the engine thread stays off the cores meanwhile: with 4 ranks on 2 cores
   // that is half the runnable threads. The engine thread hands the lease over when
   // drivers_waiting_ says a caller wants it, then parks: it looks in once per kParkTick while
-  // callers drive (less often during one long drive, which pokes it at its end), and goes back to
+  // callers drive (less often during one long drive, which pokes it at its end, or while callers
+  // drive op after op and it finds nothing to do: kParkTickBusy), and goes back to
   // its own loop kParkKeep after the last drive, or at once when there is work no caller drives (an
   // op nobody waits on, a tagged message, a probe). Ops without a driver, abort() and the
   // destructor unpark it (poke()).
@@ -156,6 +157,10 @@ class Engine {
   void release_held_headers();
   void take_submitted();
   void start_next();
+  // The current op's schedule and executor, built in the spare pair's memory where there is one.
+  void build_run(const Op& op);
+  // The current op finished: its schedule and executor become the spare pair.
+  void recycle_run() noexcept;
   void track_deadline(const Op& op);
   void untrack_deadline(const Op& op);
   void finish_current(std::exception_ptr error);
@@ -202,12 +207,14 @@ class Engine {
 
   std::mutex mu_;
   std::condition_variable cv_;
-  std::deque<std::unique_ptr<Op>> submitted_;  // guarded by mu_
-  std::exception_ptr abort_request_;           // guarded by mu_
-  bool abort_done_ = false;                    // guarded by mu_
-  bool stop_ = false;                          // guarded by mu_
-  std::exception_ptr failed_;                  // guarded by mu_ (written by the engine thread)
-  std::atomic<bool> has_failed_{false};        // failed_ is set (read without mu_ by board waits)
+  // Vectors, not deques: an empty vector holds no memory, so take_submitted() swaps two of them
+  // back and forth without allocating (a default-constructed std::deque allocates).
+  std::vector<std::unique_ptr<Op>> submitted_;  // guarded by mu_
+  std::exception_ptr abort_request_;            // guarded by mu_
+  bool abort_done_ = false;                     // guarded by mu_
+  bool stop_ = false;                           // guarded by mu_
+  std::exception_ptr failed_;                   // guarded by mu_ (written by the engine thread)
+  std::atomic<bool> has_failed_{false};         // failed_ is set (read without mu_ by board waits)
   std::atomic<std::uint64_t> issued_seq_{0};
 
   // The loop's: touched only by the holder of lease_ (the engine thread, or a driving caller).
@@ -215,6 +222,11 @@ class Engine {
   std::unique_ptr<Op> current_;
   std::unique_ptr<Schedule> schedule_;
   std::unique_ptr<Executor> executor_;
+  // The last finished op's schedule and executor (bound to that schedule), emptied for the next
+  // op: a small op then builds and runs without touching the heap (recycle_run()).
+  std::unique_ptr<Schedule> spare_schedule_;
+  std::unique_ptr<Executor> spare_executor_;
+  std::vector<std::unique_ptr<Op>> taken_;  // take_submitted()'s batch memory, empty between calls
   ScratchArena arena_;
   std::uint64_t epoch_ = 0;
   std::unordered_map<std::uint64_t, std::unique_ptr<Op>> p2p_;
@@ -277,6 +289,13 @@ class Engine {
   // this: a caller waiting 3 s for a late peer cost 2 % of a core in 1 ms looks.
   static constexpr std::chrono::milliseconds kParkTickMax{64};
   static constexpr std::chrono::milliseconds kParkKeep{2};
+  // A parked engine thread whose looks find new drives each time (a caller waiting for op after
+  // op) and nothing of its own to do doubles its tick up to this. Each look wakes a thread on a
+  // core where a rank spins; at 1 ms, an 8-byte allreduce stream over loopback tcp at 2 ranks
+  // made 1,200 futex calls and 3,100 context switches in 40,000 ops, at this bound 220 and
+  // 1,400 (docs/architecture.md, "Small ops over loopback tcp"). The price: an op nobody waits
+  // on, issued just after such a stream, starts up to this late.
+  static constexpr std::chrono::milliseconds kParkTickBusy{4};
 
   std::thread thread_;
 };

@@ -21,13 +21,21 @@ constexpr std::uint8_t kPostedStaged = 4;
 }  // namespace
 
 Executor::Executor(Transport& transport, Schedule& schedule, std::uint64_t token_base)
-    : transport_(transport),
-      schedule_(schedule),
-      token_base_(token_base),
-      state_(schedule.tasks().size(), kWaiting),
-      send_pos_(static_cast<std::size_t>(schedule.size()), 0),
-      recv_pos_(static_cast<std::size_t>(schedule.size()), 0),
-      remaining_(schedule.tasks().size()) {}
+    : transport_(transport), schedule_(schedule) {
+  restart(token_base);
+}
+
+void Executor::restart(std::uint64_t token_base) {
+  token_base_ = token_base;
+  state_.assign(schedule_.tasks().size(), kWaiting);
+  send_pos_.assign(static_cast<std::size_t>(schedule_.size()), 0);
+  recv_pos_.assign(static_cast<std::size_t>(schedule_.size()), 0);
+  worklist_.clear();
+  hold_headers_ = true;
+  remaining_ = schedule_.tasks().size();
+  mismatch_.reset();
+  local_failure_.reset();
+}
 
 void Executor::start() {
   auto& tasks = schedule_.tasks();

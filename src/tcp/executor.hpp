@@ -25,6 +25,9 @@ class Executor {
  public:
   // Tokens are token_base + task index; token_base must leave the low 32 bits zero.
   Executor(Transport& transport, Schedule& schedule, std::uint64_t token_base);
+  // Ready to run the schedule again, rebuilt for another op (Schedule::clear()), with new
+  // tokens; keeps this executor's memory. Not while a transfer of the last run is in flight.
+  void restart(std::uint64_t token_base);
 
   // Posts everything that is ready and runs ready local work. A signature header whose
   // stream carries data sends is held until the first of them is ready, so that both leave in
@@ -64,7 +67,7 @@ class Executor {
 
   Transport& transport_;
   Schedule& schedule_;
-  std::uint64_t token_base_;
+  std::uint64_t token_base_ = 0;
   // per task: 0 waiting, 1 ready, 2 posted, 3 done, 4 posted as a plain receive to be reduced
   // on completion (a recv_reduce the transport cannot reduce on arrival)
   std::vector<std::uint8_t> state_;

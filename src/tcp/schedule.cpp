@@ -75,6 +75,26 @@ Schedule::Schedule(int rank, int size, DataType dtype, ReduceOp op, ScratchArena
       send_fifo_(static_cast<std::size_t>(size)),
       recv_fifo_(static_cast<std::size_t>(size)) {}
 
+void Schedule::clear(DataType dtype, ReduceOp op) {
+  dtype_ = dtype;
+  op_ = op;
+  members_.clear();
+  view_rank_ = 0;
+  gate_ = kNoTask;
+  tasks_.clear();
+  calls_.clear();
+  edges_.clear();
+  succ_.clear();
+  for (auto& fifo : send_fifo_) {
+    fifo.clear();
+  }
+  for (auto& fifo : recv_fifo_) {
+    fifo.clear();
+  }
+  sig_ = {};
+  header_out_ = {};
+}
+
 TaskId Schedule::add(Task t, std::initializer_list<TaskId> deps) {
   const auto id = static_cast<TaskId>(tasks_.size());
   tasks_.push_back(t);
@@ -269,7 +289,8 @@ void Schedule::finalize(const OpSignature& sig) {
     rf.insert(rf.begin(), hr_id);
   }
   // Successor lists in CSR form.
-  std::vector<std::uint32_t> count(tasks_.size() + 1, 0);
+  std::vector<std::uint32_t>& count = succ_counts_;
+  count.assign(tasks_.size() + 1, 0);
   for (auto& [from, to] : edges_) {
     ++count[static_cast<std::size_t>(from)];
     ++tasks_[static_cast<std::size_t>(to)].deps;

@@ -92,6 +92,9 @@ class ScratchArena {
 class Schedule {
  public:
   Schedule(int rank, int size, DataType dtype, ReduceOp op, ScratchArena& arena);
+  // Empties the schedule for another op of the same group and rank, keeping its vectors'
+  // memory: a small op then builds without touching the heap.
+  void clear(DataType dtype, ReduceOp op);
 
   // This rank and the group size, as the current view sees them (see enter_view()).
   int rank() const noexcept { return members_.empty() ? rank_ : view_rank_; }
@@ -193,6 +196,7 @@ class Schedule {
   std::vector<LocalWork> calls_;                  // call tasks' work, by Task::size
   std::vector<std::pair<TaskId, TaskId>> edges_;  // (earlier, later) until finalize
   std::vector<TaskId> succ_;                      // CSR after finalize
+  std::vector<std::uint32_t> succ_counts_;        // finalize()'s per-task tally
   std::vector<std::vector<TaskId>> send_fifo_;
   std::vector<std::vector<TaskId>> recv_fifo_;
   OpSignature sig_{};

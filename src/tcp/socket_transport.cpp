@@ -87,7 +87,7 @@ void SocketTransport::install_link(int peer, std::vector<net::Socket> sockets,
   ensure_link(peer);
   p.address = address;
   p.last_heard = Clock::now();
-  p.last_used = p.last_heard;
+  p.last_used = ++uses_;
   if (!p.pinned) {
     ++open_links_;
   }
@@ -284,15 +284,6 @@ void SocketTransport::queue_frame(int peer, FrameType type, std::vector<std::uin
   if (idle_queue) {
     write_control(peer);
   }
-}
-
-bool SocketTransport::defer_if_closing(int peer, std::function<void()> post) {
-  Peer& p = peers_[static_cast<std::size_t>(peer)];
-  if (p.release == Release::none) {
-    return false;
-  }
-  p.deferred.push_back(std::move(post));
-  return true;
 }
 
 void SocketTransport::drop_link(int peer) {
@@ -499,8 +490,7 @@ bool SocketTransport::spin(Deadline wait_until) {
   }
   const Deadline stop = earliest(wait_until, Deadline::at(Clock::now() + spin_));
   for (;;) {
-    if (loop_.run_once(Deadline::after(Duration::zero())) > 0 || !completed_.empty() ||
-        !events_.empty()) {
+    if (loop_.poll_ready() > 0 || !completed_.empty() || !events_.empty()) {
       return true;
     }
     if (stop.expired()) {
@@ -528,7 +518,7 @@ void SocketTransport::poll(Deadline until, std::vector<std::uint64_t>& completed
   move_posted();
   const Deadline wait_until = earliest(until, retry_release_);
   if (!completed_.empty() || !events_.empty()) {
-    loop_.run_once(Deadline::after(Duration::zero()));
+    loop_.poll_ready();
   } else if (!spin(wait_until)) {
     loop_.run_once(wait_until);
   }

@@ -161,8 +161,8 @@ class SocketTransport final : public EngineTransport {
     bool same_host = false;       // on this rank's host (one of the constructor's host_ranks)
     Release release = Release::none;
     bool release_when_flushed = false;  // our "ok" is still being written
-    Clock::time_point last_used{};
-    Clock::time_point refused_at{};               // when it last refused to release the link
+    std::uint64_t last_used = 0;     // uses_ at its last post: the order of use, for the LRU bound
+    Clock::time_point refused_at{};  // when it last refused to release the link
     std::vector<std::function<void()>> deferred;  // posts made while the link was closing
     std::vector<std::unique_ptr<Stream>> data;
     std::unique_ptr<Control> control;
@@ -230,8 +230,18 @@ class SocketTransport final : public EngineTransport {
   void queue_frame(int peer, FrameType type, std::vector<std::uint8_t> payload);
   // Closes an agreed link and returns the pair to "no link yet"; runs the posts that waited.
   void drop_link(int peer);
-  // True (and the post kept for later) if the peer's link is closing.
-  bool defer_if_closing(int peer, std::function<void()> post);
+  // True (and the post kept for later) if the peer's link is closing. A template, so that the
+  // usual case (not closing) builds no std::function: its captures would cost a heap block
+  // per posted transfer.
+  template <typename Post>
+  bool defer_if_closing(int peer, Post&& post) {
+    Peer& p = peers_[static_cast<std::size_t>(peer)];
+    if (p.release == Release::none) {
+      return false;
+    }
+    p.deferred.emplace_back(std::forward<Post>(post));
+    return true;
+  }
 
   int rank_;
   int size_;
@@ -246,6 +256,8 @@ class SocketTransport final : public EngineTransport {
   std::size_t pinned_links_ = 0;  // setup links
   std::vector<int> to_drop_;      // agreed releases, done at the end of poll()
   std::vector<int> posted_to_;    // peers with a Stream::send_posted/recv_posted set
+  std::vector<int> moving_;       // move_posted()'s copy of posted_to_ (kept for its memory)
+  std::uint64_t uses_ = 0;        // counts posts; Peer::last_used (no clock read per post)
   std::vector<int> lost_;         // peers whose control socket ended (reported next poll)
   // A peer's failure news (abort notice, goodbye) is handed over one poll later, like a
   // control socket's end: data that peer sent before it, on a data socket whose receive the

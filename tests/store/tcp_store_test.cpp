@@ -5,6 +5,8 @@
 #include <catch2/catch.hpp>
 
 #include <sys/epoll.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
@@ -98,6 +100,41 @@ TEST_CASE("net: event loop dispatches accept, read and timers; post wakes it", "
     loop.run_once(d);
   }
   REQUIRE(posted);
+}
+
+TEST_CASE("net: poll_ready dispatches what is ready and the due timers without sleeping", "[net]") {
+  net::EventLoop loop;
+  int fds[2];
+  REQUIRE(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, fds) == 0);
+  int reads = 0;
+  loop.add(fds[0], EPOLLIN, [&](std::uint32_t) {
+    char buf[8];
+    while (::read(fds[0], buf, sizeof(buf)) > 0) {
+    }
+    ++reads;
+  });
+  // Nothing ready, no timer: it returns (a sleeping call would hang this test).
+  REQUIRE(loop.poll_ready() == 0);
+  REQUIRE(::write(fds[1], "x", 1) == 1);
+  REQUIRE(loop.poll_ready() == 1);
+  REQUIRE(reads == 1);
+  // With timers set: the due one fires, the far one does not, and nothing sleeps to it.
+  bool due = false;
+  bool far = false;
+  loop.add_timer(Deadline::after(0ms), [&] { due = true; });
+  const auto far_id = loop.add_timer(Deadline::after(1h), [&] { far = true; });
+  REQUIRE(loop.poll_ready() == 0);
+  REQUIRE(due);
+  REQUIRE_FALSE(far);
+  REQUIRE(loop.cancel_timer(far_id));
+  // A post() wakes it: the function runs and the call counts the wake-up.
+  bool posted = false;
+  loop.post([&] { posted = true; });
+  REQUIRE(loop.poll_ready() == 1);
+  REQUIRE(posted);
+  loop.remove(fds[0]);
+  ::close(fds[0]);
+  ::close(fds[1]);
 }
 
 TEST_CASE("net: no wakeup() is lost, whether the loop is asleep, about to sleep or busy", "[net]") {
