@@ -232,28 +232,34 @@ class Runner {
       d.store(-1, std::memory_order_relaxed);
     }
     const auto t0 = Clock::now();
+    auto since_t0_ns = [t0] {
+      return std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - t0).count();
+    };
+    auto stamp = [&done, since_t0_ns](int k) {
+      done[static_cast<std::size_t>(k)].store(since_t0_ns(), std::memory_order_release);
+    };
+    // Waiting after each op: its completion is when the wait returns, as a caller sees it (and
+    // as a timed loop of blocking calls, e.g. MPI's, measures it). Otherwise the last Work of
+    // each issue notes its completion from a then() callback.
+    const bool waits_each = opt_.blocking == 1 || opt_.blocking == 2;
     int k = 0;
     for (int iter = 0; iter < opt_.iters; ++iter) {
       for (int a = 0; a < opt_.agg_iters; ++a, ++k) {
         const std::size_t first = works.size();
         issue(c, dtype, op, root, in_place, works);
-        if (works.size() > first) {
-          // The last Work of this issue completes it; note when.
-          auto* slot = &done[static_cast<std::size_t>(k)];
-          works.back()->then([slot, t0, keep = stamps_ptr](chorus::Work&) {
-            slot->store(
-                std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - t0).count(),
-                std::memory_order_release);
-          });
-        } else {
-          done[static_cast<std::size_t>(k)].store(
-              std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - t0).count());
-        }
-        if (opt_.blocking == 1 || opt_.blocking == 2) {
+        if (waits_each) {
           wait_all(works);
+          stamp(k);
           if (opt_.blocking == 1) {
             barrier();
           }
+        } else if (works.size() > first) {
+          auto* slot = &done[static_cast<std::size_t>(k)];
+          works.back()->then([slot, since_t0_ns, keep = stamps_ptr](chorus::Work&) {
+            slot->store(since_t0_ns(), std::memory_order_release);
+          });
+        } else {
+          stamp(k);
         }
       }
       if (opt_.blocking == 3) {
