@@ -43,6 +43,20 @@ tcp::CollectiveArgs args_for(const Case& c, const RankBuffers& rb, const Variant
   return a;
 }
 
+// Starts every rank's executor and moves messages until none can move.
+void start_and_run(LoopbackFabric& fabric, std::vector<std::unique_ptr<tcp::Executor>>& execs) {
+  for (auto& e : execs) {
+    e->start();
+  }
+  std::vector<LoopbackFabric::Completion> done;
+  while (fabric.step(done)) {
+    for (auto& d : done) {
+      execs[static_cast<std::size_t>(d.rank)]->complete(d.token);
+    }
+    done.clear();
+  }
+}
+
 // Runs the case on n loopback ranks; returns "" or what went wrong.
 std::string run_case(const Case& c, const Variant& v, std::uint32_t seed,
                      const std::vector<OpSignature>* sigs = nullptr,
@@ -70,16 +84,7 @@ std::string run_case(const Case& c, const Variant& v, std::uint32_t seed,
     execs.push_back(
         std::make_unique<tcp::Executor>(fabric.endpoint(r), *scheds.back(), 1ull << 32));
   }
-  for (auto& e : execs) {
-    e->start();
-  }
-  std::vector<LoopbackFabric::Completion> done;
-  while (fabric.step(done)) {
-    for (auto& d : done) {
-      execs[static_cast<std::size_t>(d.rank)]->complete(d.token);
-    }
-    done.clear();
-  }
+  start_and_run(fabric, execs);
   if (!fabric.errors().empty()) {
     return c.describe() + ": " + fabric.errors().front();
   }
@@ -240,16 +245,7 @@ TEST_CASE("a schedule and executor run op after op when cleared and restarted",
           CHECK(execs[i]->owns(epoch << 32));
         }
       }
-      for (auto& e : execs) {
-        e->start();
-      }
-      std::vector<LoopbackFabric::Completion> done;
-      while (fabric.step(done)) {
-        for (auto& d : done) {
-          execs[static_cast<std::size_t>(d.rank)]->complete(d.token);
-        }
-        done.clear();
-      }
+      start_and_run(fabric, execs);
       REQUIRE(fabric.errors().empty());
       for (int r = 0; r < n; ++r) {
         INFO("rank " << r);
