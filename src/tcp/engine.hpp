@@ -122,10 +122,10 @@ class Engine {
   // that is half the runnable threads. The engine thread hands the lease over when
   // drivers_waiting_ says a caller wants it, then parks: it looks in once per kParkTick while
   // callers drive (less often during one long drive, which pokes it at its end, or while callers
-  // drive op after op and it finds nothing to do: kParkTickBusy), and goes back to
-  // its own loop kParkKeep after the last drive, or at once when there is work no caller drives (an
-  // op nobody waits on, a tagged message, a probe). Ops without a driver, abort() and the
-  // destructor unpark it (poke()).
+  // drive op after op and it finds nothing to do: kParkTickBusy), and goes back to its own loop
+  // kParkKeep after the last drive, or at once when there is work no caller drives (an op nobody
+  // waits on, a tagged message, a probe). Ops without a driver, abort() and the destructor
+  // unpark it (poke()).
   class Gate final : public WorkDriver {
    public:
     explicit Gate(Engine* engine) noexcept : engine_(engine) {}
@@ -292,9 +292,10 @@ class Engine {
   // A parked engine thread whose looks find new drives each time (a caller waiting for op after
   // op) and nothing of its own to do doubles its tick up to this. Each look wakes a thread on a
   // core where a rank spins; at 1 ms, an 8-byte allreduce stream over loopback tcp at 2 ranks
-  // made 1,200 futex calls and 3,100 context switches in 40,000 ops, at this bound 220 and
-  // 1,400 (docs/architecture.md, "Small ops over loopback tcp"). The price: an op nobody waits
-  // on, issued just after such a stream, starts up to this late.
+  // made 840-890 futex calls and 2,700-3,700 context switches in 40,000 ops, at this bound
+  // 270-280 and 1,100-2,400 (docs/architecture.md, "Small ops over loopback tcp: per-op work
+  // and the parked engine's looks"). The price: a small op nobody waits on, issued just after
+  // such a stream, starts up to this late.
   static constexpr std::chrono::milliseconds kParkTickBusy{4};
 
   std::thread thread_;
