@@ -246,6 +246,20 @@ int main(int argc, char** argv) {
                      : "");
     return 127;
   }
+  if (args.bind == BindTo::core) {
+    try {
+      plan.bindings = split_cores(allowed_cores(), args.nproc_per_node);
+    } catch (const UsageError& e) {
+      std::fprintf(stderr, "chorusrun: %s\n", e.what());
+      return 2;
+    }
+    std::string where;
+    for (std::size_t r = 0; r < plan.bindings.size(); ++r) {
+      where += (r == 0 ? "" : ", ") + std::string("local rank ") + std::to_string(r) + " on CPUs " +
+               cpu_list_string(plan.bindings[r]);
+    }
+    std::fprintf(stderr, "chorusrun: --bind-to core: %s\n", where.c_str());
+  }
   plan.log_dir = args.log_dir;
   if (plan.log_dir.empty() && (args.tee > 0 || args.redirects > 0)) {
     char tmpl[] = "/tmp/chorusrun_XXXXXX";

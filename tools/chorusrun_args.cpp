@@ -170,6 +170,15 @@ RunArgs parse_args(int argc, const char* const* argv) {
       args.tee = static_cast<int>(parse_int(flag, value(), 0, 3));
     } else if (flag == "--redirects" || flag == "-r") {
       args.redirects = static_cast<int>(parse_int(flag, value(), 0, 3));
+    } else if (flag == "--bind-to") {
+      const std::string v = value();
+      if (v == "none") {
+        args.bind = BindTo::none;
+      } else if (v == "core") {
+        args.bind = BindTo::core;
+      } else {
+        throw UsageError("--bind-to expects none or core, got '" + v + "'");
+      }
     } else if (flag == "--kill-timeout") {
       args.kill_timeout_s = parse_seconds(flag, value());
     } else if (flag == "--rdzv-backend" || flag == "--rdzv-id" || flag == "--monitor-interval" ||
@@ -233,6 +242,11 @@ such as a benchmark table, stays bare.
                            without --log-dir a temporary directory is made
   -r, --redirects 0-3      streams sent to the log files only, not to the console
       --kill-timeout SECS  grace between SIGTERM and SIGKILL when stopping ranks (default 10)
+      --bind-to none|core  core: each local rank runs on whole cores of its own, chorusrun's
+                           cores (its CPU affinity) split evenly, as mpirun --bind-to core;
+                           an error when the ranks outnumber the cores. Ranks that wait by
+                           spinning then never share a core. What a rank starts (data
+                           loader workers) inherits its cores. Default none
       --prefix             prefix every output line with "[rank N] "
       --no-prefix          never prefix output lines
       --no-python          run a PROGRAM ending in .py as it is, not under Python ($CHORUS_PYTHON,

@@ -20,6 +20,12 @@ enum class PrefixMode {
   never,   // --no-prefix
 };
 
+// Where each local rank may run (--bind-to).
+enum class BindTo {
+  none,  // wherever the kernel puts it, within chorusrun's own CPUs
+  core,  // on whole cores of its own: chorusrun's cores split evenly (chorusrun_bind.hpp)
+};
+
 struct RunArgs {
   int nproc_per_node = 1;
   int nnodes = 1;
@@ -34,6 +40,7 @@ struct RunArgs {
   int redirects = -1;            // streams sent to the log files only
   double kill_timeout_s = 10.0;  // SIGTERM -> SIGKILL grace period
   PrefixMode prefix = PrefixMode::automatic;  // "[rank N] " before a rank's output lines
+  BindTo bind = BindTo::none;
   bool help = false;
   bool help_env = false;
   bool version = false;

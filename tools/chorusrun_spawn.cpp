@@ -2,6 +2,8 @@
 // fork/exec of one rank (see chorusrun_spawn.hpp for the process model).
 #include "chorusrun_spawn.hpp"
 
+#include "chorusrun_bind.hpp"
+
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/prctl.h>
@@ -50,7 +52,8 @@ void close_from_3() {
 }
 
 [[noreturn]] void child_exec(const char* path, char* const* argv, char* const* envp, int out_w,
-                             int err_w, int null_fd, pid_t parent) {
+                             int err_w, int null_fd, pid_t parent,
+                             const std::vector<unsigned long>& cpus) {
   ::setpgid(0, 0);
   ::prctl(PR_SET_PDEATHSIG, SIGKILL);
   if (::getppid() != parent) {  // chorusrun died before the death signal was armed
@@ -64,6 +67,11 @@ void close_from_3() {
   ::sigemptyset(&all);
   ::sigprocmask(SIG_SETMASK, &all, nullptr);
   ::signal(SIGPIPE, SIG_DFL);
+  if (!cpus.empty() && !bind_to(cpus)) {
+    static const char msg[] = "chorusrun: cannot bind the rank to its cores (sched_setaffinity)\n";
+    (void)!::write(2, msg, sizeof(msg) - 1);
+    ::_exit(127);
+  }
   ::execve(path, argv, envp);
   static const char msg[] = "chorusrun: exec failed for the program\n";
   (void)!::write(2, msg, sizeof(msg) - 1);
@@ -138,6 +146,9 @@ bool spawn_rank(const LaunchPlan& plan, int attempt, RankProcess& c, int null_fd
     argv.push_back(s.data());
   }
   argv.push_back(nullptr);
+  const std::vector<unsigned long> cpus =
+      plan.bindings.empty() ? std::vector<unsigned long>{}
+                            : affinity_mask(plan.bindings[static_cast<std::size_t>(c.local_rank)]);
   const pid_t parent = ::getpid();
   const pid_t pid = ::fork();
   if (pid < 0) {
@@ -148,8 +159,8 @@ bool spawn_rank(const LaunchPlan& plan, int attempt, RankProcess& c, int null_fd
     return false;
   }
   if (pid == 0) {
-    child_exec(plan.program_path.c_str(), argv.data(), envp.data(), out[1], err[1], null_fd,
-               parent);
+    child_exec(plan.program_path.c_str(), argv.data(), envp.data(), out[1], err[1], null_fd, parent,
+               cpus);
   }
   ::setpgid(pid, pid);  // also here, so kill(-pid) works before the child ran
   ::close(out[1]);

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "chorusrun_args.hpp"
+#include "chorusrun_bind.hpp"
 
 namespace chorusrun {
 
@@ -26,6 +27,7 @@ struct LaunchPlan {
   std::string store_token;            // "" when the store is open (multi-node without a token)
   std::vector<std::string> base_env;  // chorusrun's environment minus the variables it sets
   std::string log_dir;                // resolved (a temporary one for --tee without --log-dir)
+  std::vector<CpuList> bindings;      // per local rank (--bind-to core); empty: unbound
 };
 
 struct AttemptResult {

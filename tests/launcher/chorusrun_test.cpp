@@ -8,6 +8,7 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
@@ -27,6 +28,7 @@
 #include <sstream>
 #include <string>
 
+#include "../../tools/chorusrun_bind.hpp"
 #include "spawn.hpp"
 
 using namespace launcher_test;
@@ -34,19 +36,19 @@ using Clock = std::chrono::steady_clock;
 
 namespace {
 
-std::string chorusrun() { return binary("CHORUSRUN"); }
+std::string chorusrun_bin() { return binary("CHORUSRUN"); }
 
 // chorusrun FLAGS -- sh -c SCRIPT, with no launcher variables inherited from the test's env.
 Process run_script(const std::vector<std::string>& flags, const std::string& script,
                    Seconds timeout = Seconds(60)) {
-  std::vector<std::string> argv{chorusrun()};
+  std::vector<std::string> argv{chorusrun_bin()};
   argv.insert(argv.end(), flags.begin(), flags.end());
   argv.insert(argv.end(), {"--", "/bin/sh", "-c", script});
   return run(argv, timeout, {}, launcher_vars());
 }
 
 Process start_script(const std::vector<std::string>& flags, const std::string& script) {
-  std::vector<std::string> argv{chorusrun()};
+  std::vector<std::string> argv{chorusrun_bin()};
   argv.insert(argv.end(), flags.begin(), flags.end());
   argv.insert(argv.end(), {"--", "/bin/sh", "-c", script});
   return start(argv, {}, launcher_vars());
@@ -368,20 +370,95 @@ TEST_CASE("--log-dir keeps per-rank logs; --redirects keeps them off the console
   CHECK(std::system(rm.c_str()) == 0);
 }
 
+namespace {
+
+// Restores the calling thread's CPU affinity when it leaves scope (its children inherit it).
+class AffinityRestore {
+ public:
+  AffinityRestore() { REQUIRE(::sched_getaffinity(0, sizeof(saved_), &saved_) == 0); }
+  ~AffinityRestore() { ::sched_setaffinity(0, sizeof(saved_), &saved_); }
+  AffinityRestore(const AffinityRestore&) = delete;
+  AffinityRestore& operator=(const AffinityRestore&) = delete;
+
+ private:
+  cpu_set_t saved_{};
+};
+
+// Each rank's "bound R <Cpus_allowed_list>" line, by rank.
+std::map<int, chorusrun::CpuList> rank_cpus(const std::string& output) {
+  std::map<int, chorusrun::CpuList> out;
+  std::regex re(R"(bound ([0-9]+) Cpus_allowed_list:\s*([0-9,-]+))");
+  for (auto it = std::sregex_iterator(output.begin(), output.end(), re);
+       it != std::sregex_iterator(); ++it) {
+    out[std::stoi((*it)[1])] = chorusrun::parse_cpu_list((*it)[2]).value_or(chorusrun::CpuList{});
+  }
+  return out;
+}
+
+const char* const kPrintBinding =
+    "echo \"bound $RANK $(grep Cpus_allowed_list /proc/self/status)\"";
+
+}  // namespace
+
+TEST_CASE("--bind-to core runs each rank on cores of its own; more ranks than cores is an error",
+          "[launcher][chorusrun]") {
+  const std::vector<chorusrun::CpuList> cores = chorusrun::allowed_cores();
+  REQUIRE_FALSE(cores.empty());
+  const int ranks = static_cast<int>(std::min<std::size_t>(cores.size(), 4));
+  Process p =
+      run_script({"--standalone", "-n", std::to_string(ranks), "--bind-to", "core"}, kPrintBinding);
+  INFO(p.output);
+  CHECK(shell_status(p) == 0);
+  const auto bound = rank_cpus(p.output);
+  const auto expected = chorusrun::split_cores(cores, ranks);
+  REQUIRE(bound.size() == static_cast<std::size_t>(ranks));
+  for (int r = 0; r < ranks; ++r) {
+    CHECK(bound.at(r) == expected[static_cast<std::size_t>(r)]);
+  }
+  CHECK_THAT(p.output, Catch::Contains("chorusrun: --bind-to core: local rank 0 on CPUs " +
+                                       chorusrun::cpu_list_string(expected[0])));
+
+  // Without the flag a rank may run wherever chorusrun may.
+  p = run_script({"--standalone", "-n", "1"}, kPrintBinding);
+  chorusrun::CpuList all;
+  for (const auto& core : cores) {
+    all.insert(all.end(), core.begin(), core.end());
+  }
+  std::sort(all.begin(), all.end());
+  CHECK(rank_cpus(p.output)[0] == all);
+
+  // chorusrun confined to one CPU (as by taskset or a cpuset): one rank runs there, two are
+  // refused before anything starts.
+  AffinityRestore restore;
+  cpu_set_t one;
+  CPU_ZERO(&one);
+  CPU_SET(all.front(), &one);
+  REQUIRE(::sched_setaffinity(0, sizeof(one), &one) == 0);
+  p = run_script({"--standalone", "-n", "1", "--bind-to", "core"}, kPrintBinding);
+  CHECK(shell_status(p) == 0);
+  CHECK(rank_cpus(p.output)[0] == chorusrun::CpuList{all.front()});
+  p = run_script({"--standalone", "-n", "2", "--bind-to", "core"}, kPrintBinding);
+  CHECK(shell_status(p) == 2);
+  CHECK_THAT(p.output,
+             Catch::Contains("2 ranks on this node but chorusrun may run on 1 core (CPUs " +
+                             std::to_string(all.front()) + ")"));
+  CHECK(rank_cpus(p.output).empty());
+}
+
 TEST_CASE("chorusrun's own errors", "[launcher][chorusrun]") {
-  Process p = run({chorusrun(), "--bogus", "x"}, Seconds(30));
+  Process p = run({chorusrun_bin(), "--bogus", "x"}, Seconds(30));
   CHECK(shell_status(p) == 2);
   CHECK_THAT(p.output, Catch::Contains("unknown flag --bogus"));
 
-  p = run({chorusrun(), "-n", "2", "no-such-program-xyz"}, Seconds(30));
+  p = run({chorusrun_bin(), "-n", "2", "no-such-program-xyz"}, Seconds(30));
   CHECK(shell_status(p) == 127);
   CHECK_THAT(p.output, Catch::Contains("no-such-program-xyz: not found"));
 
-  p = run({chorusrun(), "--help"}, Seconds(30));
+  p = run({chorusrun_bin(), "--help"}, Seconds(30));
   CHECK(shell_status(p) == 0);
   CHECK_THAT(p.output, Catch::Contains("--nproc-per-node"));
 
-  p = run({chorusrun(), "--help-env"}, Seconds(30));
+  p = run({chorusrun_bin(), "--help-env"}, Seconds(30));
   CHECK(shell_status(p) == 0);
   CHECK_THAT(p.output, Catch::Contains("CHORUS_TIMEOUT"));
   CHECK_THAT(p.output, Catch::Contains("CHORUS_STORE_ADDR"));
@@ -397,7 +474,7 @@ TEST_CASE("a SIGINT ignored when chorusrun started stays ignored (a script's bac
       "/bin/sh",
       "-c",
       "trap '' INT; exec \"$0\" \"$@\"",
-      chorusrun(),
+      chorusrun_bin(),
       "--standalone",
       "-n",
       "2",
@@ -431,8 +508,14 @@ TEST_CASE("chorusrun names each launch with a CHORUS_RUN_ID of its own, or keeps
   CHECK(count(a.output, "id=" + first) == 2);  // the same on every rank
   REQUIRE(std::regex_search(b.output, m, re));
   CHECK(m[1] != first);  // and new per launch
-  std::vector<std::string> argv{chorusrun(), "--standalone", "-n", "1",
-                                "--",        "/bin/sh",      "-c", "echo \"id=$CHORUS_RUN_ID\""};
+  std::vector<std::string> argv{chorusrun_bin(),
+                                "--standalone",
+                                "-n",
+                                "1",
+                                "--",
+                                "/bin/sh",
+                                "-c",
+                                "echo \"id=$CHORUS_RUN_ID\""};
   Process mine = run(argv, Seconds(60), {"CHORUS_RUN_ID=nightly-42"}, launcher_vars());
   CHECK_THAT(mine.output, Catch::Contains("id=nightly-42"));
 }
@@ -452,10 +535,10 @@ TEST_CASE("every node's chorusrun gives its ranks node 0's run id", "[launcher][
   const std::string client =
       binary("CHORUS_STORE_BIN") + " --connect $CHORUS_STORE_ADDR --timeout 20 ";
   auto node = [&](const char* rank, const std::string& then) {
-    return start(
-        {chorusrun(), "--nnodes", "2", "--node-rank", rank, "-n", "1", "--master-addr", "127.0.0.1",
-         "--master-port", port, "--", "/bin/sh", "-c", "echo \"id=$CHORUS_RUN_ID\"; " + then},
-        {}, launcher_vars());
+    return start({chorusrun_bin(), "--nnodes", "2", "--node-rank", rank, "-n", "1", "--master-addr",
+                  "127.0.0.1", "--master-port", port, "--", "/bin/sh", "-c",
+                  "echo \"id=$CHORUS_RUN_ID\"; " + then},
+                 {}, launcher_vars());
   };
   Process second = node("1", client + "set node1-done 1 >/dev/null");  // waits for node 0's store
   Process first = node("0", client + "wait node1-done >/dev/null");
@@ -485,7 +568,7 @@ TEST_CASE("with --nnodes 2 a rank failure restarts every node's ranks; the job r
   const std::string ddp_train = std::string(std::getenv("EXAMPLES_DIR")) + "/ddp_train";
   // 2 nodes x 2 ranks; rank 3 (node 1) crashes once at the start of epoch 2.
   auto node = [&](const char* node_rank) {
-    return start({chorusrun(),
+    return start({chorusrun_bin(),
                   "--nnodes",
                   "2",
                   "--node-rank",

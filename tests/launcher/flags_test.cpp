@@ -4,12 +4,14 @@
 // exactness of the benchmarks' value patterns.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <string>
 #include <vector>
 
 #include "../../bench/common.hpp"
 #include "../../tools/chorusrun_args.hpp"
+#include "../../tools/chorusrun_bind.hpp"
 
 namespace {
 
@@ -67,6 +69,10 @@ TEST_CASE("chorusrun: torchrun spellings", "[launcher][flags]") {
   CHECK(a.redirects == 1);
   CHECK(a.kill_timeout_s == 2.5);
 
+  CHECK(run_args({"p"}).bind == chorusrun::BindTo::none);
+  CHECK(run_args({"--bind-to", "core", "p"}).bind == chorusrun::BindTo::core);
+  CHECK(run_args({"--bind_to=none", "p"}).bind == chorusrun::BindTo::none);
+
   CHECK(run_args({"--help"}).help);
   CHECK(run_args({"--help-env"}).help_env);
 }
@@ -92,6 +98,57 @@ TEST_CASE("chorusrun: bad command lines say what is wrong", "[launcher][flags]")
   CHECK_THAT(error({"--tee", "4", "p"}), Catch::Contains("--tee"));
   CHECK_THAT(error({"--master-port", "70000", "p"}), Catch::Contains("--master-port"));
   CHECK_THAT(error({"--max-restarts"}), Catch::Contains("expects a value"));
+  CHECK_THAT(error({"--bind-to", "socket", "p"}),
+             Catch::Contains("--bind-to expects none or core, got 'socket'"));
+}
+
+TEST_CASE("chorusrun: --bind-to core gives each local rank whole cores of its own",
+          "[launcher][flags]") {
+  using chorusrun::CpuList;
+  using chorusrun::split_cores;
+  // One CPU per core.
+  const std::vector<CpuList> two = {{0}, {1}};
+  CHECK(split_cores(two, 2) == std::vector<CpuList>{{0}, {1}});
+  CHECK(split_cores(two, 1) == std::vector<CpuList>{{0, 1}});
+  // Hardware threads numbered as Linux often does (core k is CPUs k and k+4): a rank gets
+  // both threads of each of its cores, and neighbouring cores.
+  const std::vector<CpuList> ht = {{0, 4}, {1, 5}, {2, 6}, {3, 7}};
+  CHECK(split_cores(ht, 2) == std::vector<CpuList>{{0, 1, 4, 5}, {2, 3, 6, 7}});
+  CHECK(split_cores(ht, 4) == std::vector<CpuList>{{0, 4}, {1, 5}, {2, 6}, {3, 7}});
+  // Five cores, two ranks: every core used once, the first rank gets the odd one.
+  const std::vector<CpuList> five = {{0}, {1}, {2}, {3}, {8}};
+  CHECK(split_cores(five, 2) == std::vector<CpuList>{{0, 1, 2}, {3, 8}});
+  // More ranks than cores: an error that names both counts and the CPUs.
+  try {
+    (void)split_cores(two, 3);
+    FAIL("3 ranks on 2 cores were accepted");
+  } catch (const chorusrun::UsageError& e) {
+    CHECK_THAT(e.what(), Catch::Contains("3 ranks on this node") &&
+                             Catch::Contains("2 cores (CPUs 0-1)") &&
+                             Catch::Contains("--bind-to none"));
+  }
+
+  CHECK(chorusrun::cpu_list_string({5, 0, 1, 2, 8, 9}) == "0-2,5,8-9");
+  CHECK(chorusrun::parse_cpu_list("0-2,5,8-9\n") == CpuList{0, 1, 2, 5, 8, 9});
+  CHECK(chorusrun::parse_cpu_list("3") == CpuList{3});
+  CHECK_FALSE(chorusrun::parse_cpu_list(""));
+  CHECK_FALSE(chorusrun::parse_cpu_list("2-1"));
+  CHECK_FALSE(chorusrun::parse_cpu_list("a"));
+  CHECK(chorusrun::affinity_mask({0, 3, 64}) == std::vector<unsigned long>{9UL, 1UL});
+
+  // This machine: every allowed CPU is in exactly one core, cores in order of their first CPU.
+  const std::vector<CpuList> cores = chorusrun::allowed_cores();
+  REQUIRE_FALSE(cores.empty());
+  CpuList seen;
+  for (const CpuList& core : cores) {
+    REQUIRE_FALSE(core.empty());
+    seen.insert(seen.end(), core.begin(), core.end());
+  }
+  std::sort(seen.begin(), seen.end());
+  CHECK(std::adjacent_find(seen.begin(), seen.end()) == seen.end());
+  for (std::size_t k = 1; k < cores.size(); ++k) {
+    CHECK(cores[k - 1].front() < cores[k].front());
+  }
 }
 
 TEST_CASE("benchmarks: nccl-tests flags, short and long", "[launcher][flags][bench]") {
