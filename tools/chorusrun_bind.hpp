@@ -4,8 +4,8 @@
 // Why: ranks that wait by spinning (chorus's small-op paths) lose most when two of them share
 // a core. Unbound, the kernel may keep two ranks on one core for tens of milliseconds while
 // another core idles (seen with perf sched; a wake-up tends to place the woken task near its
-// waker, and the balancer leaves a task that ran a moment ago where it is). Open MPI's mpirun binds each
-// rank to a core by default when the ranks do not outnumber the cores.
+// waker, and the balancer leaves a task that ran a moment ago where it is). Open MPI's mpirun
+// binds each rank to a core by default when the ranks do not outnumber the cores.
 #pragma once
 
 #include <optional>
