@@ -11,7 +11,7 @@
 #include <climits>
 #include <cstring>
 #include <fstream>
-#include <map>
+#include <set>
 
 #include "chorusrun_args.hpp"
 #include "cli_number.hpp"
@@ -99,28 +99,24 @@ std::optional<CpuList> parse_cpu_list(const std::string& text) {
 
 std::vector<CpuList> allowed_cores() {
   const CpuList cpus = allowed_cpus();
-  // Keyed by the core's lowest allowed CPU, so cores come out in that order.
-  std::map<int, CpuList> cores;
-  std::map<int, int> core_of;  // CPU -> key of its core
+  // CPUs in ascending order: each new core starts at its lowest allowed CPU, so cores come out
+  // in the order of their first CPU.
+  std::vector<CpuList> cores;
+  std::set<int> placed;
   for (int cpu : cpus) {
-    if (core_of.count(cpu) != 0) {
+    if (placed.count(cpu) != 0) {
       continue;
     }
     CpuList core;
     for (int sibling : siblings_of(cpu)) {
       // Only siblings this process may use, and each CPU in one core only.
-      if (std::binary_search(cpus.begin(), cpus.end(), sibling) && core_of.count(sibling) == 0) {
+      if (std::binary_search(cpus.begin(), cpus.end(), sibling) && placed.insert(sibling).second) {
         core.push_back(sibling);
-        core_of[sibling] = cpu;
       }
     }
-    cores[cpu] = std::move(core);
+    cores.push_back(std::move(core));
   }
-  std::vector<CpuList> out;
-  for (auto& [first, core] : cores) {
-    out.push_back(std::move(core));
-  }
-  return out;
+  return cores;
 }
 
 std::vector<CpuList> split_cores(const std::vector<CpuList>& cores, int ranks) {
@@ -138,13 +134,13 @@ std::vector<CpuList> split_cores(const std::vector<CpuList>& cores, int ranks) {
   std::vector<CpuList> out(static_cast<std::size_t>(ranks));
   int next = 0;
   for (int r = 0; r < ranks; ++r) {
+    CpuList& mine = out[static_cast<std::size_t>(r)];
     const int take = n / ranks + (r < n % ranks ? 1 : 0);
     for (int k = 0; k < take; ++k, ++next) {
       const CpuList& core = cores[static_cast<std::size_t>(next)];
-      out[static_cast<std::size_t>(r)].insert(out[static_cast<std::size_t>(r)].end(), core.begin(),
-                                              core.end());
+      mine.insert(mine.end(), core.begin(), core.end());
     }
-    std::sort(out[static_cast<std::size_t>(r)].begin(), out[static_cast<std::size_t>(r)].end());
+    std::sort(mine.begin(), mine.end());
   }
   return out;
 }

@@ -68,7 +68,9 @@ void close_from_3() {
   ::sigprocmask(SIG_SETMASK, &all, nullptr);
   ::signal(SIGPIPE, SIG_DFL);
   if (!cpus.empty() && !bind_to(cpus)) {
-    static const char msg[] = "chorusrun: cannot bind the rank to its cores (sched_setaffinity)\n";
+    static const char msg[] =
+        "chorusrun: the kernel refused to bind the rank to its cores (sched_setaffinity); did "
+        "chorusrun's CPUs change since it started? Run with --bind-to none to skip binding\n";
     (void)!::write(2, msg, sizeof(msg) - 1);
     ::_exit(127);
   }
