@@ -55,6 +55,7 @@ struct Options {
   int timeout_s = 0;  // -T: op deadline in seconds (0: the library default)
   int nthreads = 1;   // -t: only 1 (one rank per process)
   int ngpus = 1;      // -g: only 1 (one GPU per process, nccl backend)
+  int registered = 0;  // -R: 1 = buffers are chorus::SharedBuffers (tcp; nccl-tests' -R 1)
   chorus::Backend backend = chorus::Backend::tcp;  // --backend
   std::string json_path;                           // --json
   int corrupt_rank = -1;  // test hook --test-corrupt-rank (see docs/architecture.md)

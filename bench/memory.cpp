@@ -5,8 +5,10 @@
 #include <dlfcn.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <map>
 #include <stdexcept>
 
 namespace bench {
@@ -28,6 +30,27 @@ class HostMemory final : public Memory {
   std::string describe() const override {
     return "cpu [" + std::to_string(sysconf(_SC_NPROCESSORS_ONLN)) + " cores]";
   }
+};
+
+// chorus::SharedBuffers: host memory that the group's same-host peers map (-R 1).
+class SharedHostMemory final : public Memory {
+ public:
+  void* alloc(std::size_t bytes) override {
+    chorus::SharedBuffer b(std::max<std::size_t>(bytes, 1));
+    void* p = b.data();
+    buffers_.emplace(p, std::move(b));
+    return p;
+  }
+  void release(void* p) noexcept override { buffers_.erase(p); }
+  void to_device(void* dst, const void* src, std::size_t n) override { std::memcpy(dst, src, n); }
+  void to_host(void* dst, const void* src, std::size_t n) override { std::memcpy(dst, src, n); }
+  chorus::Device device() const override { return chorus::Device::cpu(); }
+  std::string describe() const override {
+    return "cpu [" + std::to_string(sysconf(_SC_NPROCESSORS_ONLN)) + " cores, SharedBuffer]";
+  }
+
+ private:
+  std::map<void*, chorus::SharedBuffer> buffers_;
 };
 
 // The few CUDA runtime entry points we need; cudaError_t is an int-sized enum (0 = success).
@@ -100,9 +123,12 @@ class CudaMemory final : public Memory {
 
 }  // namespace
 
-std::unique_ptr<Memory> make_memory(chorus::Backend backend, int device) {
+std::unique_ptr<Memory> make_memory(chorus::Backend backend, int device, bool shared) {
   if (backend == chorus::Backend::nccl) {
     return std::make_unique<CudaMemory>(device);
+  }
+  if (shared) {
+    return std::make_unique<SharedHostMemory>();
   }
   return std::make_unique<HostMemory>();
 }

@@ -22,8 +22,9 @@ class Memory {
   virtual std::string describe() const = 0;  // for the "# Rank ... device" header line
 };
 
-// Host memory for tcp; the CUDA device `device` for nccl (throws std::runtime_error when the
-// CUDA runtime cannot be loaded or the device does not exist).
-std::unique_ptr<Memory> make_memory(chorus::Backend backend, int device);
+// Host memory for tcp (chorus::SharedBuffers if `shared`: -R 1); the CUDA device `device` for
+// nccl (throws std::runtime_error when the CUDA runtime cannot be loaded or the device does not
+// exist).
+std::unique_ptr<Memory> make_memory(chorus::Backend backend, int device, bool shared = false);
 
 }  // namespace bench

@@ -106,7 +106,7 @@ char short_of(std::string_view name) {
       {"stepbytes", 'i'},    {"stepfactor", 'f'}, {"iters", 'n'},    {"agg_iters", 'm'},
       {"warmup_iters", 'w'}, {"check", 'c'},      {"op", 'o'},       {"datatype", 'd'},
       {"root", 'r'},         {"blocking", 'z'},   {"average", 'a'},  {"timeout", 'T'},
-      {"help", 'h'},
+      {"local_register", 'R'}, {"help", 'h'},
   };
   std::string normalized(name);
   for (char& c : normalized) {
@@ -195,6 +195,9 @@ Options parse_options(int argc, const char* const* argv) {
       case 'a':
         o.average = static_cast<int>(parse_int(flag, value(), 0, 3));
         break;
+      case 'R':
+        o.registered = static_cast<int>(parse_int(flag, value(), 0, 1));
+        break;
       case 'T':
         o.timeout_s = static_cast<int>(parse_int(flag, value(), 0, 1 << 24));
         break;
@@ -269,6 +272,10 @@ Options parse_options(int argc, const char* const* argv) {
   if (o.help) {
     return o;
   }
+  if (o.registered != 0 && o.backend != chorus::Backend::tcp) {
+    throw UsageError("-R 1 allocates chorus::SharedBuffers, host memory for the tcp backend; "
+                     "drop it with --backend nccl");
+  }
   if (o.min_bytes > o.max_bytes) {
     throw UsageError("-b (" + std::to_string(o.min_bytes) + ") is larger than -e (" +
                      std::to_string(o.max_bytes) + ")");
@@ -299,6 +306,8 @@ const char* usage() {
   -a, --average 0-3        time reported across ranks: 0 rank 0, 1 average, 2 min, 3 max
                            (default 1)
   -T, --timeout SECS       deadline of each op (default: CHORUS_TIMEOUT or 10 min)
+  -R, --local_register 0|1 1: allocate the buffers as chorus::SharedBuffers, which a group on
+                           one host maps (single-copy collectives); tcp only (default 0)
   -t, --nthreads 1         accepted; one rank per process
   -g, --ngpus 1            accepted; one GPU per process (nccl backend)
       --backend tcp|nccl   process group backend (default tcp)

@@ -231,13 +231,13 @@ std::string Report::finish(long long total_wrong) {
       "\"config\":{\"backend\":%s,\"launcher\":%s,\"nranks\":%d,\"minimum_bytes\":%zu,"
       "\"maximum_bytes\":%zu,\"%s\":%zu,\"warmup_iters\":%d,\"iterations\":%d,"
       "\"aggregated_iterations\":%d,\"validation\":%d,\"blocking\":%d,\"average\":%d,"
-      "\"timeout_s\":%d,\"ops\":%s,\"datatypes\":%s,\"root\":%d,"
+      "\"timeout_s\":%d,\"local_register\":%d,\"ops\":%s,\"datatypes\":%s,\"root\":%d,"
       "\"time\":\"average of one op over the iterations on each rank\","
       "\"combined_across_ranks\":\"%s\",\"gb\":1e9},",
       json_string(chorus::to_string(opt_.backend)).c_str(), json_string(launcher_).c_str(), nranks_,
       opt_.min_bytes, opt_.max_bytes, opt_.step_factor > 1 ? "step_factor" : "step_bytes",
       opt_.step_factor > 1 ? opt_.step_factor : opt_.step_bytes, opt_.warmup_iters, opt_.iters,
-      opt_.agg_iters, opt_.check, opt_.blocking, opt_.average, opt_.timeout_s,
+      opt_.agg_iters, opt_.check, opt_.blocking, opt_.average, opt_.timeout_s, opt_.registered,
       json_list(ops).c_str(), json_list(types).c_str(), opt_.root, kCombined[opt_.average]);
   std::fprintf(f, "\"devices\":%s,\"results\":[", json_devices_.c_str());
   for (std::size_t i = 0; i < json_rows_.size(); ++i) {

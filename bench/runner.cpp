@@ -63,7 +63,7 @@ class Runner {
         store_(*world.store),
         rank_(world.group->rank()),
         nranks_(world.group->size()),
-        buffers_(make_memory(opt.backend, world.launch.local_rank),
+        buffers_(make_memory(opt.backend, world.launch.local_rank, opt.registered != 0),
                  std::max<std::size_t>(opt.max_bytes, 64)),
         checker_(opt, bench, buffers_, rank_, nranks_),
         report_(opt, bench, world.launch.launcher, nranks_,

@@ -11,6 +11,7 @@
 #include <chorus/logging.hpp>
 #include <chorus/options.hpp>
 #include <chorus/process_group.hpp>
+#include <chorus/shared_buffer.hpp>
 #include <chorus/store.hpp>
 #include <chorus/tcp_store.hpp>
 #include <chorus/tensor.hpp>

@@ -7,11 +7,13 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <string_view>
 
 #include <fmt/format.h>
 
 #include <chorus/errors.hpp>
 #include <chorus/process_group.hpp>
+#include <chorus/shared_buffer.hpp>
 
 #include "core/check.hpp"
 #include "core/env.hpp"
@@ -21,6 +23,7 @@
 #include "tcp/engine.hpp"
 #include "tcp/host_id.hpp"
 #include "tcp/mesh.hpp"
+#include "tcp/peer_buffers.hpp"
 #include "tcp/transport_stack.hpp"
 
 namespace chorus {
@@ -215,6 +218,9 @@ class TcpProcessGroup final : public ProcessGroup {
     o->args.peer_memory = peer_memory_;
     o->args.shared_memory = shared_memory_;
     o->args.forced = forced_[static_cast<std::size_t>(kind)];
+    o->args.shared_buffers = takes_shared_buffers(o->args);
+    o->args.peer_buffers = &peer_buffers_;
+    o->sig.shared_buffers = o->args.shared_buffers;
     o->sig.kind = kind;
     o->sig.seq = call.seq;
     if (kind != OpKind::barrier) {
@@ -254,6 +260,27 @@ class TcpProcessGroup final : public ProcessGroup {
     return work;
   }
 
+  // Whether the op maps its peers' SharedBuffers: the direct algorithms apply (every rank on
+  // this host, in reach; a large enough op of a kind that has one; no other algorithm forced)
+  // and the buffers its peers touch are SharedBuffers here. The last part may differ between
+  // ranks, so it goes into the signature.
+  bool takes_shared_buffers(const CollectiveArgs& a) const noexcept {
+    const std::size_t bytes = a.count * element_size(a.dtype);
+    if (!peer_memory_ || !maps_shared_buffers(a.kind) || bytes < kSharedBufferMinBytes ||
+        (a.forced != nullptr && std::string_view(a.forced) != "direct")) {
+      return false;
+    }
+    const auto n = static_cast<std::size_t>(size());
+    switch (a.kind) {
+      case OpKind::allreduce:  // peers read the input and write the output
+        return in_shared_buffer(a.in, bytes) && in_shared_buffer(a.out, bytes);
+      case OpKind::reduce_scatter:  // peers read the input (n blocks)
+        return in_shared_buffer(a.in, bytes * n);
+      default:  // allgather, broadcast: peers read the input
+        return in_shared_buffer(a.in, bytes);
+    }
+  }
+
   std::shared_ptr<Work> p2p(Op::Kind kind, Tensor t, int peer, std::uint32_t tag,
                             const OpCall& call) {
     auto o = std::make_unique<Op>();
@@ -280,6 +307,7 @@ class TcpProcessGroup final : public ProcessGroup {
   bool peer_memory_ = false;     // every rank on this host, in reach: peer_memory.hpp
   bool shared_memory_ = false;   // every rank on this host, streams through shared memory
   bool board_ = false;           // every rank on this host, sharing a segment: slot_board.hpp
+  PeerBuffers peer_buffers_;     // the peers' SharedBuffers mapped here (peer_buffers.hpp)
   // The last collective handed to the engine (the issue lock guards it): once it is complete,
   // the engine has no collective queued or running.
   std::shared_ptr<WorkState> last_engine_collective_;

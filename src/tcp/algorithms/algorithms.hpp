@@ -17,6 +17,8 @@
 
 namespace chorus::tcp {
 
+class PeerBuffers;
+
 // Which ranks of a group share a host (host_id.hpp), for the hierarchical algorithms.
 struct HostMap {
   std::vector<int> host_of;               // by rank: index into members
@@ -48,7 +50,20 @@ struct CollectiveArgs {
   // Every rank of the group runs on this host and the streams go through shared memory
   // (shm_transport.hpp), not sockets.
   bool shared_memory = false;
+  // Every rank's buffers of this op lie in SharedBuffers (OpSignature::shared_buffers, so the
+  // ranks agree), with peer_memory: the direct algorithms map them (peer_buffers.hpp).
+  bool shared_buffers = false;
+  PeerBuffers* peer_buffers = nullptr;  // the group's mappings of its peers' SharedBuffers
 };
+
+// Ops whose buffers may go through the peers' SharedBuffer mappings, from this many bytes
+// (the op's count in bytes); below it the rings and the board win. The same on every rank.
+inline constexpr std::size_t kSharedBufferMinBytes = 256 * 1024;
+// Whether `kind` has a direct algorithm that maps SharedBuffers.
+inline bool maps_shared_buffers(OpKind kind) noexcept {
+  return kind == OpKind::allreduce || kind == OpKind::reduce_scatter ||
+         kind == OpKind::allgather || kind == OpKind::broadcast;
+}
 
 // CHORUS_ALGO: "op=algorithm[,op=algorithm...]", e.g. "allreduce=ring,broadcast=tree".
 // Indexed by OpKind; nullptr where the default choice applies. Throws InvalidArgument naming

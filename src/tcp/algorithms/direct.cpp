@@ -24,19 +24,30 @@
 // reduce_scatter: rank r reads chunk r of every other input and reduces it into its output.
 // allgather: rank r reads every other rank's input into its block of the output.
 // broadcast: every other rank reads the root's buffer.
+//
+// When every rank's buffers are SharedBuffers (CollectiveArgs::shared_buffers), each rank also
+// describes their memfds, and the peers map them (peer_buffers.hpp): part 2 is then plain
+// memcpy and reductions straight from the peers' inputs, without the scratch piece or a system
+// call per piece. A peer whose buffer cannot be mapped is reached through process_vm_readv/
+// writev as before, so the op still completes.
 #include <sys/types.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cstdint>
+#include <cstring>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include <fmt/format.h>
 
+#include "core/logging.hpp"
 #include "core/reduce.hpp"
+#include "core/shared_regions.hpp"
 #include "tcp/algorithms/algorithms.hpp"
+#include "tcp/peer_buffers.hpp"
 #include "tcp/peer_memory.hpp"
 
 namespace chorus::tcp {
@@ -46,11 +57,43 @@ namespace {
 // L2 cache until the piece has been written to every peer.
 constexpr std::size_t kPieceBytes = 128 * 1024;
 
-// What a rank tells its peers: its pid and its buffers (addresses in its own address space).
+// What a rank tells its peers: its pid and its buffers (addresses in its own address space),
+// and with shared_buffers the SharedBuffers holding them.
 struct Buffers {
   std::int64_t pid = 0;
   std::uint64_t in = 0;
   std::uint64_t out = 0;
+  SharedRegion in_region;
+  SharedRegion out_region;
+};
+
+// The bytes of a rank's input and output that its peers may touch (the same on every rank:
+// the signatures agree on the counts).
+struct Extents {
+  std::size_t in = 0;
+  std::size_t out = 0;
+};
+Extents extents_of(const CollectiveArgs& a, int n) {
+  const std::size_t bytes = a.count * element_size(a.dtype);
+  const auto un = static_cast<std::size_t>(n);
+  switch (a.kind) {
+    case OpKind::reduce_scatter:
+      return {bytes * un, bytes};
+    case OpKind::allgather:
+      return {bytes, bytes * un};
+    default:
+      return {bytes, bytes};
+  }
+}
+
+// How this rank reaches one peer's buffers: mapped here, or else by pid and address.
+struct PeerAccess {
+  std::int64_t pid = 0;
+  std::uint64_t in = 0;
+  std::uint64_t out = 0;
+  const std::byte* in_map = nullptr;  // the peer's input mapped here, if it is
+  std::byte* out_map = nullptr;       // its output mapped here, if it is
+  std::vector<std::shared_ptr<PeerMapping>> held;
 };
 
 struct Exchange {
@@ -65,7 +108,12 @@ Exchange exchange_buffers(Schedule& s, const CollectiveArgs& a, const std::vecto
   x.of = static_cast<Buffers*>(s.scratch(sizeof(Buffers) * static_cast<std::size_t>(s.size())));
   Buffers& mine = x.of[s.rank()];
   mine = {static_cast<std::int64_t>(::getpid()), reinterpret_cast<std::uintptr_t>(a.in),
-          reinterpret_cast<std::uintptr_t>(a.out)};
+          reinterpret_cast<std::uintptr_t>(a.out), {}, {}};
+  if (a.shared_buffers) {
+    const Extents e = extents_of(a, s.size());
+    mine.in_region = find_shared_region(a.in, e.in).value_or(SharedRegion{});
+    mine.out_region = find_shared_region(a.out, e.out).value_or(SharedRegion{});
+  }
   for (int p : tell) {
     s.send(p, &mine, sizeof mine);
   }
@@ -103,6 +151,65 @@ std::vector<int> others(const Schedule& s) {
   return v;
 }
 
+// One of the peer's buffers mapped here, or nullptr (not a SharedBuffer, or not mappable:
+// logged at INFO, and the op goes on through process_vm_readv/writev).
+std::byte* map_buffer(const CollectiveArgs& a, int peer, std::int64_t pid, std::uint64_t address,
+                      std::size_t extent, const SharedRegion& region, PeerAccess& access) {
+  if (!a.shared_buffers || a.peer_buffers == nullptr || region.fd < 0 || extent == 0 ||
+      address < region.base || address - region.base > region.bytes ||
+      extent > region.bytes - (address - region.base)) {
+    return nullptr;
+  }
+  std::string why;
+  std::shared_ptr<PeerMapping> m = a.peer_buffers->map(pid, region, why);
+  if (m == nullptr) {
+    CHORUS_INFO(coll, "rank {}'s SharedBuffer cannot be mapped here ({}); reading and writing it "
+                    "through process_vm_readv/writev",
+                    peer, why);
+    return nullptr;
+  }
+  access.held.push_back(m);
+  return m->at(region.base, address);
+}
+
+// How this rank reaches each rank's buffers (its own entry unused), mapping the peers'
+// SharedBuffers where every rank passed them.
+std::vector<PeerAccess> reach(const CollectiveArgs& a, const Buffers* of, int n, int r) {
+  const Extents e = extents_of(a, n);
+  std::vector<PeerAccess> v(static_cast<std::size_t>(n));
+  for (int q = 0; q < n; ++q) {
+    if (q == r) {
+      continue;
+    }
+    PeerAccess& p = v[static_cast<std::size_t>(q)];
+    p.pid = of[q].pid;
+    p.in = of[q].in;
+    p.out = of[q].out;
+    p.in_map = map_buffer(a, q, p.pid, p.in, e.in, of[q].in_region, p);
+    p.out_map = map_buffer(a, q, p.pid, p.out, e.out, of[q].out_region, p);
+  }
+  return v;
+}
+
+// Copies `bytes` at byte `offset` of the peer's input to `to`. Returns "" or what failed.
+std::string read_input(const PeerAccess& p, void* to, std::size_t offset, std::size_t bytes) {
+  if (p.in_map != nullptr) {
+    std::memcpy(to, p.in_map + offset, bytes);
+    return {};
+  }
+  return read_peer_memory(p.pid, to, p.in + offset, bytes);
+}
+
+// Copies `bytes` from `from` to byte `offset` of the peer's output. Returns "" or what failed.
+std::string write_output(const PeerAccess& p, std::size_t offset, const void* from,
+                         std::size_t bytes) {
+  if (p.out_map != nullptr) {
+    std::memcpy(p.out_map + offset, from, bytes);
+    return {};
+  }
+  return write_peer_memory(p.pid, p.out + offset, from, bytes);
+}
+
 std::optional<LocalFailure> failed(int peer, const char* reading, const std::string& err) {
   return LocalFailure{peer,
                       fmt::format("{} rank {}'s buffer on this host failed: {}; if the kernel "
@@ -114,11 +221,11 @@ std::optional<LocalFailure> failed(int peer, const char* reading, const std::str
 // Reduces `count` elements at element `in_offset` of every rank's input into `into` (this rank's
 // memory), piece by piece, and hands each finished piece to `then(offset, count)` before the
 // next one. Sources: this rank's own input (in place: `into` itself) first, then the others in
-// rank order.
+// rank order, each read straight from its mapping or else through `piece`.
 template <typename Then>
-std::optional<LocalFailure> reduce_chunk(const CollectiveArgs& a, const Buffers* of, int n, int r,
-                                         std::byte* piece, std::size_t count, std::size_t in_offset,
-                                         std::byte* into, Then then) {
+std::optional<LocalFailure> reduce_chunk(const CollectiveArgs& a, const std::vector<PeerAccess>& of,
+                                         int n, int r, std::byte* piece, std::size_t count,
+                                         std::size_t in_offset, std::byte* into, Then then) {
   const std::size_t es = element_size(a.dtype);
   const std::size_t per = std::max<std::size_t>(1, kPieceBytes / es);
   const int divisor = a.op == ReduceOp::avg ? n : 0;
@@ -132,12 +239,15 @@ std::optional<LocalFailure> reduce_chunk(const CollectiveArgs& a, const Buffers*
       if (q == r) {
         continue;
       }
-      if (std::string err = read_peer_memory(of[q].pid, piece, of[q].in + off, cnt * es);
-          !err.empty()) {
-        return failed(q, "reading", err);
+      const PeerAccess& p = of[static_cast<std::size_t>(q)];
+      const std::byte* theirs = p.in_map != nullptr ? p.in_map + off : piece;
+      if (p.in_map == nullptr) {
+        if (std::string err = read_input(p, piece, off, cnt * es); !err.empty()) {
+          return failed(q, "reading", err);
+        }
       }
       ++step;
-      reduce(dst, step == 1 ? own : dst, piece, cnt, a.dtype, a.op, step == n - 1 ? divisor : 0);
+      reduce(dst, step == 1 ? own : dst, theirs, cnt, a.dtype, a.op, step == n - 1 ? divisor : 0);
     }
     if (auto f = then(done, cnt)) {
       return f;
@@ -156,8 +266,9 @@ void build_direct_allreduce(Schedule& s, const CollectiveArgs& a) {
   const Span chunk = block_of(a.count, n, r);
   const std::size_t es = element_size(a.dtype);
   auto* piece = static_cast<std::byte*>(s.scratch(std::min(kPieceBytes, chunk.count * es)));
-  const Buffers* of = x.of;
-  LocalWork work = [a, of, n, r, piece, chunk, es]() -> std::optional<LocalFailure> {
+  const Buffers* buffers = x.of;
+  LocalWork work = [a, buffers, n, r, piece, chunk, es]() -> std::optional<LocalFailure> {
+    const std::vector<PeerAccess> of = reach(a, buffers, n, r);
     std::byte* into = static_cast<std::byte*>(a.out) + chunk.offset * es;
     return reduce_chunk(a, of, n, r, piece, chunk.count, chunk.offset, into,
                         [&](std::size_t done, std::size_t cnt) -> std::optional<LocalFailure> {
@@ -166,8 +277,8 @@ void build_direct_allreduce(Schedule& s, const CollectiveArgs& a) {
                             if (q == r) {
                               continue;
                             }
-                            if (std::string err = write_peer_memory(of[q].pid, of[q].out + off,
-                                                                    into + done * es, cnt * es);
+                            if (std::string err = write_output(of[static_cast<std::size_t>(q)],
+                                                               off, into + done * es, cnt * es);
                                 !err.empty()) {
                               return failed(q, "writing into", err);
                             }
@@ -186,8 +297,9 @@ void build_direct_reduce_scatter(Schedule& s, const CollectiveArgs& a) {
   const std::size_t m = a.count;
   const std::size_t es = element_size(a.dtype);
   auto* piece = static_cast<std::byte*>(s.scratch(std::min(kPieceBytes, m * es)));
-  const Buffers* of = x.of;
-  LocalWork work = [a, of, n, r, piece, m]() -> std::optional<LocalFailure> {
+  const Buffers* buffers = x.of;
+  LocalWork work = [a, buffers, n, r, piece, m]() -> std::optional<LocalFailure> {
+    const std::vector<PeerAccess> of = reach(a, buffers, n, r);
     return reduce_chunk(a, of, n, r, piece, m, static_cast<std::size_t>(r) * m,
                         static_cast<std::byte*>(a.out),
                         [](std::size_t, std::size_t) { return std::optional<LocalFailure>{}; });
@@ -201,11 +313,13 @@ void build_direct_allgather(Schedule& s, const CollectiveArgs& a) {
   const Exchange x = exchange_buffers(s, a, peers, peers);
   const std::size_t bytes = a.count * element_size(a.dtype);
   s.copy(static_cast<std::byte*>(a.out) + static_cast<std::size_t>(r) * bytes, a.in, bytes);
-  const Buffers* of = x.of;
-  LocalWork work = [a, of, peers, bytes]() -> std::optional<LocalFailure> {
+  const Buffers* buffers = x.of;
+  LocalWork work = [a, buffers, peers, bytes, r]() -> std::optional<LocalFailure> {
+    const std::vector<PeerAccess> of = reach(a, buffers, static_cast<int>(peers.size()) + 1, r);
     for (int q : peers) {
       std::byte* dst = static_cast<std::byte*>(a.out) + static_cast<std::size_t>(q) * bytes;
-      if (std::string err = read_peer_memory(of[q].pid, dst, of[q].in, bytes); !err.empty()) {
+      if (std::string err = read_input(of[static_cast<std::size_t>(q)], dst, 0, bytes);
+          !err.empty()) {
         return failed(q, "reading", err);
       }
     }
@@ -226,9 +340,13 @@ void build_direct_broadcast(Schedule& s, const CollectiveArgs& a) {
     return;
   }
   const Exchange x = exchange_buffers(s, a, {}, {root});
-  const Buffers* of = x.of;
-  LocalWork work = [a, of, root, bytes]() -> std::optional<LocalFailure> {
-    if (std::string err = read_peer_memory(of[root].pid, a.out, of[root].in, bytes); !err.empty()) {
+  const Buffers* buffers = x.of;
+  const int n = s.size();
+  const int r = s.rank();
+  LocalWork work = [a, buffers, root, bytes, n, r]() -> std::optional<LocalFailure> {
+    const std::vector<PeerAccess> of = reach(a, buffers, n, r);
+    if (std::string err = read_input(of[static_cast<std::size_t>(root)], a.out, 0, bytes);
+        !err.empty()) {
       return failed(root, "reading", err);
     }
     return std::nullopt;

@@ -132,14 +132,18 @@ const char* choose_algorithm(int size, const CollectiveArgs& a) {
   }
   const std::size_t bytes = a.count * element_size(a.dtype);
   const bool small = bytes <= a.small_bytes;
-  const bool direct = a.kind == OpKind::allreduce && a.peer_memory && size >= kDirectMinRanks &&
-                      bytes >= kDirectMinAllreduceBytes;
+  // SharedBuffers on every rank (the signature says so): the direct algorithms read and write
+  // them through mappings, and beat the rings (docs/architecture.md, "SharedBuffers").
+  const bool direct = a.shared_buffers ||
+                      (a.kind == OpKind::allreduce && a.peer_memory && size >= kDirectMinRanks &&
+                       bytes >= kDirectMinAllreduceBytes);
   switch (a.kind) {
     case OpKind::allreduce:
       if (forced.empty() && hierarchical_applies) {
         return "hierarchical";
       }
-      return small                                   ? "recursive_doubling"
+      return a.shared_buffers                        ? "direct"
+             : small                                 ? "recursive_doubling"
              : halving_doubling_pays(size, bytes, a) ? "halving_doubling"
              : direct                                ? "direct"
                                                      : "ring";

@@ -1,0 +1,58 @@
+// SPDX-License-Identifier: BSD-3-Clause
+// SharedBuffer: host memory that the other ranks of a tcp group on this host can map, so that
+// the group's large collectives read and write it directly instead of copying every byte
+// through shared rings (the CPU counterpart of NCCL's ncclMemAlloc + buffer registration).
+//
+//   chorus::SharedBuffer grads(n * sizeof(float));
+//   auto t = chorus::Tensor(grads.data(), n, chorus::DataType::float32);
+//   pg->allreduce(t)->wait();   // single copy when every rank's tensor lives in a SharedBuffer
+//
+// Any Tensor that lies wholly inside one SharedBuffer counts (a slice of a larger buffer too).
+// A group takes the single-copy path for allreduce, reduce_scatter, allgather and broadcast
+// of at least 256 KiB when every rank of the group runs on this host and the ranks may read
+// each other's memory (same user, no Yama ptrace_scope >= 1 or seccomp filter forbidding it:
+// CHORUS_DEBUG=INFO says which at group setup); elsewhere a SharedBuffer is ordinary memory
+// and everything works as before.
+//
+// Every rank passes SharedBuffer memory to such an op, or none does: it is part of what ranks
+// must agree on, like the count. A rank that differs fails the op on every rank with a
+// mismatch naming both ranks, never a hang or wrong data.
+//
+// The memory is zero-filled, page-aligned, and reserved when allocated (a host short of
+// memory fails here, never with SIGBUS later). It costs one file descriptor while it lives.
+// A peer that mapped it keeps the pages until that peer's group is destroyed or it maps other
+// buffers in its place (a few per peer are kept).
+#pragma once
+
+#include <cstddef>
+
+#include <chorus/export.hpp>
+
+namespace chorus {
+
+class CHORUS_API SharedBuffer {
+ public:
+  SharedBuffer() noexcept = default;  // empty: no memory, size 0
+  // Allocates `bytes` (0 allocates nothing). Throws chorus::BackendError saying why (out of
+  // memory, out of file descriptors) when the memory cannot be had.
+  explicit SharedBuffer(std::size_t bytes);
+  ~SharedBuffer();
+  SharedBuffer(SharedBuffer&& other) noexcept;
+  SharedBuffer& operator=(SharedBuffer&& other) noexcept;
+  SharedBuffer(const SharedBuffer&) = delete;
+  SharedBuffer& operator=(const SharedBuffer&) = delete;
+
+  void* data() const noexcept { return data_; }
+  std::size_t size() const noexcept { return size_; }
+
+ private:
+  void release() noexcept;
+
+  void* data_ = nullptr;
+  std::size_t size_ = 0;
+};
+
+// Whether [data, data + bytes) lies wholly inside one live SharedBuffer of this process.
+CHORUS_API bool in_shared_buffer(const void* data, std::size_t bytes) noexcept;
+
+}  // namespace chorus
