@@ -17,6 +17,7 @@
 
 #include <fmt/format.h>
 
+#include <chorus/shared_buffer.hpp>
 #include <chorus/tensor.hpp>
 #include <chorus/types.hpp>
 
@@ -160,6 +161,8 @@ inline void store_reference(void* dst, std::size_t j, DataType dt, int n, std::s
 struct RankBuffers {
   std::vector<std::byte> a;  // input storage (or the only buffer, in place)
   std::vector<std::byte> b;  // output storage
+  SharedBuffer shared_a;     // the same in SharedBuffers, made with make_buffers(..., true)
+  SharedBuffer shared_b;
   Tensor in;
   Tensor out;
 };
@@ -183,17 +186,28 @@ inline std::size_t out_count(const Case& c) {
   }
 }
 
-inline RankBuffers make_buffers(const Case& c, int rank) {
+// `shared`: the storage is two SharedBuffers (include/chorus/shared_buffer.hpp).
+inline RankBuffers make_buffers(const Case& c, int rank, bool shared = false) {
   RankBuffers rb;
   const std::size_t es = element_size(c.dtype);
   const std::size_t ic = in_count(c);
   const std::size_t oc = out_count(c);
   const auto un = static_cast<std::size_t>(c.n);
   const auto ur = static_cast<std::size_t>(rank);
-  rb.a.assign(std::max(ic, oc) * es + 8, std::byte{0x5a});
-  rb.b.assign(std::max(ic, oc) * es + 8, std::byte{0x5a});
-  void* a = rb.a.data();
-  void* b = rb.b.data();
+  const std::size_t bytes = std::max(ic, oc) * es + 8;
+  void* a = nullptr;
+  void* b = nullptr;
+  if (shared) {
+    rb.shared_a = SharedBuffer(bytes);
+    rb.shared_b = SharedBuffer(bytes);
+    a = std::memset(rb.shared_a.data(), 0x5a, bytes);
+    b = std::memset(rb.shared_b.data(), 0x5a, bytes);
+  } else {
+    rb.a.assign(bytes, std::byte{0x5a});
+    rb.b.assign(bytes, std::byte{0x5a});
+    a = rb.a.data();
+    b = rb.b.data();
+  }
   // Output storage starts as garbage so that "nothing written" fails the check.
   switch (c.kind) {
     case OpKind::allreduce:

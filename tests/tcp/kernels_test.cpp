@@ -243,7 +243,7 @@ TEST_CASE("divide implements avg of a single contribution", "[tcp][kernels]") {
 }
 
 // The wire layout written out by hand from the format (magic "CHSG", version 1, kind, dtype,
-// redop, root u32, 4 reserved zero bytes, count u64, seq u64; all little-endian; enum values
+// redop, root u32, flags (bit 0: SharedBuffer memory), 3 reserved zero bytes, count u64, seq u64; all little-endian; enum values
 // as numbered in signature.hpp and types.hpp), not recomputed from the encoder: a change of
 // the encoding, or of an enum's numbering, breaks compatibility between builds and fails here.
 TEST_CASE("OpSignature encodes to the documented bytes", "[tcp][kernels]") {
@@ -267,6 +267,9 @@ TEST_CASE("OpSignature encodes to the documented bytes", "[tcp][kernels]") {
       {{OpKind::barrier, DataType::uint8, ReduceOp::sum, 0, 0, 9},
        {0x43, 0x48, 0x53, 0x47, 1, 9, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0,  //
         0,    0,    0,    0,    0, 0, 0, 0, 9, 0, 0, 0, 0, 0, 0, 0}},
+      {{OpKind::allgather, DataType::float32, ReduceOp::sum, 0, 65536, 2, true},
+       {0x43, 0x48, 0x53, 0x47, 1, 2, 8, 0, 0, 0, 0, 0, 1, 0, 0, 0,  //
+        0,    0,    1,    0,    0, 0, 0, 0, 2, 0, 0, 0, 0, 0, 0, 0}},
   };
   for (const Vector& v : vectors) {
     INFO(describe(v.sig));
@@ -302,6 +305,18 @@ TEST_CASE("OpSignature round-trips and describes mismatches", "[tcp][kernels]") 
   CHECK(describe(c) == "broadcast (seq 5, 1024 x float32, root 1)");
   CHECK(describe(OpSignature{OpKind::barrier, DataType::uint8, ReduceOp::sum, 0, 0, 9}) ==
         "barrier (seq 9)");
+
+  // One rank passed SharedBuffer memory, the other did not: the message says what to do.
+  OpSignature shared = a;
+  shared.shared_buffers = true;
+  CHECK(describe(shared) == "allreduce (seq 5, 1024 x float32, sum, SharedBuffer memory)");
+  const std::string memory = describe_mismatch(shared, 1, a, 0);
+  CHECK(memory.find("different memory: pass chorus::SharedBuffer memory on every rank or on none") !=
+        std::string::npos);
+  // Flag bits this build does not know mean the stream is out of step.
+  EncodedSignature flags = encode(shared);
+  flags[12] = 2;
+  CHECK_FALSE(decode_signature(flags.data()));
 }
 
 }  // namespace chorus

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: BSD-3-Clause
-// peer_memory: reads and writes through process_vm_readv/writev, and the setup probe that
-// decides whether a host's ranks may use them.
+// peer_memory: reads and writes through process_vm_readv/writev, the setup probe that
+// decides whether a host's ranks may use them, and PeerBuffers (mappings of SharedBuffers).
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -11,6 +11,10 @@
 
 #include <catch2/catch.hpp>
 
+#include <chorus/shared_buffer.hpp>
+
+#include "core/shared_regions.hpp"
+#include "tcp/peer_buffers.hpp"
 #include "tcp/peer_memory.hpp"
 
 namespace chorus::test {
@@ -81,6 +85,80 @@ TEST_CASE("peer memory probe: passes for the publisher, fails for anyone else",
     INFO(bad);
     CHECK_FALSE(tcp::decode_probe(bad, decoded));
   }
+}
+
+// ---- PeerBuffers: another process's SharedBuffers mapped here ----
+// The "peer" is this process itself: /proc/<own pid>/fd/N goes through the same kernel checks.
+
+TEST_CASE("peer buffers: a SharedBuffer mapped through /proc is the same memory",
+          "[tcp][peer_memory]") {
+  SharedBuffer b(3 * 4096 + 5);
+  auto* mine = static_cast<std::uint8_t*>(b.data());
+  std::iota(mine, mine + b.size(), std::uint8_t{1});
+  const auto region = find_shared_region(mine, b.size());
+  REQUIRE(region);
+  tcp::PeerBuffers peers;
+  std::string why;
+  auto m = peers.map(::getpid(), *region, why);
+  INFO(why);
+  REQUIRE(m != nullptr);
+  std::byte* there = m->at(region->base, region->base + 100);
+  CHECK(there != reinterpret_cast<std::byte*>(mine + 100));  // a mapping of its own
+  CHECK(std::to_integer<std::uint8_t>(*there) == mine[100]);
+  *there = std::byte{0xab};  // writes reach the owner
+  CHECK(mine[100] == 0xab);
+  // The next op finds the kept mapping.
+  CHECK(peers.map(::getpid(), *region, why) == m);
+  CHECK(peers.kept() == 1);
+}
+
+TEST_CASE("peer buffers: an fd that names another file, or no file, is refused with a reason",
+          "[tcp][peer_memory]") {
+  SharedBuffer b(4096);
+  SharedBuffer other(4096);
+  auto region = *find_shared_region(b.data(), 1);
+  tcp::PeerBuffers peers;
+  std::string why;
+  SharedRegion wrong = region;
+  wrong.fd = find_shared_region(other.data(), 1)->fd;  // a live memfd, but not this buffer
+  CHECK(peers.map(::getpid(), wrong, why) == nullptr);
+  CHECK(why.find("is not the buffer the peer described") != std::string::npos);
+  SharedRegion larger = region;
+  larger.bytes = 2 * 4096;  // more than the file holds
+  CHECK(peers.map(::getpid(), larger, why) == nullptr);
+  CHECK(why.find("is not the buffer the peer described") != std::string::npos);
+  SharedRegion closed = region;
+  closed.fd = 1 << 20;
+  CHECK(peers.map(::getpid(), closed, why) == nullptr);
+  CHECK(why.find("opening /proc/") != std::string::npos);
+  CHECK(peers.map(reaped_pid(), region, why) == nullptr);
+  CHECK(why.find("opening /proc/") != std::string::npos);
+  CHECK(peers.kept() == 0);
+}
+
+TEST_CASE("peer buffers: a few mappings are kept per peer, the least recently used dropped",
+          "[tcp][peer_memory]") {
+  std::vector<SharedBuffer> buffers;
+  std::vector<SharedRegion> regions;
+  for (std::size_t i = 0; i < tcp::PeerBuffers::kPerPeer + 2; ++i) {
+    buffers.emplace_back(4096);
+    regions.push_back(*find_shared_region(buffers.back().data(), 1));
+  }
+  tcp::PeerBuffers peers;
+  std::string why;
+  const auto first = peers.map(::getpid(), regions[0], why);
+  for (std::size_t i = 1; i < regions.size(); ++i) {
+    REQUIRE(peers.map(::getpid(), regions[i], why) != nullptr);
+    if (i == 3) {
+      REQUIRE(peers.map(::getpid(), regions[0], why) == first);  // used again: kept
+    }
+  }
+  CHECK(peers.kept() == tcp::PeerBuffers::kPerPeer);
+  CHECK(peers.map(::getpid(), regions[0], why) == first);  // still kept
+  // A dropped mapping stays valid for whoever still holds it.
+  auto* p = static_cast<std::uint8_t*>(buffers[0].data());
+  p[7] = 42;
+  CHECK(std::to_integer<std::uint8_t>(*first->at(regions[0].base, regions[0].base + 7)) == 42);
 }
 
 }  // namespace chorus::test

@@ -1,0 +1,195 @@
+// SPDX-License-Identifier: BSD-3-Clause
+// SharedBuffers over real processes: with every rank's buffers in SharedBuffers, allreduce,
+// reduce_scatter, allgather and broadcast map the peers' buffers (the direct algorithms
+// without process_vm_readv) and give exact results for every dtype and op, in and out of
+// place; a rank that passes ordinary memory where the others pass SharedBuffers fails the op
+// on every rank with a mismatch that says what to do; a rank killed in such an op is named at
+// once; and where the group cannot map (sockets only) SharedBuffers are ordinary memory.
+#include <signal.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+#include <catch2/catch.hpp>
+
+#include "tcp/collective_cases.hpp"
+#include "tcp/issue_case.hpp"
+#include "tcp/mp_common.hpp"
+
+namespace chorus::test {
+namespace {
+
+// Mappings of SharedBuffer memfds in this process: its own buffers and the peers' it mapped.
+int mapped_shared_buffers() {
+  std::ifstream maps("/proc/self/maps");
+  std::string line;
+  int n = 0;
+  while (std::getline(maps, line)) {
+    n += line.find("/memfd:chorus-shared-buffer") != std::string::npos ? 1 : 0;
+  }
+  return n;
+}
+
+// Element counts of at least 256 KiB (tcp::kSharedBufferMinBytes) per op, odd so that no chunk
+// splits evenly, and one of 3 MiB that takes many 128 KiB pieces.
+std::size_t shared_count(DataType dt, std::size_t bytes) { return bytes / element_size(dt) + 3; }
+
+std::vector<Case> shared_cases(int n) {
+  std::vector<Case> cases;
+  bool in_place = false;
+  int root = 0;
+  for (DataType dt : kAllTypes) {
+    for (ReduceOp op : kAllOps) {
+      for (OpKind kind : {OpKind::allreduce, OpKind::reduce_scatter}) {
+        cases.push_back({kind, n, shared_count(dt, 256 * 1024), dt, op, 0, in_place = !in_place});
+      }
+    }
+    for (OpKind kind : {OpKind::allgather, OpKind::broadcast}) {
+      for (bool place : {false, true}) {
+        cases.push_back({kind, n, shared_count(dt, 256 * 1024), dt, ReduceOp::sum, root++ % n, place});
+      }
+    }
+  }
+  for (bool place : {false, true}) {
+    cases.push_back(
+        {OpKind::allreduce, n, shared_count(DataType::float32, 3 << 20), DataType::float32,
+         ReduceOp::sum, 0, place});
+    cases.push_back({OpKind::allreduce, n, shared_count(DataType::bfloat16, 3 << 20),
+                     DataType::bfloat16, ReduceOp::avg, 0, place});
+  }
+  return cases;
+}
+
+void run_shared_cases(ProcessGroup& pg, const std::vector<Case>& cases, int rank) {
+  for (const Case& c : cases) {
+    RankBuffers b = make_buffers(c, rank, /*shared=*/true);
+    issue_case(pg, c, b)->wait();
+    if (const std::string err = check_result(c, rank, b); !err.empty()) {
+      throw ChildCheckFailed{fmt::format("{}: {}", describe(OpSignature{c.kind, c.dtype, c.op,
+                                                                        c.root, c.count, 0}),
+                                         err)};
+    }
+  }
+  pg.barrier()->wait();
+}
+
+}  // namespace
+
+TEST_CASE("SharedBuffers: the mapped single-copy path, every dtype and op, 2, 3 and 4 ranks",
+          "[shared_buffer][mp]") {
+  for (int n : {2, 3, 4}) {
+    INFO(n << " ranks");
+    StoreServerProcess server;
+    const auto results = run_processes(
+        n,
+        [&](int rank) {
+          ::setenv("CHORUS_TRANSPORT", "shm", 1);
+          auto store = child_store(server.port());
+          auto pg = make_tcp_group(store, rank, n, loopback_options());
+          CHILD_CHECK(mapped_shared_buffers() == 0);
+          run_shared_cases(*pg, shared_cases(n), rank);
+          // Every buffer of this rank is gone: what is still mapped are the peers' buffers,
+          // kept for the next op. None would be there had the ops used the rings.
+          CHILD_CHECK(mapped_shared_buffers() > 0);
+          pg.reset();
+          CHILD_CHECK(mapped_shared_buffers() == 0);  // the group took its mappings along
+        },
+        150s);
+    REQUIRE_ALL_OK(results);
+  }
+}
+
+TEST_CASE("SharedBuffers on some ranks only: a mismatch on every rank that says what to do",
+          "[shared_buffer][mp][failure]") {
+  for (int n : {2, 4}) {
+    INFO(n << " ranks");
+    StoreServerProcess server;
+    const auto results = run_processes(
+        n,
+        [&](int rank) {
+          ::setenv("CHORUS_TRANSPORT", "shm", 1);
+          auto store = child_store(server.port());
+          auto pg = make_tcp_group(store, rank, n, loopback_options(20s));
+          const Case c{OpKind::allreduce, n, 100'003, DataType::float32};
+          RankBuffers b = make_buffers(c, rank, /*shared=*/rank != n - 1);
+          const auto t0 = Clock::now();
+          const Error e = expect_error([&] { issue_case(*pg, c, b)->wait(); });
+          const double took = seconds_since(t0);
+          std::fprintf(stderr, "rank %d: failed after %.3f s: %s\n", rank, took, e.what());
+          CHILD_CHECK(took < 10.0);
+          // Every rank, those that saw the mismatch and those aborted by them, has the reason.
+          CHILD_CHECK(contains(e.what(), "SharedBuffer memory on every rank or on none"));
+          CHILD_CHECK(e.code() == ErrorCode::invalid_argument);
+        },
+        60s);
+    REQUIRE_ALL_OK(results);
+  }
+}
+
+TEST_CASE("SharedBuffers: a rank killed in a mapped op is named at once", "[shared_buffer][mp][failure]") {
+  StoreServerProcess server;
+  constexpr int n = 3;
+  const auto results = run_processes(
+      n,
+      [&](int rank) {
+        ::setenv("CHORUS_TRANSPORT", "shm", 1);
+        auto store = child_store(server.port());
+        auto pg = make_tcp_group(store, rank, n, loopback_options(60s));
+        SharedBuffer data(std::size_t{32} << 20);
+        auto t = Tensor(data.data(), data.size() / 4, DataType::float32);
+        const auto t0 = Clock::now();
+        const Error e = expect_error([&] {
+          pg->allreduce(t)->wait();  // maps the peers' buffers
+          pg->barrier()->wait();
+          auto work = pg->allreduce(t);
+          if (rank == 2) {
+            ::kill(::getpid(), SIGKILL);
+          }
+          work->wait();
+        });
+        const double took = seconds_since(t0);
+        std::fprintf(stderr, "rank %d: the failure of rank 2 noticed after %.3f s\n", rank, took);
+        if (!(e.code() == ErrorCode::network && names(e, 2) && took < 5.0)) {
+          throw ChildCheckFailed{fmt::format("after {:.3f} s: {}: {}", took, to_string(e.code()),
+                                             e.what())};
+        }
+      },
+      90s);
+  INFO(describe(results));
+  CHECK(results[0].ok());
+  CHECK(results[1].ok());
+  CHECK(results[2].signal == SIGKILL);
+}
+
+TEST_CASE("SharedBuffers over sockets only are ordinary memory, mixed with other memory",
+          "[shared_buffer][mp]") {
+  StoreServerProcess server;
+  constexpr int n = 2;
+  const auto results = run_processes(
+      n,
+      [&](int rank) {
+        ::setenv("CHORUS_TRANSPORT", "tcp", 1);
+        auto store = child_store(server.port());
+        auto pg = make_tcp_group(store, rank, n, loopback_options());
+        for (const Case& c : shared_cases(n)) {
+          if (c.dtype != DataType::float32 && c.dtype != DataType::int8) {
+            continue;
+          }
+          RankBuffers b = make_buffers(c, rank, /*shared=*/rank == 0);
+          issue_case(*pg, c, b)->wait();
+          if (const std::string err = check_result(c, rank, b); !err.empty()) {
+            throw ChildCheckFailed{err};
+          }
+        }
+        CHILD_CHECK(mapped_shared_buffers() == 0);  // nothing of the peer's was mapped
+      },
+      120s);
+  REQUIRE_ALL_OK(results);
+}
+
+}  // namespace chorus::test
