@@ -12,6 +12,7 @@
 #include "core/half.hpp"
 #include "core/reduce.hpp"
 #include "core/signature.hpp"
+#include "core/stream_copy.hpp"
 
 namespace chorus {
 namespace {
@@ -320,3 +321,27 @@ TEST_CASE("OpSignature round-trips and describes mismatches", "[tcp][kernels]") 
 }
 
 }  // namespace chorus
+
+TEST_CASE("stream_copy copies exactly the bytes asked for, at every alignment", "[tcp][kernels]") {
+  std::vector<std::uint8_t> src(600);
+  for (std::size_t i = 0; i < src.size(); ++i) {
+    src[i] = static_cast<std::uint8_t>(i * 7 + 1);
+  }
+  for (std::size_t dst_offset = 0; dst_offset < 18; ++dst_offset) {
+    for (std::size_t src_offset : {std::size_t{0}, std::size_t{3}}) {
+      for (std::size_t bytes : {0, 1, 15, 16, 17, 63, 64, 65, 127, 128, 129, 200, 513}) {
+        std::vector<std::uint8_t> dst(600, 0xee);
+        stream_copy(dst.data() + dst_offset, src.data() + src_offset, bytes);
+        stream_fence();
+        bool ok = true;
+        for (std::size_t i = 0; i < dst.size(); ++i) {
+          const bool inside = i >= dst_offset && i < dst_offset + bytes;
+          ok = ok && dst[i] == (inside ? src[i - dst_offset + src_offset] : 0xee);
+        }
+        INFO("dst offset " << dst_offset << ", src offset " << src_offset << ", " << bytes
+                           << " bytes");
+        CHECK(ok);
+      }
+    }
+  }
+}
