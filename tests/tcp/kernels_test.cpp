@@ -320,8 +320,6 @@ TEST_CASE("OpSignature round-trips and describes mismatches", "[tcp][kernels]") 
   CHECK_FALSE(decode_signature(flags.data()));
 }
 
-}  // namespace chorus
-
 TEST_CASE("stream_copy copies exactly the bytes asked for, at every alignment", "[tcp][kernels]") {
   std::vector<std::uint8_t> src(600);
   for (std::size_t i = 0; i < src.size(); ++i) {
@@ -345,3 +343,5 @@ TEST_CASE("stream_copy copies exactly the bytes asked for, at every alignment", 
     }
   }
 }
+
+}  // namespace chorus
