@@ -119,6 +119,18 @@ CHORUS_C_API chorus_result_t chorus_tensor_from_dlpack(const void* dl_tensor, ch
 /* Bytes per element of dtype (0 if out of range). */
 CHORUS_C_API size_t chorus_dtype_size(chorus_dtype_t dtype);
 
+/* ---- shared buffers ---------------------------------------------------------------------- */
+
+/* Host memory that the other ranks of a tcp group on this host map, so that allreduce,
+ * reduce_scatter, allgather and broadcast of 256 KiB and more copy it once (chorus::SharedBuffer
+ * in <chorus/shared_buffer.hpp> says when). Every rank passes such memory to an op or none does;
+ * a rank that differs fails the op with INVALID_ARGUMENT on every rank. *out is the zero-filled,
+ * page-aligned memory (NULL for 0 bytes); BACKEND, with the reason, when it cannot be had. */
+CHORUS_C_API chorus_result_t chorus_shared_buffer_alloc(size_t bytes, void** out);
+/* Frees memory from chorus_shared_buffer_alloc (NULL: no-op); INVALID_ARGUMENT for a pointer
+ * that it did not return. */
+CHORUS_C_API chorus_result_t chorus_shared_buffer_free(void* data);
+
 /* ---- stores ------------------------------------------------------------------------------ */
 
 #define CHORUS_CONFIG_VERSION 1u

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include <chorus/chorus.h>
+#include <chorus/shared_buffer.hpp>
 
 #include "support/multiproc.hpp"
 
@@ -94,6 +95,41 @@ TEST_CASE("C ABI on 2 ranks: allreduce, broadcast, allgather, send/recv, barrier
         C_CHECK(chorus_barrier(w.group, nullptr, &work));
         C_CHECK(chorus_work_wait(work));
         chorus_work_free(work);
+      },
+      60s);
+  REQUIRE_ALL_OK(results);
+}
+
+TEST_CASE("C ABI on 2 ranks: an allreduce over shared buffers", "[capi][mp]") {
+  chorus::test::StoreServerProcess server;
+  auto results = chorus::test::run_processes(
+      2,
+      [&](int rank) {
+        CWorld w(server.port(), "shared", rank, 2);
+        const std::size_t count = 1 << 18;  // 1 MiB of float32: the mapped single-copy path
+        void* in = nullptr;
+        void* out = nullptr;
+        C_CHECK(chorus_shared_buffer_alloc(count * sizeof(float), &in));
+        C_CHECK(chorus_shared_buffer_alloc(count * sizeof(float), &out));
+        CHILD_CHECK(chorus::in_shared_buffer(in, count * sizeof(float)));
+        auto* x = static_cast<float*>(in);
+        for (std::size_t i = 0; i < count; ++i) {
+          x[i] = static_cast<float>(rank + 1 + i % 7);
+        }
+        chorus_tensor_t ti = chorus_cpu_tensor(in, count, CHORUS_FLOAT32);
+        chorus_tensor_t to = chorus_cpu_tensor(out, count, CHORUS_FLOAT32);
+        chorus_work_t* work = nullptr;
+        C_CHECK(chorus_allreduce(w.group, &ti, &to, nullptr, &work));
+        C_CHECK(chorus_work_wait(work));
+        chorus_work_free(work);
+        const auto* y = static_cast<const float*>(out);
+        bool right = true;
+        for (std::size_t i = 0; i < count; ++i) {
+          right = right && y[i] == static_cast<float>(3 + 2 * (i % 7));
+        }
+        CHILD_CHECK(right);
+        C_CHECK(chorus_shared_buffer_free(in));
+        C_CHECK(chorus_shared_buffer_free(out));
       },
       60s);
   REQUIRE_ALL_OK(results);

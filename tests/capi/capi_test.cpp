@@ -89,6 +89,27 @@ TEST_CASE("C ABI: NULL arguments and bad configs are INVALID_ARGUMENT, never a c
   REQUIRE(store == nullptr);
 }
 
+TEST_CASE("C ABI: shared buffers are allocated, found, and freed once", "[capi]") {
+  void* p = nullptr;
+  REQUIRE(chorus_shared_buffer_alloc(10'000, &p) == CHORUS_OK);
+  REQUIRE(p != nullptr);
+  CHECK(static_cast<unsigned char*>(p)[9'999] == 0);
+  CHECK(in_shared_buffer(p, 10'000));
+  CHECK(chorus_shared_buffer_free(p) == CHORUS_OK);
+  CHECK_FALSE(in_shared_buffer(p, 1));
+  CHECK(chorus_shared_buffer_free(p) == CHORUS_ERR_INVALID_ARGUMENT);
+  CHECK(std::string(chorus_get_last_error()).find("was not returned by") != std::string::npos);
+  int on_stack = 0;
+  CHECK(chorus_shared_buffer_free(&on_stack) == CHORUS_ERR_INVALID_ARGUMENT);
+  CHECK(chorus_shared_buffer_free(nullptr) == CHORUS_OK);
+  void* none = &on_stack;
+  CHECK(chorus_shared_buffer_alloc(0, &none) == CHORUS_OK);
+  CHECK(none == nullptr);
+  CHECK(chorus_shared_buffer_alloc(16, nullptr) == CHORUS_ERR_INVALID_ARGUMENT);
+  CHECK(chorus_shared_buffer_alloc(SIZE_MAX / 2, &none) == CHORUS_ERR_BACKEND);
+  CHECK(std::string(chorus_get_last_error()).find("allocate less") != std::string::npos);
+}
+
 TEST_CASE("C ABI: the last error is thread-local", "[capi]") {
   REQUIRE(chorus_group_rank(nullptr, nullptr) == CHORUS_ERR_INVALID_ARGUMENT);
   const std::string mine = last_error();
