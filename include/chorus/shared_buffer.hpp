@@ -20,8 +20,11 @@
 //
 // The memory is zero-filled, page-aligned, and reserved when allocated (a host short of
 // memory fails here, never with SIGBUS later). It costs one file descriptor while it lives.
-// A peer that mapped it keeps the pages until that peer's group is destroyed or it maps other
-// buffers in its place (a few per peer are kept).
+// A peer that mapped it keeps the pages after it is freed, until that peer's group is
+// destroyed or it maps other buffers in its place (up to 64 per peer are kept). A child made
+// by fork() shares the memory with its parent (it is not copied on write).
+//
+// The DDP toolkit's GradientReducer (ddp.hpp) packs its buckets into SharedBuffers already.
 #pragma once
 
 #include <cstddef>

@@ -15,6 +15,7 @@
 
 #include <fmt/format.h>
 
+#include <chorus/shared_buffer.hpp>
 #include <chorus/work.hpp>
 
 namespace chorus::ddp {
@@ -23,11 +24,18 @@ struct Bucket {
   DataType dtype = DataType::float32;
   std::vector<std::size_t> grads;    // indices into grads_, packing order
   std::vector<std::size_t> offsets;  // element offset of each grad in buffer
-  std::vector<std::uint8_t> buffer;  // the flat tensor that is allreduced
+  // The flat tensor that is allreduced: a SharedBuffer, so that a group whose ranks share a
+  // host maps the peers' buckets and reduces them in one copy (shared_buffer.hpp). Every rank
+  // packs the same buckets, so all of them pass SharedBuffers, as the group requires.
+  SharedBuffer buffer;
   std::size_t count = 0;             // elements
   std::size_t pending = 0;           // grads not yet marked this step
   std::shared_ptr<Work> work;        // in flight this step, else null
 };
+
+std::uint8_t* bytes_of(const Bucket& b) noexcept {
+  return static_cast<std::uint8_t*>(b.buffer.data());
+}
 
 class GradientReducer::Impl {
  public:
@@ -109,7 +117,7 @@ class GradientReducer::Impl {
     position_.assign(grads_.size(), 0);
     for (std::size_t bi = 0; bi < buckets_.size(); ++bi) {
       Bucket& b = buckets_[bi];
-      b.buffer.assign(b.count * element_size(b.dtype), 0);
+      b.buffer = SharedBuffer(b.count * element_size(b.dtype));  // zero-filled
       b.pending = b.grads.size();
       for (std::size_t p = 0; p < b.grads.size(); ++p) {
         bucket_of_[b.grads[p]] = bi;
@@ -141,7 +149,7 @@ class GradientReducer::Impl {
     marked_[index] = true;
     const Tensor& g = grads_[index];
     if (g.nbytes() > 0) {
-      std::memcpy(b.buffer.data() + b.offsets[position_[index]] * element_size(b.dtype), g.data(),
+      std::memcpy(bytes_of(b) + b.offsets[position_[index]] * element_size(b.dtype), g.data(),
                   g.nbytes());
     }
     --b.pending;
@@ -173,7 +181,7 @@ class GradientReducer::Impl {
       for (std::size_t p = 0; p < b.grads.size(); ++p) {
         if (!marked_[b.grads[p]]) {  // no gradient this step: contributes zeros
           const std::size_t n = grads_[b.grads[p]].count() * element_size(b.dtype);
-          std::memset(b.buffer.data() + b.offsets[p] * element_size(b.dtype), 0, n);
+          std::memset(bytes_of(b) + b.offsets[p] * element_size(b.dtype), 0, n);
         }
       }
       b.pending = 0;
@@ -205,7 +213,7 @@ class GradientReducer::Impl {
     const double scale = divisor_ ? 1.0 / *divisor_ : 1.0;
     for (std::size_t p = 0; p < b.grads.size(); ++p) {
       const Tensor& g = grads_[b.grads[p]];
-      const std::uint8_t* src = b.buffer.data() + b.offsets[p] * element_size(b.dtype);
+      const std::uint8_t* src = bytes_of(b) + b.offsets[p] * element_size(b.dtype);
       if (g.nbytes() == 0) {
         continue;
       }

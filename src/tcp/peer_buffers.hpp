@@ -44,8 +44,9 @@ class PeerMapping {
 
 class PeerBuffers {
  public:
-  // Mappings kept per peer process between ops.
-  static constexpr std::size_t kPerPeer = 8;
+  // Mappings kept per peer process between ops: enough for the buckets of a large model
+  // (GradientReducer: 40 buckets of 25 MiB for 1 GB of gradients), each mapped once.
+  static constexpr std::size_t kPerPeer = 64;
 
   // The buffer `region` of process `pid`, mapped here (on first use: opened and checked).
   // nullptr with the reason in `why` when it cannot be (the process exited, the kernel

@@ -1,11 +1,13 @@
 // SPDX-License-Identifier: BSD-3-Clause
 // The DDP toolkit on real ranks over loopback tcp: data-parallel training equals single-process
 // full-batch training on 1, 2 and 4 ranks; Join on uneven shards in both divide modes; the
-// early-termination mode raises on every rank; an unused gradient never hangs.
+// early-termination mode raises on every rank; an unused gradient never hangs; large buckets go
+// through SharedBuffers that the peers map.
 #include <catch2/catch.hpp>
 
 #include <atomic>
 #include <cstring>
+#include <fstream>
 #include <string>
 
 #include <chorus/chorus.hpp>
@@ -219,4 +221,68 @@ TEST_CASE("reducer: a gradient one rank never produced averages with zeros, no h
       },
       kRunTimeout);
   REQUIRE_ALL_OK(results);
+}
+
+namespace {
+
+// Mappings of SharedBuffer memfds in this process: its own buffers and the peers' it mapped.
+int mapped_shared_buffers() {
+  std::ifstream maps("/proc/self/maps");
+  std::string line;
+  int n = 0;
+  while (std::getline(maps, line)) {
+    n += line.find("/memfd:chorus-shared-buffer") != std::string::npos ? 1 : 0;
+  }
+  return n;
+}
+
+}  // namespace
+
+TEST_CASE("reducer: large buckets are SharedBuffers that the peers map, averaged exactly",
+          "[ddp][mp]") {
+  for (int world : {2, 4}) {
+    INFO(world << " ranks");
+    test::StoreServerProcess server;
+    const std::string run = next_run_id();
+    auto results = test::run_processes(
+        world,
+        [&](int rank) {
+          auto pg = connect(server.port(), run, rank, world);
+          constexpr std::size_t kCount = 200'003;  // 3 gradients of 800 KB: one 2.4 MB bucket
+          std::vector<std::vector<float>> grads(3, std::vector<float>(kCount));
+          std::vector<Tensor> views;
+          for (auto& g : grads) {
+            views.push_back(Tensor::of(g.data(), g.size()));
+          }
+          {
+            ddp::GradientReducer reducer(pg, views);
+            CHILD_CHECK(reducer.num_buckets() == 1);
+            const int own = mapped_shared_buffers();  // the bucket
+            CHILD_CHECK(own >= 1);
+            for (int step = 0; step < 3; ++step) {
+              for (std::size_t g = 0; g < grads.size(); ++g) {
+                for (std::size_t i = 0; i < kCount; ++i) {
+                  grads[g][i] = static_cast<float>(rank + 1 + step + (i + g) % 5);
+                }
+                reducer.mark_ready(g);
+              }
+              reducer.finish();
+              bool exact = true;
+              for (std::size_t g = 0; g < grads.size(); ++g) {
+                for (std::size_t i = 0; i < kCount; ++i) {
+                  exact = exact && grads[g][i] == static_cast<float>(world + 1) / 2 + step +
+                                                      static_cast<float>((i + g) % 5);
+                }
+              }
+              CHILD_CHECK(exact);
+            }
+            // The peers' buckets too: the mapped single-copy path ran.
+            CHILD_CHECK(mapped_shared_buffers() > own);
+          }
+          pg.reset();
+          CHILD_CHECK(mapped_shared_buffers() == 0);
+        },
+        kRunTimeout);
+    REQUIRE_ALL_OK(results);
+  }
 }

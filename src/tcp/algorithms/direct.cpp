@@ -228,21 +228,22 @@ std::optional<LocalFailure> failed(int peer, const char* reading, const std::str
                                   reading, peer, err)};
 }
 
-// Reduces `count` elements at element `in_offset` of every rank's input into `into` (this rank's
-// memory), piece by piece, and hands each finished piece to `then(offset, count)` before the
-// next one. Sources: this rank's own input (in place: `into` itself) first, then the others in
-// rank order, each read straight from its mapping or else through `piece`.
-template <typename Then>
+// Reduces `count` elements at element `in_offset` of every rank's input, piece by piece, into
+// into(done) (this rank's memory; `done` elements of the count before it), and hands each
+// finished piece to `then(done, count)` before the next one. Sources: this rank's own input
+// (in place: the destination itself) first, then the others in rank order, each read straight
+// from its mapping or else through `piece`.
+template <typename Into, typename Then>
 std::optional<LocalFailure> reduce_chunk(const CollectiveArgs& a, const std::vector<PeerAccess>& of,
                                          int n, int r, std::byte* piece, std::size_t count,
-                                         std::size_t in_offset, std::byte* into, Then then) {
+                                         std::size_t in_offset, Into into, Then then) {
   const std::size_t es = element_size(a.dtype);
   const std::size_t per = std::max<std::size_t>(1, kPieceBytes / es);
   const int divisor = a.op == ReduceOp::avg ? n : 0;
   for (std::size_t done = 0; done < count; done += per) {
     const std::size_t cnt = std::min(per, count - done);
     const std::size_t off = (in_offset + done) * es;  // into the inputs
-    std::byte* dst = into + done * es;
+    std::byte* dst = into(done);
     const auto* own = static_cast<const std::byte*>(a.in) + off;
     int step = 0;
     for (int q = 0; q < n; ++q) {
@@ -284,27 +285,17 @@ bool all_mapped(const std::vector<PeerAccess>& of, int r) {
 void reduce_and_stream(const CollectiveArgs& a, const std::vector<PeerAccess>& of, int n, int r,
                        std::byte* piece, Span chunk) {
   const std::size_t es = element_size(a.dtype);
-  const std::size_t per = std::max<std::size_t>(1, kPieceBytes / es);
-  const int divisor = a.op == ReduceOp::avg ? n : 0;
-  for (std::size_t done = 0; done < chunk.count; done += per) {
-    const std::size_t cnt = std::min(per, chunk.count - done);
-    const std::size_t off = (chunk.offset + done) * es;
-    const auto* own = static_cast<const std::byte*>(a.in) + off;
-    int step = 0;
-    for (int q = 0; q < n; ++q) {
-      if (q != r) {
-        ++step;
-        reduce(piece, step == 1 ? own : piece, of[static_cast<std::size_t>(q)].in_map + off, cnt,
-               a.dtype, a.op, step == n - 1 ? divisor : 0);
-      }
-    }
-    stream_copy(static_cast<std::byte*>(a.out) + off, piece, cnt * es);
-    for (int q = 0; q < n; ++q) {
-      if (q != r) {
-        stream_copy(of[static_cast<std::size_t>(q)].out_map + off, piece, cnt * es);
-      }
-    }
-  }
+  reduce_chunk(a, of, n, r, piece, chunk.count, chunk.offset, [piece](std::size_t) { return piece; },
+               [&](std::size_t done, std::size_t cnt) -> std::optional<LocalFailure> {
+                 const std::size_t off = (chunk.offset + done) * es;
+                 stream_copy(static_cast<std::byte*>(a.out) + off, piece, cnt * es);
+                 for (int q = 0; q < n; ++q) {
+                   if (q != r) {
+                     stream_copy(of[static_cast<std::size_t>(q)].out_map + off, piece, cnt * es);
+                   }
+                 }
+                 return std::nullopt;
+               });
   stream_fence();  // before the release bytes tell the peers that their outputs are written
 }
 
@@ -327,7 +318,8 @@ void build_direct_allreduce(Schedule& s, const CollectiveArgs& a) {
       return std::nullopt;
     }
     std::byte* into = static_cast<std::byte*>(a.out) + chunk.offset * es;
-    return reduce_chunk(a, of, n, r, piece, chunk.count, chunk.offset, into,
+    return reduce_chunk(a, of, n, r, piece, chunk.count, chunk.offset,
+                        [&](std::size_t done) { return into + done * es; },
                         [&](std::size_t done, std::size_t cnt) -> std::optional<LocalFailure> {
                           const std::size_t off = (chunk.offset + done) * es;
                           for (int q = 0; q < n; ++q) {
@@ -357,9 +349,11 @@ void build_direct_reduce_scatter(Schedule& s, const CollectiveArgs& a) {
   const Buffers* buffers = x.of;
   LocalWork work = [a, buffers, n, r, piece, m]() -> std::optional<LocalFailure> {
     const std::vector<PeerAccess> of = reach(a, buffers, n, r);
-    return reduce_chunk(a, of, n, r, piece, m, static_cast<std::size_t>(r) * m,
-                        static_cast<std::byte*>(a.out),
-                        [](std::size_t, std::size_t) { return std::optional<LocalFailure>{}; });
+    const std::size_t es = element_size(a.dtype);
+    return reduce_chunk(
+        a, of, n, r, piece, m, static_cast<std::size_t>(r) * m,
+        [&](std::size_t done) { return static_cast<std::byte*>(a.out) + done * es; },
+        [](std::size_t, std::size_t) { return std::optional<LocalFailure>{}; });
   };
   run_then_release(s, x, std::move(work), peers, peers);
 }
