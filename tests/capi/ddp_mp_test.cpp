@@ -7,13 +7,13 @@
 
 #include <atomic>
 #include <cstring>
-#include <fstream>
 #include <string>
 
 #include <chorus/chorus.hpp>
 #include <chorus/ddp.hpp>
 
 #include "support/multiproc.hpp"
+#include "support/shared_buffer_maps.hpp"
 #include "toy_model.hpp"
 #include "toy_reference.hpp"
 
@@ -223,21 +223,6 @@ TEST_CASE("reducer: a gradient one rank never produced averages with zeros, no h
   REQUIRE_ALL_OK(results);
 }
 
-namespace {
-
-// Mappings of SharedBuffer memfds in this process: its own buffers and the peers' it mapped.
-int mapped_shared_buffers() {
-  std::ifstream maps("/proc/self/maps");
-  std::string line;
-  int n = 0;
-  while (std::getline(maps, line)) {
-    n += line.find("/memfd:chorus-shared-buffer") != std::string::npos ? 1 : 0;
-  }
-  return n;
-}
-
-}  // namespace
-
 TEST_CASE("reducer: large buckets are SharedBuffers that the peers map, averaged exactly",
           "[ddp][mp]") {
   for (int world : {2, 4}) {
@@ -257,7 +242,7 @@ TEST_CASE("reducer: large buckets are SharedBuffers that the peers map, averaged
           {
             ddp::GradientReducer reducer(pg, views);
             CHILD_CHECK(reducer.num_buckets() == 1);
-            const int own = mapped_shared_buffers();  // the bucket
+            const int own = test::mapped_shared_buffers();  // the bucket
             CHILD_CHECK(own >= 1);
             for (int step = 0; step < 3; ++step) {
               for (std::size_t g = 0; g < grads.size(); ++g) {
@@ -277,10 +262,10 @@ TEST_CASE("reducer: large buckets are SharedBuffers that the peers map, averaged
               CHILD_CHECK(exact);
             }
             // The peers' buckets too: the mapped single-copy path ran.
-            CHILD_CHECK(mapped_shared_buffers() > own);
+            CHILD_CHECK(test::mapped_shared_buffers() > own);
           }
           pg.reset();
-          CHILD_CHECK(mapped_shared_buffers() == 0);
+          CHILD_CHECK(test::mapped_shared_buffers() == 0);
         },
         kRunTimeout);
     REQUIRE_ALL_OK(results);

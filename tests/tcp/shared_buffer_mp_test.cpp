@@ -3,14 +3,12 @@
 // reduce_scatter, allgather and broadcast map the peers' buffers (the direct algorithms
 // without process_vm_readv) and give exact results for every dtype and op, in and out of
 // place; a rank that passes ordinary memory where the others pass SharedBuffers fails the op
-// on every rank with a mismatch that says what to do; a rank killed in such an op is named at
-// once; and where the group cannot map (sockets only) SharedBuffers are ordinary memory.
-#include <signal.h>
+// on every rank with a mismatch that says what to do; and where the group cannot map (sockets
+// only) SharedBuffers are ordinary memory. A rank killed in a mapped op: tcp_shm_mp.
 #include <stdlib.h>
 #include <unistd.h>
 
 #include <cstdio>
-#include <fstream>
 #include <string>
 #include <vector>
 
@@ -20,20 +18,10 @@
 #include "tcp/collective_cases.hpp"
 #include "tcp/issue_case.hpp"
 #include "tcp/mp_common.hpp"
+#include "support/shared_buffer_maps.hpp"
 
 namespace chorus::test {
 namespace {
-
-// Mappings of SharedBuffer memfds in this process: its own buffers and the peers' it mapped.
-int mapped_shared_buffers() {
-  std::ifstream maps("/proc/self/maps");
-  std::string line;
-  int n = 0;
-  while (std::getline(maps, line)) {
-    n += line.find("/memfd:chorus-shared-buffer") != std::string::npos ? 1 : 0;
-  }
-  return n;
-}
 
 // Element counts of at least 256 KiB (tcp::kSharedBufferMinBytes) per op, odd so that no chunk
 // splits evenly; 3 MiB ones take many 128 KiB pieces.
@@ -136,41 +124,6 @@ TEST_CASE("SharedBuffers on some ranks only: a mismatch on every rank that says 
         60s);
     REQUIRE_ALL_OK(results);
   }
-}
-
-TEST_CASE("SharedBuffers: a rank killed in a mapped op is named at once", "[shared_buffer][mp][failure]") {
-  StoreServerProcess server;
-  constexpr int n = 3;
-  const auto results = run_processes(
-      n,
-      [&](int rank) {
-        ::setenv("CHORUS_TRANSPORT", "shm", 1);
-        auto store = child_store(server.port());
-        auto pg = make_tcp_group(store, rank, n, loopback_options(60s));
-        SharedBuffer data(std::size_t{32} << 20);
-        auto t = Tensor(data.data(), data.size() / 4, DataType::float32);
-        const auto t0 = Clock::now();
-        const Error e = expect_error([&] {
-          pg->allreduce(t)->wait();  // maps the peers' buffers
-          pg->barrier()->wait();
-          auto work = pg->allreduce(t);
-          if (rank == 2) {
-            ::kill(::getpid(), SIGKILL);
-          }
-          work->wait();
-        });
-        const double took = seconds_since(t0);
-        std::fprintf(stderr, "rank %d: the failure of rank 2 noticed after %.3f s\n", rank, took);
-        if (!(e.code() == ErrorCode::network && names(e, 2) && took < 5.0)) {
-          throw ChildCheckFailed{fmt::format("after {:.3f} s: {}: {}", took, to_string(e.code()),
-                                             e.what())};
-        }
-      },
-      90s);
-  INFO(describe(results));
-  CHECK(results[0].ok());
-  CHECK(results[1].ok());
-  CHECK(results[2].signal == SIGKILL);
 }
 
 TEST_CASE("SharedBuffers over sockets only are ordinary memory, mixed with other memory",

@@ -18,6 +18,8 @@
 #include <fmt/format.h>
 #include <catch2/catch.hpp>
 
+#include <chorus/shared_buffer.hpp>
+
 #include "tcp/collective_cases.hpp"
 #include "tcp/issue_case.hpp"
 #include "tcp/mp_common.hpp"
@@ -210,26 +212,35 @@ TEST_CASE("a group over two hosts: shared memory inside each, tcp between them",
 
 TEST_CASE("over shared memory a killed rank is named at once and leaves no segment",
           "[shm][mp][failure]") {
-  // Through the rings, and through the single-copy algorithm (which finds the dead peer's
-  // memory gone and waits for its sockets' news: Engine::held_failure_).
-  for (const char* algorithm : {"allreduce=ring", "allreduce=direct"}) {
+  // Through the rings, through the single-copy algorithm (which finds the dead peer's memory
+  // gone and waits for its sockets' news: Engine::held_failure_), and through SharedBuffers
+  // that the survivors mapped (their writes into the dead rank's buffer still land, in pages
+  // the mapping keeps).
+  for (const char* algorithm : {"allreduce=ring", "allreduce=direct", "SharedBuffer"}) {
     INFO(algorithm);
+    const bool shared = std::string(algorithm) == "SharedBuffer";
     StoreServerProcess server;
     constexpr int n = 3;
     const auto results = run_processes(
         n,
         [&](int rank) {
           ::setenv("CHORUS_TRANSPORT", "shm", 1);
-          ::setenv("CHORUS_ALGO", algorithm, 1);
+          if (!shared) {
+            ::setenv("CHORUS_ALGO", algorithm, 1);
+          }
           auto store = child_store(server.port());
           auto pg = make_tcp_group(store, rank, n, loopback_options(60s));
-          std::vector<float> data(8 << 20, 1.0f);  // 32 MiB: many ring turns
+          constexpr std::size_t kCount = 8 << 20;  // 32 MiB: many ring turns
+          std::vector<float> data(shared ? 0 : kCount, 1.0f);
+          SharedBuffer memory(shared ? kCount * sizeof(float) : 0);
+          const Tensor t(shared ? memory.data() : data.data(), kCount, DataType::float32);
           // A survivor may still be finishing the barrier when rank 2 dies: either op may be
           // the one that fails.
           const auto t0 = Clock::now();
           const Error e = expect_error([&] {
+            pg->allreduce(t)->wait();  // maps the peers' SharedBuffers (or warms the path)
             pg->barrier()->wait();
-            auto work = pg->allreduce(Tensor::of(data.data(), data.size()));
+            auto work = pg->allreduce(t);
             if (rank == 2) {
               ::kill(::getpid(), SIGKILL);
             }
