@@ -372,6 +372,20 @@ TEST_CASE("CHORUS_ALGO forces an algorithm where it applies, and names bad entri
   const auto forced_broadcast = tcp::parse_algorithm_overrides("broadcast=direct");
   a.forced = forced_broadcast[static_cast<std::size_t>(OpKind::broadcast)];
   CHECK(std::string(tcp::choose_algorithm(4, a)) == "direct");
+  // SharedBuffers on every rank (the group sets the flag only with peer memory, from 256 KiB):
+  // direct for the four ops that map them, at 2 and 4 ranks too.
+  a.forced = nullptr;
+  a.shared_buffers = true;
+  a.count = tcp::kSharedBufferMinBytes / 4;
+  for (OpKind kind :
+       {OpKind::allreduce, OpKind::reduce_scatter, OpKind::allgather, OpKind::broadcast}) {
+    a.kind = kind;
+    for (int n : {2, 4}) {
+      CHECK(std::string(tcp::choose_algorithm(n, a)) == "direct");
+    }
+  }
+  CHECK_FALSE(tcp::maps_shared_buffers(OpKind::reduce));
+  CHECK_FALSE(tcp::maps_shared_buffers(OpKind::all_to_all));
   // halving-doubling: a power of two from 4 ranks, above the latency sizes; over sockets up
   // to 2 MiB.
   a = tcp::CollectiveArgs{};
