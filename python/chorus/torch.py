@@ -15,7 +15,7 @@ import torch.distributed as _dist
 
 from . import _C
 
-__all__ = ["ProcessGroupChorus", "BACKEND"]
+__all__ = ["ProcessGroupChorus", "BACKEND", "shared_empty"]
 
 BACKEND = "chorus"
 ProcessGroupChorus = _C.ProcessGroupChorus
@@ -34,6 +34,27 @@ def _group_name(opts):
 def _create(opts, backend_options=None):
     return _C.ProcessGroupChorus(opts.store, opts.group_rank, opts.group_size, opts.timeout,
                                  _group_name(opts))
+
+
+def shared_empty(*size, dtype=None):
+    """A zero-filled CPU tensor in a chorus SharedBuffer (like ``torch.zeros(*size, dtype=)``).
+
+    When every rank of a chorus group whose ranks share one host passes such tensors,
+    ``all_reduce``, ``reduce_scatter_tensor``, ``all_gather_into_tensor`` and ``broadcast`` of
+    256 KiB and more copy the data once, straight between the ranks' memory, instead of through
+    shared rings. Pass them on every rank or on none: a rank that differs fails the op on every
+    rank with a mismatch naming SharedBuffer memory. Elsewhere (several hosts, ``gloo``) it is an
+    ordinary tensor. Views of it (slices, ``view``) count as long as they are contiguous.
+    """
+    import torch
+
+    shape = torch.Size(size[0] if len(size) == 1 and not isinstance(size[0], int) else size)
+    dtype = dtype or torch.get_default_dtype()
+    numel = shape.numel()
+    if numel == 0:
+        return torch.zeros(shape, dtype=dtype)
+    memory = _C.SharedBuffer(numel * torch.empty((), dtype=dtype).element_size())
+    return torch.frombuffer(memory, dtype=dtype, count=numel).view(shape)
 
 
 def _register():

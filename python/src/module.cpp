@@ -30,4 +30,16 @@ PYBIND11_MODULE(_C, m) {
       .def_property_readonly("group_name", [](const ProcessGroupChorus& pg) {
         return pg.chorus_group()->name();
       });
+
+  // The memory behind chorus.torch.shared_empty(): a Python buffer that torch.frombuffer wraps
+  // (the tensor keeps the object, and so the memory, alive).
+  py::class_<chorus::SharedBuffer>(m, "SharedBuffer", py::buffer_protocol())
+      .def(py::init<std::size_t>(), py::arg("nbytes"),
+           "Zero-filled host memory that a one-host chorus group maps (chorus/shared_buffer.hpp); "
+           "raises RuntimeError saying why when it cannot be had.")
+      .def_property_readonly("nbytes", &chorus::SharedBuffer::size)
+      .def_buffer([](chorus::SharedBuffer& b) {
+        return py::buffer_info(b.data(), 1, py::format_descriptor<std::uint8_t>::format(), 1,
+                               {static_cast<py::ssize_t>(b.size())}, {py::ssize_t{1}});
+      });
 }

@@ -19,6 +19,7 @@ OPS = os.path.join(HERE, "ops_check.py")
 DDP = os.path.join(HERE, "ddp_check.py")
 FAILURE = os.path.join(HERE, "failure_check.py")
 INIT = os.path.join(HERE, "init_check.py")
+SHARED = os.path.join(HERE, "shared_check.py")
 
 
 def last_line(outputs, marker):
@@ -37,6 +38,14 @@ def case_ops(n):
     if ranks_reporting(outputs, "OK ops:") != n:
         raise AssertionError("not every rank finished:\n" + "\n".join(outputs))
     return last_line(outputs, "OK ops:")
+
+
+def case_shared(n):
+    """chorus.torch.shared_empty: the single-copy path through torch, and the mismatch."""
+    outputs = launch.by_hand(SHARED, n, deadline_s=120).expect_success()
+    if ranks_reporting(outputs, "OK shared:") != n:
+        raise AssertionError("not every rank finished:\n" + "\n".join(outputs))
+    return last_line(outputs, "OK shared:")
 
 
 def case_init(method):
@@ -105,6 +114,8 @@ def case_exit(first, how):
 CASES = {
     "ops_2": lambda: case_ops(2),
     "ops_4": lambda: case_ops(4),
+    "shared_2": lambda: case_shared(2),
+    "shared_4": lambda: case_shared(4),
     "init_tcp": lambda: case_init("tcp"),
     "init_file": lambda: case_init("file"),
     "init_store": lambda: case_init("store"),
