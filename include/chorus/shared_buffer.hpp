@@ -9,14 +9,18 @@
 //
 // Any Tensor that lies wholly inside one SharedBuffer counts (a slice of a larger buffer too).
 // A group takes the single-copy path for allreduce, reduce_scatter, allgather and broadcast
-// of at least 256 KiB when every rank of the group runs on this host and the ranks may read
-// each other's memory (same user, no Yama ptrace_scope >= 1 or seccomp filter forbidding it:
-// CHORUS_DEBUG=INFO says which at group setup); elsewhere a SharedBuffer is ordinary memory
-// and everything works as before.
+// whose count is at least 256 KiB (per rank: the output block of reduce_scatter, the input of
+// allgather) when every rank of the group runs on this host and the ranks may read each
+// other's memory (same user, no Yama ptrace_scope >= 1 or seccomp filter forbidding it:
+// CHORUS_DEBUG=INFO says which at group setup), unless CHORUS_ALGO forces another algorithm.
+// The buffers that count are those the peers touch: an allreduce's input and output, the
+// others' input (broadcast: the tensor). Elsewhere a SharedBuffer is ordinary memory and
+// everything works as before.
 //
 // Every rank passes SharedBuffer memory to such an op, or none does: it is part of what ranks
 // must agree on, like the count. A rank that differs fails the op on every rank with a
-// mismatch naming both ranks, never a hang or wrong data.
+// mismatch naming both ranks ("... different memory: pass chorus::SharedBuffer memory on
+// every rank or on none"), never a hang or wrong data.
 //
 // The memory is zero-filled, page-aligned, and reserved when allocated (a host short of
 // memory fails here, never with SIGBUS later). It costs one file descriptor while it lives.
