@@ -49,12 +49,12 @@ struct Options {
   std::vector<chorus::ReduceOp> ops{chorus::ReduceOp::sum};  // -o (all: every op)
   std::vector<chorus::DataType> dtypes{chorus::DataType::float32};  // -d (all: every type)
   int root = 0;                                                     // -r
-  int blocking = 0;   // -z: 0 issue all, wait at end; 1 wait+barrier each op;
-                      //     2 wait each op; 3 wait+barrier each iteration
-  int average = 1;    // -a: 0 rank 0, 1 average, 2 min, 3 max across ranks
-  int timeout_s = 0;  // -T: op deadline in seconds (0: the library default)
-  int nthreads = 1;   // -t: only 1 (one rank per process)
-  int ngpus = 1;      // -g: only 1 (one GPU per process, nccl backend)
+  int blocking = 0;    // -z: 0 issue all, wait at end; 1 wait+barrier each op;
+                       //     2 wait each op; 3 wait+barrier each iteration
+  int average = 1;     // -a: 0 rank 0, 1 average, 2 min, 3 max across ranks
+  int timeout_s = 0;   // -T: op deadline in seconds (0: the library default)
+  int nthreads = 1;    // -t: only 1 (one rank per process)
+  int ngpus = 1;       // -g: only 1 (one GPU per process, nccl backend)
   int registered = 0;  // -R: 1 = buffers are chorus::SharedBuffers (tcp; nccl-tests' -R 1)
   chorus::Backend backend = chorus::Backend::tcp;  // --backend
   std::string json_path;                           // --json

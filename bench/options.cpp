@@ -102,10 +102,10 @@ char short_of(std::string_view name) {
     char flag;
   };
   static const Alias kAliases[] = {
-      {"nthreads", 't'},     {"ngpus", 'g'},      {"minbytes", 'b'}, {"maxbytes", 'e'},
-      {"stepbytes", 'i'},    {"stepfactor", 'f'}, {"iters", 'n'},    {"agg_iters", 'm'},
-      {"warmup_iters", 'w'}, {"check", 'c'},      {"op", 'o'},       {"datatype", 'd'},
-      {"root", 'r'},         {"blocking", 'z'},   {"average", 'a'},  {"timeout", 'T'},
+      {"nthreads", 't'},       {"ngpus", 'g'},      {"minbytes", 'b'}, {"maxbytes", 'e'},
+      {"stepbytes", 'i'},      {"stepfactor", 'f'}, {"iters", 'n'},    {"agg_iters", 'm'},
+      {"warmup_iters", 'w'},   {"check", 'c'},      {"op", 'o'},       {"datatype", 'd'},
+      {"root", 'r'},           {"blocking", 'z'},   {"average", 'a'},  {"timeout", 'T'},
       {"local_register", 'R'}, {"help", 'h'},
   };
   std::string normalized(name);
@@ -273,8 +273,9 @@ Options parse_options(int argc, const char* const* argv) {
     return o;
   }
   if (o.registered != 0 && o.backend != chorus::Backend::tcp) {
-    throw UsageError("-R 1 allocates chorus::SharedBuffers, host memory for the tcp backend; "
-                     "drop it with --backend nccl");
+    throw UsageError(
+        "-R 1 allocates chorus::SharedBuffers, host memory for the tcp backend; "
+        "drop it with --backend nccl");
   }
   if (o.min_bytes > o.max_bytes) {
     throw UsageError("-b (" + std::to_string(o.min_bytes) + ") is larger than -e (" +

@@ -78,9 +78,9 @@ SharedBuffer::SharedBuffer(std::size_t bytes) {
   // it page by page would first push everything else out of memory.
   const auto physical = static_cast<std::size_t>(::sysconf(_SC_PHYS_PAGES));
   if (mapped / page > physical) {
-    throw BackendError(fmt::format(
-        "SharedBuffer of {} bytes: this machine has {} bytes of memory; allocate less", bytes,
-        physical * page));
+    throw BackendError(
+        fmt::format("SharedBuffer of {} bytes: this machine has {} bytes of memory; allocate less",
+                    bytes, physical * page));
   }
   const int fd = ::memfd_create("chorus-shared-buffer", MFD_CLOEXEC | MFD_ALLOW_SEALING);
   if (fd < 0) {

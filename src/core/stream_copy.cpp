@@ -16,8 +16,7 @@ void stream_copy(void* dst, const void* src, std::size_t bytes) noexcept {
   auto* d = static_cast<std::byte*>(dst);
   const auto* s = static_cast<const std::byte*>(src);
   // The head up to dst's next 16-byte boundary, with memcpy.
-  const std::size_t head =
-      std::min(bytes, (16 - reinterpret_cast<std::uintptr_t>(d) % 16) % 16);
+  const std::size_t head = std::min(bytes, (16 - reinterpret_cast<std::uintptr_t>(d) % 16) % 16);
   std::memcpy(d, s, head);
   d += head;
   s += head;

@@ -28,9 +28,9 @@ struct Bucket {
   // host maps the peers' buckets and reduces them in one copy (shared_buffer.hpp). Every rank
   // packs the same buckets, so all of them pass SharedBuffers, as the group requires.
   SharedBuffer buffer;
-  std::size_t count = 0;             // elements
-  std::size_t pending = 0;           // grads not yet marked this step
-  std::shared_ptr<Work> work;        // in flight this step, else null
+  std::size_t count = 0;       // elements
+  std::size_t pending = 0;     // grads not yet marked this step
+  std::shared_ptr<Work> work;  // in flight this step, else null
 };
 
 std::uint8_t* bytes_of(const Bucket& b) noexcept {

@@ -37,9 +37,9 @@ std::shared_ptr<PeerMapping> PeerBuffers::map(std::int64_t pid, const SharedRegi
   struct stat st {};
   const bool same = ::fstat(fd, &st) == 0 && st.st_ino == region.inode &&
                     static_cast<std::uint64_t>(st.st_size) >= region.bytes;
-  void* p = same ? ::mmap(nullptr, region.bytes, PROT_READ | PROT_WRITE,
-                          MAP_SHARED | MAP_POPULATE, fd, 0)
-                 : MAP_FAILED;
+  void* p =
+      same ? ::mmap(nullptr, region.bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0)
+           : MAP_FAILED;
   const int err = errno;
   ::close(fd);  // the mapping keeps the file
   if (!same) {
@@ -59,9 +59,8 @@ std::shared_ptr<PeerMapping> PeerBuffers::map(std::int64_t pid, const SharedRegi
     }
   }
   if (of_peer.size() >= kPerPeer) {
-    Entry* oldest = *std::min_element(of_peer.begin(), of_peer.end(), [](Entry* a, Entry* b) {
-      return a->last_use < b->last_use;
-    });
+    Entry* oldest = *std::min_element(of_peer.begin(), of_peer.end(),
+                                      [](Entry* a, Entry* b) { return a->last_use < b->last_use; });
     std::swap(*oldest, entries_.back());
     entries_.pop_back();
   }

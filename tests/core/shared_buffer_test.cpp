@@ -37,7 +37,7 @@ TEST_CASE("SharedBuffer: zero-filled, page-aligned, and found by any view inside
   // The mapping is whole pages: the tail of the last page belongs to it too.
   CHECK(in_shared_buffer(bytes, 3 * 4096));
   CHECK_FALSE(in_shared_buffer(bytes, 3 * 4096 + 1));  // runs past it
-  CHECK_FALSE(in_shared_buffer(bytes - 1, 2));          // starts before it
+  CHECK_FALSE(in_shared_buffer(bytes - 1, 2));         // starts before it
   CHECK_FALSE(in_shared_buffer(nullptr, 0));
   int on_stack = 0;
   CHECK_FALSE(in_shared_buffer(&on_stack, sizeof on_stack));
@@ -65,9 +65,7 @@ TEST_CASE("SharedBuffer: moves keep the memory registered; destruction forgets i
   CHECK(c.data() == p);
   CHECK_FALSE(in_shared_buffer(q, 1));
   CHECK(in_shared_buffer(p, 1));
-  {
-    SharedBuffer gone(std::move(c));
-  }
+  { SharedBuffer gone(std::move(c)); }
   CHECK_FALSE(in_shared_buffer(p, 1));
   SharedBuffer empty(0);
   CHECK(empty.data() == nullptr);

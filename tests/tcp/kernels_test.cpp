@@ -244,9 +244,10 @@ TEST_CASE("divide implements avg of a single contribution", "[tcp][kernels]") {
 }
 
 // The wire layout written out by hand from the format (magic "CHSG", version 1, kind, dtype,
-// redop, root u32, flags (bit 0: SharedBuffer memory), 3 reserved zero bytes, count u64, seq u64; all little-endian; enum values
-// as numbered in signature.hpp and types.hpp), not recomputed from the encoder: a change of
-// the encoding, or of an enum's numbering, breaks compatibility between builds and fails here.
+// redop, root u32, flags (bit 0: SharedBuffer memory), 3 reserved zero bytes, count u64, seq u64;
+// all little-endian; enum values as numbered in signature.hpp and types.hpp), not recomputed from
+// the encoder: a change of the encoding, or of an enum's numbering, breaks compatibility between
+// builds and fails here.
 TEST_CASE("OpSignature encodes to the documented bytes", "[tcp][kernels]") {
   struct Vector {
     OpSignature sig;
@@ -312,8 +313,9 @@ TEST_CASE("OpSignature round-trips and describes mismatches", "[tcp][kernels]") 
   shared.shared_buffers = true;
   CHECK(describe(shared) == "allreduce (seq 5, 1024 x float32, sum, SharedBuffer memory)");
   const std::string memory = describe_mismatch(shared, 1, a, 0);
-  CHECK(memory.find("different memory: pass chorus::SharedBuffer memory on every rank or on none") !=
-        std::string::npos);
+  CHECK(
+      memory.find("different memory: pass chorus::SharedBuffer memory on every rank or on none") !=
+      std::string::npos);
   // Flag bits this build does not know mean the stream is out of step.
   EncodedSignature flags = encode(shared);
   flags[12] = 2;

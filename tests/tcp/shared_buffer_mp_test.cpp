@@ -15,10 +15,10 @@
 #include <fmt/format.h>
 #include <catch2/catch.hpp>
 
+#include "support/shared_buffer_maps.hpp"
 #include "tcp/collective_cases.hpp"
 #include "tcp/issue_case.hpp"
 #include "tcp/mp_common.hpp"
-#include "support/shared_buffer_maps.hpp"
 
 namespace chorus::test {
 namespace {
@@ -39,7 +39,8 @@ std::vector<Case> shared_cases(int n) {
     }
     for (OpKind kind : {OpKind::allgather, OpKind::broadcast}) {
       for (bool place : {false, true}) {
-        cases.push_back({kind, n, shared_count(dt, 256 * 1024), dt, ReduceOp::sum, root++ % n, place});
+        cases.push_back(
+            {kind, n, shared_count(dt, 256 * 1024), dt, ReduceOp::sum, root++ % n, place});
       }
     }
   }
@@ -51,9 +52,8 @@ std::vector<Case> shared_cases(int n) {
   cases.push_back({OpKind::allreduce, n, shared_count(DataType::int32, group_share),
                    DataType::int32, ReduceOp::max, 0, false});
   for (bool place : {false, true}) {
-    cases.push_back(
-        {OpKind::allreduce, n, shared_count(DataType::float32, 3 << 20), DataType::float32,
-         ReduceOp::sum, 0, place});
+    cases.push_back({OpKind::allreduce, n, shared_count(DataType::float32, 3 << 20),
+                     DataType::float32, ReduceOp::sum, 0, place});
     cases.push_back({OpKind::allreduce, n, shared_count(DataType::bfloat16, 3 << 20),
                      DataType::bfloat16, ReduceOp::avg, 0, place});
   }
@@ -65,9 +65,8 @@ void run_shared_cases(ProcessGroup& pg, const std::vector<Case>& cases, int rank
     RankBuffers b = make_buffers(c, rank, /*shared=*/true);
     issue_case(pg, c, b)->wait();
     if (const std::string err = check_result(c, rank, b); !err.empty()) {
-      throw ChildCheckFailed{fmt::format("{}: {}", describe(OpSignature{c.kind, c.dtype, c.op,
-                                                                        c.root, c.count, 0}),
-                                         err)};
+      throw ChildCheckFailed{fmt::format(
+          "{}: {}", describe(OpSignature{c.kind, c.dtype, c.op, c.root, c.count, 0}), err)};
     }
   }
   pg.barrier()->wait();

@@ -61,8 +61,8 @@ struct CollectiveArgs {
 inline constexpr std::size_t kSharedBufferMinBytes = 256 * 1024;
 // Whether `kind` has a direct algorithm that maps SharedBuffers.
 inline bool maps_shared_buffers(OpKind kind) noexcept {
-  return kind == OpKind::allreduce || kind == OpKind::reduce_scatter ||
-         kind == OpKind::allgather || kind == OpKind::broadcast;
+  return kind == OpKind::allreduce || kind == OpKind::reduce_scatter || kind == OpKind::allgather ||
+         kind == OpKind::broadcast;
 }
 
 // CHORUS_ALGO: "op=algorithm[,op=algorithm...]", e.g. "allreduce=ring,broadcast=tree".

@@ -117,8 +117,11 @@ Exchange exchange_buffers(Schedule& s, const CollectiveArgs& a, const std::vecto
   Exchange x;
   x.of = static_cast<Buffers*>(s.scratch(sizeof(Buffers) * static_cast<std::size_t>(s.size())));
   Buffers& mine = x.of[s.rank()];
-  mine = {static_cast<std::int64_t>(::getpid()), reinterpret_cast<std::uintptr_t>(a.in),
-          reinterpret_cast<std::uintptr_t>(a.out), {}, {}};
+  mine = {static_cast<std::int64_t>(::getpid()),
+          reinterpret_cast<std::uintptr_t>(a.in),
+          reinterpret_cast<std::uintptr_t>(a.out),
+          {},
+          {}};
   if (a.shared_buffers) {
     const Extents e = extents_of(a, s.size());
     mine.in_region = find_shared_region(a.in, e.in).value_or(SharedRegion{});
@@ -173,9 +176,10 @@ std::byte* map_buffer(const CollectiveArgs& a, int peer, std::int64_t pid, std::
   std::string why;
   std::shared_ptr<PeerMapping> m = a.peer_buffers->map(pid, region, why);
   if (m == nullptr) {
-    CHORUS_INFO(coll, "rank {}'s SharedBuffer cannot be mapped here ({}); reading and writing it "
-                    "through process_vm_readv/writev",
-                    peer, why);
+    CHORUS_INFO(coll,
+                "rank {}'s SharedBuffer cannot be mapped here ({}); reading and writing it "
+                "through process_vm_readv/writev",
+                peer, why);
     return nullptr;
   }
   access.held.push_back(m);
@@ -285,17 +289,18 @@ bool all_mapped(const std::vector<PeerAccess>& of, int r) {
 void reduce_and_stream(const CollectiveArgs& a, const std::vector<PeerAccess>& of, int n, int r,
                        std::byte* piece, Span chunk) {
   const std::size_t es = element_size(a.dtype);
-  reduce_chunk(a, of, n, r, piece, chunk.count, chunk.offset, [piece](std::size_t) { return piece; },
-               [&](std::size_t done, std::size_t cnt) -> std::optional<LocalFailure> {
-                 const std::size_t off = (chunk.offset + done) * es;
-                 stream_copy(static_cast<std::byte*>(a.out) + off, piece, cnt * es);
-                 for (int q = 0; q < n; ++q) {
-                   if (q != r) {
-                     stream_copy(of[static_cast<std::size_t>(q)].out_map + off, piece, cnt * es);
-                   }
-                 }
-                 return std::nullopt;
-               });
+  reduce_chunk(
+      a, of, n, r, piece, chunk.count, chunk.offset, [piece](std::size_t) { return piece; },
+      [&](std::size_t done, std::size_t cnt) -> std::optional<LocalFailure> {
+        const std::size_t off = (chunk.offset + done) * es;
+        stream_copy(static_cast<std::byte*>(a.out) + off, piece, cnt * es);
+        for (int q = 0; q < n; ++q) {
+          if (q != r) {
+            stream_copy(of[static_cast<std::size_t>(q)].out_map + off, piece, cnt * es);
+          }
+        }
+        return std::nullopt;
+      });
   stream_fence();  // before the release bytes tell the peers that their outputs are written
 }
 
@@ -318,22 +323,23 @@ void build_direct_allreduce(Schedule& s, const CollectiveArgs& a) {
       return std::nullopt;
     }
     std::byte* into = static_cast<std::byte*>(a.out) + chunk.offset * es;
-    return reduce_chunk(a, of, n, r, piece, chunk.count, chunk.offset,
-                        [&](std::size_t done) { return into + done * es; },
-                        [&](std::size_t done, std::size_t cnt) -> std::optional<LocalFailure> {
-                          const std::size_t off = (chunk.offset + done) * es;
-                          for (int q = 0; q < n; ++q) {
-                            if (q == r) {
-                              continue;
-                            }
-                            if (std::string err = write_output(of[static_cast<std::size_t>(q)],
-                                                               off, into + done * es, cnt * es);
-                                !err.empty()) {
-                              return failed(q, "writing into", err);
-                            }
-                          }
-                          return std::nullopt;
-                        });
+    return reduce_chunk(
+        a, of, n, r, piece, chunk.count, chunk.offset,
+        [&](std::size_t done) { return into + done * es; },
+        [&](std::size_t done, std::size_t cnt) -> std::optional<LocalFailure> {
+          const std::size_t off = (chunk.offset + done) * es;
+          for (int q = 0; q < n; ++q) {
+            if (q == r) {
+              continue;
+            }
+            if (std::string err =
+                    write_output(of[static_cast<std::size_t>(q)], off, into + done * es, cnt * es);
+                !err.empty()) {
+              return failed(q, "writing into", err);
+            }
+          }
+          return std::nullopt;
+        });
   };
   run_then_release(s, x, std::move(work), peers, peers);
 }

@@ -134,9 +134,9 @@ const char* choose_algorithm(int size, const CollectiveArgs& a) {
   const bool small = bytes <= a.small_bytes;
   // SharedBuffers on every rank (the signature says so): the direct algorithms read and write
   // them through mappings, and beat the rings (docs/architecture.md, "SharedBuffers").
-  const bool direct = a.shared_buffers ||
-                      (a.kind == OpKind::allreduce && a.peer_memory && size >= kDirectMinRanks &&
-                       bytes >= kDirectMinAllreduceBytes);
+  const bool direct =
+      a.shared_buffers || (a.kind == OpKind::allreduce && a.peer_memory &&
+                           size >= kDirectMinRanks && bytes >= kDirectMinAllreduceBytes);
   switch (a.kind) {
     case OpKind::allreduce:
       if (forced.empty() && hierarchical_applies) {
