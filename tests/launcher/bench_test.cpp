@@ -114,6 +114,21 @@ TEST_CASE("every reduction op and data type is exact", "[launcher][bench]") {
   }
 }
 
+TEST_CASE("-R 1: SharedBuffers through the single-copy ops, checked exactly", "[launcher][bench]") {
+  // 256 KiB to 4 MiB: every size takes the mapped path at 2 ranks (a 512 KiB allgather row is
+  // a 256 KiB block), and -c checks each result.
+  for (const std::string name :
+       {"all_reduce_perf", "reduce_scatter_perf", "all_gather_perf", "broadcast_perf"}) {
+    const Process p = run_bench(
+        2, name, {"-b", "512K", "-e", "4M", "-f", "8", "-n", "2", "-w", "1", "-c", "1", "-R", "1"});
+    INFO(name << ":\n" << p.output);
+    CHECK(shell_status(p) == 0);
+    CHECK_THAT(p.output, Catch::Contains("# Out of bounds values : 0 OK"));
+    CHECK(count(p.output, "SharedBuffer]") == 2);  // each rank's device line
+    CHECK(table_rows(p.output) == 2);
+  }
+}
+
 TEST_CASE("-c catches a planted corruption and the run fails", "[launcher][bench]") {
   // Test hook: --test-corrupt-rank R flips one bit of one output element on rank R after each
   // checked op (see docs/architecture.md).

@@ -152,9 +152,9 @@ TEST_CASE("chorusrun: --bind-to core gives each local rank whole cores of its ow
 }
 
 TEST_CASE("benchmarks: nccl-tests flags, short and long", "[launcher][flags][bench]") {
-  auto o = bench_options({"-b", "8", "-e", "64M", "-f", "4",   "-c", "1",    "-n", "5",
-                          "-w", "2", "-m", "3",   "-o", "max", "-d", "half", "-r", "1",
-                          "-z", "1", "-a", "3",   "-T", "30",  "-g", "1",    "-t", "1"});
+  auto o = bench_options({"-b", "8",  "-e", "64M", "-f",  "4",  "-c",   "1",  "-n", "5",  "-w",
+                          "2",  "-m", "3",  "-o",  "max", "-d", "half", "-r", "1",  "-z", "1",
+                          "-a", "3",  "-T", "30",  "-g",  "1",  "-t",   "1",  "-R", "1"});
   CHECK(o.min_bytes == 8);
   CHECK(o.max_bytes == 64u << 20);
   CHECK(o.step_factor == 4);
@@ -168,6 +168,7 @@ TEST_CASE("benchmarks: nccl-tests flags, short and long", "[launcher][flags][ben
   CHECK(o.blocking == 1);
   CHECK(o.average == 3);
   CHECK(o.timeout_s == 30);
+  CHECK(o.registered == 1);
 
   o = bench_options(
       {"--minbytes=1K",  "--maxbytes", "2G",          "--stepbytes", "512",       "--iters=7",
@@ -187,6 +188,8 @@ TEST_CASE("benchmarks: nccl-tests flags, short and long", "[launcher][flags][ben
   CHECK(o.dtypes.size() == 10);
   CHECK(o.backend == chorus::Backend::nccl);
   CHECK(o.json_path == "out.json");
+  CHECK(o.registered == 0);
+  CHECK(bench_options({"--local_register", "1"}).registered == 1);
 
   o = bench_options({"-n20", "-dbfloat16"});  // getopt-style glued values
   CHECK(o.iters == 20);
@@ -236,6 +239,9 @@ TEST_CASE("benchmarks: sizes and bad flags", "[launcher][flags][bench]") {
   CHECK_THAT(error({"-i", "0", "-b", "1", "-e", "2"}), Catch::Contains("never reach -e"));
   CHECK_THAT(error({"--frobnicate"}), Catch::Contains("unknown flag"));
   CHECK_THAT(error({"-n"}), Catch::Contains("expects a value"));
+  CHECK_THAT(error({"-R", "2"}), Catch::Contains("-R expects an integer in [0, 1]"));
+  CHECK_THAT(error({"-R", "1", "--backend", "nccl"}),
+             Catch::Contains("drop it with --backend nccl"));
 }
 
 TEST_CASE("benchmarks: busbw factors as nccl-tests documents them", "[launcher][bench]") {
