@@ -17,6 +17,8 @@ class CHORUS_API Deadline {
  public:
   static Deadline never() noexcept { return Deadline(Clock::time_point::max()); }
   static Deadline after(Duration d) noexcept;
+  // The same from a time the caller has read already (one clock read serves several uses).
+  static Deadline after(Duration d, Clock::time_point now) noexcept;
   static Deadline at(Clock::time_point t) noexcept { return Deadline(t); }
 
   bool is_never() const noexcept { return when_ == Clock::time_point::max(); }

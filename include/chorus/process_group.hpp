@@ -26,6 +26,7 @@ struct OpCall {
   const char* name = "";  // "allreduce" ...
   Duration timeout{0};    // as resolved from the call's or the group's options
   Deadline deadline = Deadline::never();
+  Clock::time_point issued{};      // when the call took its seq: deadline - timeout, unsaturated
   std::uint64_t trace_record = 0;  // the op's flight recorder entry (0: recording is off)
 };
 
@@ -118,6 +119,9 @@ class CHORUS_API ProcessGroup : public std::enable_shared_from_this<ProcessGroup
   // Notes in the group's flight recorder that the op started, and with which algorithm
   // (a static string). Backends call it from any thread; a no-op when recording is off.
   void trace_started(const OpCall& call, const char* algorithm) noexcept;
+  // The same for an op the backend starts on the issuing thread, inside do_<op>(): it started
+  // when it was issued (no clock read).
+  void trace_started_at_issue(const OpCall& call, const char* algorithm) noexcept;
   // Throws InvalidArgument unless t lives on device() (checked by every public method).
   virtual void check_device(const Tensor& t, const char* what, const char* op_name) const;
 

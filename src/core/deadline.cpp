@@ -4,8 +4,9 @@
 
 namespace chorus {
 
-Deadline Deadline::after(Duration d) noexcept {
-  const auto now = Clock::now();
+Deadline Deadline::after(Duration d) noexcept { return after(d, Clock::now()); }
+
+Deadline Deadline::after(Duration d, Clock::time_point now) noexcept {
   if (d <= Duration::zero()) {
     return Deadline(now);
   }

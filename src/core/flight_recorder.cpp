@@ -44,8 +44,20 @@ std::string first_line(const std::exception_ptr& error) {
   }
 }
 
+namespace {
+std::int64_t since_epoch_us(Clock::time_point t) noexcept {
+  return std::chrono::duration_cast<std::chrono::microseconds>(t.time_since_epoch()).count();
+}
+}  // namespace
+
 FlightRecorder::FlightRecorder(TraceGroup group, std::size_t capacity)
-    : group_(std::move(group)), ring_(capacity) {}
+    : group_(std::move(group)),
+      steady_to_unix_us_(trace_now_us() - since_epoch_us(Clock::now())),
+      ring_(capacity) {}
+
+std::int64_t FlightRecorder::stamp_us(Clock::time_point t) const noexcept {
+  return since_epoch_us(t) + steady_to_unix_us_;
+}
 
 TraceEntry* FlightRecorder::slot(std::uint64_t record) noexcept {
   if (record == 0 || ring_.empty()) {
@@ -55,11 +67,11 @@ TraceEntry* FlightRecorder::slot(std::uint64_t record) noexcept {
   return e.record == record ? &e : nullptr;
 }
 
-std::uint64_t FlightRecorder::issued(const TraceEntry& entry) noexcept {
+std::uint64_t FlightRecorder::issued(const TraceEntry& entry, Clock::time_point at) noexcept {
   if (ring_.empty()) {
     return 0;
   }
-  const std::int64_t now = trace_now_us();
+  const std::int64_t now = stamp_us(at);
   const std::lock_guard lock(mu_);
   const std::uint64_t record = ++recorded_;
   TraceEntry& e = ring_[(record - 1) % ring_.size()];
@@ -86,10 +98,22 @@ void FlightRecorder::started(std::uint64_t record, const char* algorithm) noexce
   if (record == 0) {
     return;
   }
-  const std::int64_t now = trace_now_us();
+  const std::int64_t now = stamp_us(Clock::now());
   const std::lock_guard lock(mu_);
   if (TraceEntry* e = slot(record); e != nullptr && e->state == TraceState::issued) {
     e->started_us = now;
+    e->algorithm = algorithm != nullptr ? algorithm : "";
+    e->state = TraceState::started;
+  }
+}
+
+void FlightRecorder::started_at_issue(std::uint64_t record, const char* algorithm) noexcept {
+  if (record == 0) {
+    return;
+  }
+  const std::lock_guard lock(mu_);
+  if (TraceEntry* e = slot(record); e != nullptr && e->state == TraceState::issued) {
+    e->started_us = e->issued_us;
     e->algorithm = algorithm != nullptr ? algorithm : "";
     e->state = TraceState::started;
   }
@@ -107,7 +131,7 @@ void FlightRecorder::ended(std::uint64_t record, const std::exception_ptr& error
       message = "error (message unavailable: out of memory)";
     }
   }
-  const std::int64_t now = trace_now_us();
+  const std::int64_t now = stamp_us(Clock::now());
   const std::lock_guard lock(mu_);
   if (TraceEntry* e = slot(record); e != nullptr) {
     e->ended_us = now;
@@ -132,7 +156,7 @@ void FlightRecorder::group_failed(const std::exception_ptr& error) noexcept {
   } catch (...) {
     message = "error (message unavailable: out of memory)";
   }
-  const std::int64_t now = trace_now_us();
+  const std::int64_t now = stamp_us(Clock::now());
   const std::lock_guard lock(mu_);
   if (failure_us_ == 0) {
     failure_.swap(message);

@@ -4,18 +4,25 @@
 // finished (dumped by trace_dump.hpp, read by chorus-trace) tells which rank fell behind, which
 // op mismatched and where the first failure was, which one error message per rank cannot.
 //
-// Cost per op: one uncontended mutex, a few stores into a preallocated slot, and no allocation
-// (op/algorithm names are static strings; an error message is copied only when an op fails).
+// Cost per op: an uncontended mutex per event, a few stores into a preallocated slot, and no
+// allocation (op/algorithm names are static strings; an error message is copied only when an op
+// fails). Stamps come from the steady clock the caller usually has read already (the issue time
+// is the op's deadline base), turned into Unix time with the offset between the two clocks taken
+// when the recorder was made, so that ranks' dumps line up; a step of the system clock later
+// (not a slew) shifts this rank's stamps by that step. A clock read costs about as much as the
+// rest of an 8-byte op's recording on a VM.
 #pragma once
 
 #include "core/private.hpp"
 
+#include <chrono>
 #include <cstdint>
 #include <exception>
 #include <mutex>
 #include <string>
 #include <vector>
 
+#include <chorus/deadline.hpp>
 #include <chorus/types.hpp>
 
 namespace chorus {
@@ -67,9 +74,11 @@ class FlightRecorder {
   // capacity 0 disables recording (every call is then a no-op returning record 0).
   FlightRecorder(TraceGroup group, std::size_t capacity);
 
-  // Records an op at issue time; returns its record number for the calls below.
-  std::uint64_t issued(const TraceEntry& entry) noexcept;
+  // Records an op issued at `now`; returns its record number for the calls below.
+  std::uint64_t issued(const TraceEntry& entry, Clock::time_point now = Clock::now()) noexcept;
   void started(std::uint64_t record, const char* algorithm) noexcept;
+  // An op that started on the issuing thread as it was issued: started at its issue time.
+  void started_at_issue(std::uint64_t record, const char* algorithm) noexcept;
   void ended(std::uint64_t record, const std::exception_ptr& error) noexcept;
   // The group's first failure (kept once).
   void group_failed(const std::exception_ptr& error) noexcept;
@@ -80,8 +89,11 @@ class FlightRecorder {
 
  private:
   TraceEntry* slot(std::uint64_t record) noexcept;  // null if overwritten or 0
+  // Microseconds since the Unix epoch at steady time `t`.
+  std::int64_t stamp_us(Clock::time_point t) const noexcept;
 
   const TraceGroup group_;
+  const std::int64_t steady_to_unix_us_;  // Unix time minus steady time, when made
   mutable std::mutex mu_;
   std::vector<TraceEntry> ring_;    // guarded by mu_
   std::uint64_t recorded_ = 0;      // guarded by mu_

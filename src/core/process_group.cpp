@@ -131,12 +131,14 @@ OpCall ProcessGroup::begin(const char* name, const std::optional<Duration>& time
     throw InvalidArgument(fmt::format("{} on rank {}/{} [{}]: timeout must be positive, got {} ms",
                                       name, rank_, size_, name_, call.timeout.count()));
   }
-  call.deadline = Deadline::after(call.timeout);
+  // One clock read for the deadline, the flight recorder and the backend (OpCall::issued).
+  call.issued = Clock::now();
+  call.deadline = Deadline::after(call.timeout, call.issued);
   call.seq = collective ? next_seq_.fetch_add(1) : next_p2p_seq_.fetch_add(1);
   trace.seq = call.seq;
   trace.p2p = !collective;
   trace.op = name;
-  call.trace_record = recorder().issued(trace);
+  call.trace_record = recorder().issued(trace, call.issued);
   return call;
 }
 
@@ -154,9 +156,12 @@ std::shared_ptr<Work> ProcessGroup::traced(const OpCall& call, std::shared_ptr<W
   if (call.trace_record == 0 || !work) {
     return work;
   }
-  // Backends built on WorkState note the end before waiters wake (a dump taken after wait()
-  // shows the op ended); others through a callback.
-  if (auto* state = dynamic_cast<WorkState*>(work.get())) {
+  // A Work complete already (the backend ran the op on this thread): its end now. Backends
+  // built on WorkState note the end before waiters wake (a dump taken after wait() shows the op
+  // ended); others through a callback.
+  if (work->is_completed()) {
+    recorder_->ended(call.trace_record, work->exception());
+  } else if (auto* state = dynamic_cast<WorkState*>(work.get())) {
     state->trace_end_in(recorder_, call.trace_record);
   } else {
     work->then([recorder = recorder_, record = call.trace_record](Work& w) {
@@ -169,6 +174,12 @@ std::shared_ptr<Work> ProcessGroup::traced(const OpCall& call, std::shared_ptr<W
 void ProcessGroup::trace_started(const OpCall& call, const char* algorithm) noexcept {
   if (call.trace_record != 0) {
     recorder_->started(call.trace_record, algorithm);
+  }
+}
+
+void ProcessGroup::trace_started_at_issue(const OpCall& call, const char* algorithm) noexcept {
+  if (call.trace_record != 0) {
+    recorder_->started_at_issue(call.trace_record, algorithm);
   }
 }
 

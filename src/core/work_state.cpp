@@ -118,6 +118,12 @@ void WorkState::then(std::function<void(Work&)> fn) {
   fn(*this);
 }
 
+void DoneWork::wait() {
+  if (error_) {
+    std::rethrow_exception(error_);
+  }
+}
+
 std::shared_ptr<WorkState> WorkState::completed(const char* op_name, std::uint64_t seq,
                                                 std::exception_ptr error) {
   auto work = std::make_shared<WorkState>(op_name, seq);

@@ -493,33 +493,29 @@ std::exception_ptr Engine::board_mismatch(const Op& op, const SlotBoard::Mismatc
       context(&op, {m.peer}));
 }
 
-bool Engine::run_on_board(std::unique_ptr<Op>& op) {
-  note_issued(op->call.seq);
-  if (config_.on_start) {
-    config_.on_start(op->call, "board");
-  }
+bool Engine::run_on_board(Op& op, std::exception_ptr& error) {
+  note_issued(op.call.seq);
   SlotBoard& board = *config_.board;
-  board.publish(op->sig, op->args.in, op->bytes);
-  op->board_started = true;
+  board.publish(op.sig, op.args.in, op.bytes);
+  op.board_started = true;
   // The caller holds the group's issue lock: other threads cannot issue anything (a tagged send
-  // a late peer may be waiting for) until this returns. So it waits here only briefly.
-  const Deadline here = earliest(op->call.deadline, Deadline::after(kInlineWait));
+  // a late peer may be waiting for) until this returns. So it waits here only briefly. (From the
+  // issue time: no clock read on the way.)
+  const Deadline here = earliest(op.call.deadline, Deadline::at(op.call.issued + kInlineWait));
   for (;;) {
     std::optional<SlotBoard::Mismatch> mismatch;
-    if (board.ready(op->sig, mismatch)) {
-      board.finish(op->args.out, op->args.count, op->args.dtype, op->args.op);
-      op->work->complete(nullptr);
+    if (board.ready(op.sig, mismatch)) {
+      board.finish(op.args.out, op.args.count, op.args.dtype, op.args.op);
       return true;
     }
     if (has_failed_.load(std::memory_order_acquire)) {
       std::lock_guard lock(mu_);
-      op->work->complete(failed_);
+      error = failed_;
       return true;
     }
     if (mismatch || here.expired()) {
       // The engine takes it from here: it waits for late peers, or finds the same mismatch or
       // timeout and fails the group (after probing the peers), naming them with addresses.
-      submit(std::move(op));
       return false;
     }
     board.wait(here);

@@ -84,11 +84,11 @@ class Engine {
   void submit(std::unique_ptr<Op> op);
   // The caller's thread, for an Op::on_board op, when no collective is queued or running on
   // the engine and none can be submitted meanwhile (the caller holds the group's issue order):
-  // runs it here, through the board, and completes its Work before returning true. An op whose
-  // peers are late (kInlineWait), or that meets a mismatch, is handed to the engine (returns
-  // false; its Work completes there): the engine waits on, or probes the peers and names them
-  // as for any op.
-  bool run_on_board(std::unique_ptr<Op>& op);
+  // runs it here, through the board, and returns true: done, or (`error` set) the group had
+  // failed. The op needs no Work for that. One whose peers are late (kInlineWait), or that
+  // meets a mismatch, returns false, published: the caller gives it its Work and submit()s it,
+  // and the engine waits on, or probes the peers and names them as for any op.
+  bool run_on_board(Op& op, std::exception_ptr& error);
   // Whether the calling thread runs the engine's loop now (the engine thread, or a caller in
   // drive()): a Work callback issuing an op.
   bool on_engine_thread() const noexcept { return runner_.load() == std::this_thread::get_id(); }

@@ -98,6 +98,9 @@ class SlotBoard {
   // process may use (a waiting rank then holds the core the late rank needs).
   int spins_;
   std::uint64_t rounds_ = 0;  // board ops finished by this rank
+  // The signature of the op this rank published last, as written to its slot (ready() compares
+  // the peers' slots with it byte for byte before it decodes anything).
+  EncodedSignature published_{};
 };
 
 }  // namespace chorus::tcp

@@ -236,25 +236,28 @@ class TcpProcessGroup final : public ProcessGroup {
     }
     o->bytes = count * element_size(dtype);
     o->call = call;
+    // A small allreduce goes through the board (the same choice on every rank); this thread
+    // runs it when the engine has no collective left to run: the last one handed to it is
+    // complete, and none can be handed over meanwhile (this runs under the issue lock). Not
+    // from a Work callback on the engine thread: that thread must go back to its loop. Done
+    // here, it returns a DoneWork: no WorkState, no driver.
+    o->on_board =
+        board_ && kind == OpKind::allreduce && !o->args.forced && SlotBoard::takes(o->bytes);
+    if (o->on_board && (!last_engine_collective_ || last_engine_collective_->is_completed()) &&
+        !engine_->on_engine_thread()) {
+      trace_started_at_issue(call, "board");
+      std::exception_ptr error;
+      if (engine_->run_on_board(*o, error)) {
+        return std::make_shared<DoneWork>(call.name, call.seq, std::move(error));
+      }
+      // Handed to the engine after all (late peers, a mismatch), published already.
+    }
     o->work = std::make_shared<WorkState>(call.name, call.seq);
     if (o->bytes <= kWaitSpinMaxBytes) {
       o->work->spin_before_blocking(kWaitSpin);
       o->work->drive_with(engine_->driver());
     }
     auto work = o->work;
-    // A small allreduce goes through the board (the same choice on every rank); this thread
-    // runs it when the engine has no collective left to run: the last one handed to it is
-    // complete, and none can be handed over meanwhile (this runs under the issue lock). Not
-    // from a Work callback on the engine thread: that thread must go back to its loop.
-    o->on_board =
-        board_ && kind == OpKind::allreduce && !o->args.forced && SlotBoard::takes(o->bytes);
-    if (o->on_board && (!last_engine_collective_ || last_engine_collective_->is_completed()) &&
-        !engine_->on_engine_thread()) {
-      if (!engine_->run_on_board(o)) {
-        last_engine_collective_ = work;  // handed to the engine after all
-      }
-      return work;
-    }
     last_engine_collective_ = work;
     engine_->submit(std::move(o));
     return work;
