@@ -120,7 +120,8 @@ class CHORUS_API ProcessGroup : public std::enable_shared_from_this<ProcessGroup
   // (a static string). Backends call it from any thread; a no-op when recording is off.
   void trace_started(const OpCall& call, const char* algorithm) noexcept;
   // The same for an op the backend starts on the issuing thread, inside do_<op>(): it started
-  // when it was issued (no clock read).
+  // when it was issued (no clock read). Recorded when do_<op>() returns, together with the op's
+  // end if it has ended by then (one recorder update for an op run inline).
   void trace_started_at_issue(const OpCall& call, const char* algorithm) noexcept;
   // Throws InvalidArgument unless t lives on device() (checked by every public method).
   virtual void check_device(const Tensor& t, const char* what, const char* op_name) const;
@@ -169,6 +170,10 @@ class CHORUS_API ProcessGroup : public std::enable_shared_from_this<ProcessGroup
   std::size_t trace_capacity_ = 0;
   std::once_flag recorder_once_;
   std::shared_ptr<FlightRecorder> recorder_;
+  std::atomic<FlightRecorder*> recorder_made_{nullptr};  // recorder_.get() once made
+  // The algorithm of the op being issued if it started at issue (trace_started_at_issue()),
+  // until traced() records it. Guarded by issue_mu_.
+  const char* started_at_issue_ = nullptr;
 };
 
 // The tcp backend: CPU tensors, ring algorithms over TCP. Collective over ranks [0, size):

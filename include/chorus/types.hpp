@@ -46,8 +46,26 @@ struct Device {
   friend bool operator!=(const Device& a, const Device& b) noexcept { return !(a == b); }
 };
 
-// Bytes per element: 1, 2, 4 or 8.
-CHORUS_API std::size_t element_size(DataType dtype) noexcept;
+// Bytes per element: 1, 2, 4 or 8. Inline: every op asks for it several times.
+constexpr std::size_t element_size(DataType dtype) noexcept {
+  switch (dtype) {
+    case DataType::int8:
+    case DataType::uint8:
+      return 1;
+    case DataType::float16:
+    case DataType::bfloat16:
+      return 2;
+    case DataType::int32:
+    case DataType::uint32:
+    case DataType::float32:
+      return 4;
+    case DataType::int64:
+    case DataType::uint64:
+    case DataType::float64:
+      return 8;
+  }
+  return 1;
+}
 CHORUS_API bool is_floating(DataType dtype) noexcept;
 
 // Lower-case names as written in this header ("float32", "sum", "cuda"); "?" if out of range.

@@ -107,19 +107,28 @@ void FlightRecorder::started(std::uint64_t record, const char* algorithm) noexce
   }
 }
 
+namespace {
+void start_at_issue(TraceEntry& e, const char* algorithm) noexcept {
+  if (e.state == TraceState::issued) {
+    e.started_us = e.issued_us;
+    e.algorithm = algorithm != nullptr ? algorithm : "";
+    e.state = TraceState::started;
+  }
+}
+}  // namespace
+
 void FlightRecorder::started_at_issue(std::uint64_t record, const char* algorithm) noexcept {
   if (record == 0) {
     return;
   }
   const std::lock_guard lock(mu_);
-  if (TraceEntry* e = slot(record); e != nullptr && e->state == TraceState::issued) {
-    e->started_us = e->issued_us;
-    e->algorithm = algorithm != nullptr ? algorithm : "";
-    e->state = TraceState::started;
+  if (TraceEntry* e = slot(record); e != nullptr) {
+    start_at_issue(*e, algorithm);
   }
 }
 
-void FlightRecorder::ended(std::uint64_t record, const std::exception_ptr& error) noexcept {
+void FlightRecorder::ended(std::uint64_t record, const std::exception_ptr& error,
+                           const char* started_at_issue) noexcept {
   if (record == 0) {
     return;
   }
@@ -134,6 +143,9 @@ void FlightRecorder::ended(std::uint64_t record, const std::exception_ptr& error
   const std::int64_t now = stamp_us(Clock::now());
   const std::lock_guard lock(mu_);
   if (TraceEntry* e = slot(record); e != nullptr) {
+    if (started_at_issue != nullptr) {
+      start_at_issue(*e, started_at_issue);
+    }
     e->ended_us = now;
     e->state = error ? TraceState::failed : TraceState::completed;
     if (error) {

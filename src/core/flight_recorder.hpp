@@ -4,7 +4,8 @@
 // finished (dumped by trace_dump.hpp, read by chorus-trace) tells which rank fell behind, which
 // op mismatched and where the first failure was, which one error message per rank cannot.
 //
-// Cost per op: an uncontended mutex per event, a few stores into a preallocated slot, and no
+// Cost per op: an uncontended mutex per event (an op run inline on the issuing thread has two:
+// issued, and started-and-ended), a few stores into a preallocated slot, and no
 // allocation (op/algorithm names are static strings; an error message is copied only when an op
 // fails). Stamps come from the steady clock the caller usually has read already (the issue time
 // is the op's deadline base), turned into Unix time with the offset between the two clocks taken
@@ -79,7 +80,10 @@ class FlightRecorder {
   void started(std::uint64_t record, const char* algorithm) noexcept;
   // An op that started on the issuing thread as it was issued: started at its issue time.
   void started_at_issue(std::uint64_t record, const char* algorithm) noexcept;
-  void ended(std::uint64_t record, const std::exception_ptr& error) noexcept;
+  // `started_at_issue`, if not null, is the algorithm of an op that started at its issue time
+  // and was not recorded as started (started_at_issue() and ended() in one update).
+  void ended(std::uint64_t record, const std::exception_ptr& error,
+             const char* started_at_issue = nullptr) noexcept;
   // The group's first failure (kept once).
   void group_failed(const std::exception_ptr& error) noexcept;
 

@@ -4,6 +4,8 @@
 // and deadlines; then the backend's do_<op>().
 #include <chorus/process_group.hpp>
 
+#include <utility>
+
 #include <fmt/format.h>
 
 #include <chorus/errors.hpp>
@@ -135,6 +137,7 @@ OpCall ProcessGroup::begin(const char* name, const std::optional<Duration>& time
   call.issued = Clock::now();
   call.deadline = Deadline::after(call.timeout, call.issued);
   call.seq = collective ? next_seq_.fetch_add(1) : next_p2p_seq_.fetch_add(1);
+  started_at_issue_ = nullptr;  // left by an earlier call that threw
   trace.seq = call.seq;
   trace.p2p = !collective;
   trace.op = name;
@@ -143,11 +146,17 @@ OpCall ProcessGroup::begin(const char* name, const std::optional<Duration>& time
 }
 
 FlightRecorder& ProcessGroup::recorder() {
+  // Every op asks: once made, no call_once (it costs more than the rest of an 8-byte op's
+  // recording, thread-local bookkeeping included).
+  if (FlightRecorder* made = recorder_made_.load(std::memory_order_acquire)) {
+    return *made;
+  }
   std::call_once(recorder_once_, [this] {
     recorder_ = std::make_shared<FlightRecorder>(
         TraceGroup{.name = name_, .backend = backend_name(), .rank = rank_, .size = size_},
         trace_capacity_);
     trace::register_recorder(recorder_);
+    recorder_made_.store(recorder_.get(), std::memory_order_release);
   });
   return *recorder_;
 }
@@ -156,12 +165,19 @@ std::shared_ptr<Work> ProcessGroup::traced(const OpCall& call, std::shared_ptr<W
   if (call.trace_record == 0 || !work) {
     return work;
   }
-  // A Work complete already (the backend ran the op on this thread): its end now. Backends
-  // built on WorkState note the end before waiters wake (a dump taken after wait() shows the op
-  // ended); others through a callback.
+  // A Work complete already (the backend ran the op on this thread): its end now, with its
+  // start at issue if the backend noted one (one recorder call for both). Backends built on
+  // WorkState note the end before waiters wake (a dump taken after wait() shows the op ended);
+  // others through a callback.
+  const char* at_issue = std::exchange(started_at_issue_, nullptr);
   if (work->is_completed()) {
-    recorder_->ended(call.trace_record, work->exception());
-  } else if (auto* state = dynamic_cast<WorkState*>(work.get())) {
+    recorder_->ended(call.trace_record, work->exception(), at_issue);
+    return work;
+  }
+  if (at_issue != nullptr) {
+    recorder_->started_at_issue(call.trace_record, at_issue);
+  }
+  if (auto* state = dynamic_cast<WorkState*>(work.get())) {
     state->trace_end_in(recorder_, call.trace_record);
   } else {
     work->then([recorder = recorder_, record = call.trace_record](Work& w) {
@@ -179,7 +195,7 @@ void ProcessGroup::trace_started(const OpCall& call, const char* algorithm) noex
 
 void ProcessGroup::trace_started_at_issue(const OpCall& call, const char* algorithm) noexcept {
   if (call.trace_record != 0) {
-    recorder_->started_at_issue(call.trace_record, algorithm);
+    started_at_issue_ = algorithm;  // recorded by traced(), under the same issue lock
   }
 }
 

@@ -7,26 +7,6 @@
 
 namespace chorus {
 
-std::size_t element_size(DataType dtype) noexcept {
-  switch (dtype) {
-    case DataType::int8:
-    case DataType::uint8:
-      return 1;
-    case DataType::float16:
-    case DataType::bfloat16:
-      return 2;
-    case DataType::int32:
-    case DataType::uint32:
-    case DataType::float32:
-      return 4;
-    case DataType::int64:
-    case DataType::uint64:
-    case DataType::float64:
-      return 8;
-  }
-  return 1;
-}
-
 bool is_floating(DataType dtype) noexcept {
   return dtype == DataType::float16 || dtype == DataType::bfloat16 || dtype == DataType::float32 ||
          dtype == DataType::float64;

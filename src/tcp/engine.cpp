@@ -379,6 +379,7 @@ void Engine::start_next() {
           config_.on_start(current_->call, "board");
         }
         config_.board->publish(current_->sig, current_->args.in, current_->bytes);
+        config_.board->wake_peers();
       }
       settle_board();
       continue;
@@ -502,9 +503,18 @@ bool Engine::run_on_board(Op& op, std::exception_ptr& error) {
   // a late peer may be waiting for) until this returns. So it waits here only briefly. (From the
   // issue time: no clock read on the way.)
   const Deadline here = earliest(op.call.deadline, Deadline::at(op.call.issued + kInlineWait));
+  bool woken = false;
   for (;;) {
+    const std::uint64_t seen = board.snapshot();
     std::optional<SlotBoard::Mismatch> mismatch;
-    if (board.ready(op.sig, mismatch)) {
+    const bool ready = board.ready(op.sig, mismatch);
+    if (!woken) {
+      // After the first look: the wake's fence then waits for a publish that has been reaching
+      // the peers meanwhile, while that look fetched their slots.
+      board.wake_peers();
+      woken = true;
+    }
+    if (ready) {
       board.finish(op.args.out, op.args.count, op.args.dtype, op.args.op);
       return true;
     }
@@ -518,7 +528,7 @@ bool Engine::run_on_board(Op& op, std::exception_ptr& error) {
       // timeout and fails the group (after probing the peers), naming them with addresses.
       return false;
     }
-    board.wait(here);
+    board.wait(seen, here);
   }
 }
 

@@ -32,7 +32,7 @@ struct alignas(64) SlotBoard::Line {
       std::memcpy(&word, bytes.data() + 8 * i, 8);
       sig[i].store(word, std::memory_order_relaxed);
     }
-    seq.store(s_seq, std::memory_order_seq_cst);
+    seq.store(s_seq, std::memory_order_release);
   }
 
   // The seq written last and its signature's bytes in `bytes`; 0 while a write is under way
@@ -70,6 +70,13 @@ namespace {
 constexpr std::size_t kLine = 64;
 // Per rank: current line, wake word, then two buffers of (header line + payload).
 constexpr std::size_t kBufferStride = kLine + SlotBoard::kSlotBytes;
+// A payload of up to kInlineBytes starts in its header line's spare bytes, after the seq and the
+// signature: a reader then gets it with the header in one cache-line transfer, not a second one
+// after ready() (8-byte allreduce at 2 ranks: see slot_board.hpp). Larger payloads start on the
+// line after the header, 64-byte aligned for the vector reductions.
+constexpr std::size_t kInlineOffset = 8 + kSignatureBytes;
+constexpr std::size_t kInlineBytes = kLine - kInlineOffset;
+static_assert(kInlineOffset % 8 == 0, "inline payloads keep every dtype's alignment");
 constexpr std::size_t kRankStride = 2 * kLine + 2 * kBufferStride;
 
 // wait(): polls this many times (about 7 us: a `pause` takes some 28 ns here) before it yields,
@@ -134,8 +141,9 @@ SlotBoard::Line& SlotBoard::header(int rank, int buffer) const noexcept {
                               kBufferStride * static_cast<std::size_t>(buffer)));
 }
 
-std::byte* SlotBoard::data(int rank, int buffer) const noexcept {
-  return reinterpret_cast<std::byte*>(&header(rank, buffer)) + kLine;
+std::byte* SlotBoard::data(int rank, int buffer, std::size_t bytes) const noexcept {
+  return reinterpret_cast<std::byte*>(&header(rank, buffer)) +
+         (bytes <= kInlineBytes ? kInlineOffset : kLine);
 }
 
 void SlotBoard::announce(const OpSignature& sig) noexcept {
@@ -143,15 +151,16 @@ void SlotBoard::announce(const OpSignature& sig) noexcept {
 }
 
 void SlotBoard::publish(const OpSignature& sig, const void* in, std::size_t bytes) noexcept {
+  // The slot header is the announcement: the current line is left as the last op off the board
+  // wrote it (ready() and missing() read both), which spares the peers a second line to fetch.
   published_ = encode(sig);
-  current(rank_).write(sig.seq, published_);
   const int buffer = static_cast<int>(rounds_ % 2);
-  std::memcpy(data(rank_, buffer), in, bytes);
+  std::memcpy(data(rank_, buffer, bytes), in, bytes);
   header(rank_, buffer).write(sig.seq, published_);  // seq last (release): payload visible with it
-  wake_peers();
 }
 
 void SlotBoard::wake_peers() const noexcept {
+  // wake_if_sleeping()'s fence orders the publish before the look at the sleepers' flags.
   for (int p = 0; p < size_; ++p) {
     if (p == rank_) {
       continue;
@@ -176,7 +185,20 @@ bool SlotBoard::ready(const OpSignature& sig, std::optional<Mismatch>& mismatch)
     if (header(p, buffer).read(theirs) == sig.seq && theirs == published_) {
       continue;
     }
+    // The usual case while waiting: the peer's slot and current line both hold earlier ops (or
+    // are being written), so it has not got here yet; nothing to decode.
+    if (header(p, buffer).seq.load(std::memory_order_acquire) < sig.seq &&
+        current(p).seq.load(std::memory_order_acquire) < sig.seq) {
+      all = false;
+      continue;
+    }
     auto published = header(p, buffer).read();
+    if (published && published->first > sig.seq) {
+      // Its slot holds a later board op: it cannot have finished this one without this rank,
+      // so it counts its board ops differently (it issued other collectives).
+      mismatch = Mismatch{p, published->second};
+      return false;
+    }
     if (!published || published->first != sig.seq) {
       // Not published when looked at: a peer that runs another op at this seq, or has gone
       // past it, issued a different sequence of collectives. It may also have published, run
@@ -203,11 +225,12 @@ bool SlotBoard::ready(const OpSignature& sig, std::optional<Mismatch>& mismatch)
 
 void SlotBoard::finish(void* out, std::size_t count, DataType dtype, ReduceOp op) noexcept {
   const int buffer = static_cast<int>(rounds_ % 2);
+  const std::size_t bytes = count * element_size(dtype);
   // Rank order on every rank: the same operations in the same order give the same bits. (A
   // board has at least 2 ranks: a segment is shared by several.)
   for (int p = 1; p < size_; ++p) {
-    const void* acc = p == 1 ? static_cast<const void*>(data(0, buffer)) : out;
-    reduce(out, acc, data(p, buffer), count, dtype, op, p == size_ - 1 ? size_ : 0);
+    const void* acc = p == 1 ? static_cast<const void*>(data(0, buffer, bytes)) : out;
+    reduce(out, acc, data(p, buffer, bytes), count, dtype, op, p == size_ - 1 ? size_ : 0);
   }
   ++rounds_;
 }
@@ -221,36 +244,47 @@ std::vector<std::pair<int, std::uint64_t>> SlotBoard::missing(std::uint64_t seq)
     }
     const auto published = header(p, buffer).read();
     if (!published || published->first != seq) {
-      const auto running = current(p).read();
-      late.emplace_back(p, running ? running->first : 0);
+      // The peer's latest op: announced (off the board) or published in either buffer.
+      std::uint64_t last = 0;
+      for (const Line* line : {&current(p), &header(p, 0), &header(p, 1)}) {
+        const auto seen = line->read();
+        last = std::max(last, seen ? seen->first : 0);
+      }
+      late.emplace_back(p, last);
     }
   }
   return late;
 }
 
-void SlotBoard::wait(Deadline until) const noexcept {
-  // A publish shows up as a change in some peer's header; the cheapest sign to poll is this
-  // rank's wake word, which publishers bump only for sleepers, so the spin polls the headers.
+std::uint64_t SlotBoard::snapshot() const noexcept {
+  // A publish or an announcement bumps a seq in this op's buffer or a current line; the sum of
+  // them changes with any of them.
   const int buffer = static_cast<int>(rounds_ % 2);
-  auto published_seqs = [&] {
-    std::uint64_t sum = 0;
-    for (int p = 0; p < size_; ++p) {
-      sum += header(p, buffer).seq.load(std::memory_order_acquire) +
-             current(p).seq.load(std::memory_order_acquire);
-    }
-    return sum;
-  };
-  const std::uint64_t before = published_seqs();
+  std::uint64_t sum = 0;
+  for (int p = 0; p < size_; ++p) {
+    sum += header(p, buffer).seq.load(std::memory_order_acquire) +
+           current(p).seq.load(std::memory_order_acquire);
+  }
+  return sum;
+}
+
+void SlotBoard::wait(std::uint64_t seen, Deadline until) const noexcept {
+  // The spin polls the headers: this rank's wake word, the cheapest thing to poll, is bumped
+  // only for sleepers.
+  auto changed = [&] { return snapshot() != seen; };
+  if (changed()) {
+    return;
+  }
   for (int i = 0; i < spins_; ++i) {
     cpu_relax();
-    if (published_seqs() != before) {
+    if (changed()) {
       return;
     }
   }
   const auto yield_until = Clock::now() + kYieldFor;
   while (Clock::now() < yield_until) {
     ::sched_yield();
-    if (published_seqs() != before) {
+    if (changed()) {
       return;
     }
   }
@@ -261,7 +295,7 @@ void SlotBoard::wait(Deadline until) const noexcept {
   const std::uint32_t seq = w.seq.load(std::memory_order_acquire);
   w.sleeping.store(1, std::memory_order_relaxed);
   std::atomic_thread_fence(std::memory_order_seq_cst);
-  if (published_seqs() == before && !until.expired()) {
+  if (!changed() && !until.expired()) {
     futex_wait(w.seq, seq, std::min<std::chrono::nanoseconds>(until.remaining(), kSleepSlice));
   }
   w.sleeping.store(0, std::memory_order_relaxed);

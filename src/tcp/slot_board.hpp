@@ -17,9 +17,10 @@
 // board op ahead of any other (it cannot finish op k before every rank has published k), so
 // it never overwrites a buffer a peer still reads.
 //
-// Every collective, board op or not, also announces (seq, signature) in the rank's `current`
-// line when it starts: a rank waiting on the board that finds a peer at its seq with another
-// op fails at once with a mismatch, as the stream headers would have.
+// Every collective off the board announces (seq, signature) in the rank's `current` line when
+// it starts; a board op's slot header is its announcement. A rank waiting on the board that
+// finds a peer at its seq with another op fails at once with a mismatch, as the stream headers
+// would have.
 //
 // One thread at a time per rank (the op's runner); wait() may be called from any thread.
 #pragma once
@@ -58,11 +59,15 @@ class SlotBoard {
   // Whether an allreduce of `bytes` goes through the board (the same answer on every rank).
   static bool takes(std::size_t bytes) noexcept { return bytes > 0 && bytes <= kSlotBytes; }
 
-  // Any collective, when it starts on this rank.
+  // Any collective off the board, when it starts on this rank.
   void announce(const OpSignature& sig) noexcept;
 
-  // A board op: announces it and publishes this rank's input (`bytes` <= kSlotBytes).
+  // A board op: publishes this rank's input (`bytes` <= kSlotBytes) with the op's signature.
+  // Then the caller calls wake_peers(), at once or after a first look with ready(): the wake
+  // waits for the publish to reach the peers, and that look overlaps with that wait.
   void publish(const OpSignature& sig, const void* in, std::size_t bytes) noexcept;
+  // Wakes the peers that sleep waiting on the board (for a publish of this rank's).
+  void wake_peers() const noexcept;
 
   struct Mismatch {
     int peer = -1;
@@ -73,22 +78,25 @@ class SlotBoard {
   bool ready(const OpSignature& sig, std::optional<Mismatch>& mismatch) const noexcept;
   // Once ready(): out = the reduction of every rank's input, in rank order; ends the op.
   void finish(void* out, std::size_t count, DataType dtype, ReduceOp op) noexcept;
-  // The ranks that have not published the op with this seq yet, with the seq each announced
-  // last (for timeout messages).
+  // The ranks that have not published the op with this seq yet, with the latest seq each
+  // announced or published (for timeout messages).
   std::vector<std::pair<int, std::uint64_t>> missing(std::uint64_t seq) const noexcept;
 
-  // Blocks until a peer publishes (maybe the one awaited), or `until`: spins for a few
+  // What the ranks have published and announced so far, for wait(): taken before a look with
+  // ready(), so that a publish landing between that look and the wait ends the wait at once.
+  std::uint64_t snapshot() const noexcept;
+  // Blocks until the board differs from `seen` (a snapshot()) or `until`: spins for a few
   // microseconds (unless the host is oversubscribed), yields, then sleeps on this rank's wake
   // word.
-  void wait(Deadline until) const noexcept;
+  void wait(std::uint64_t seen, Deadline until) const noexcept;
 
  private:
   struct Line;
   Line& current(int rank) const noexcept;
   Line& header(int rank, int buffer) const noexcept;
-  std::byte* data(int rank, int buffer) const noexcept;
+  // Where a payload of `bytes` starts in that slot (small ones share the header's line).
+  std::byte* data(int rank, int buffer, std::size_t bytes) const noexcept;
   WakeWord& wake(int rank) const noexcept;  // the board's, not the segment's
-  void wake_peers() const noexcept;
 
   std::shared_ptr<ShmSegment> segment_;
   std::byte* area_;

@@ -201,7 +201,9 @@ class TcpProcessGroup final : public ProcessGroup {
  private:
   std::shared_ptr<Work> collective(OpKind kind, Tensor in, Tensor out, std::size_t count,
                                    ReduceOp op, int root, const OpCall& call) {
-    auto o = std::make_unique<Op>();
+    // Built here, on the heap only if the engine runs it: an op run inline never leaves this call.
+    Op built;
+    Op* o = &built;
     o->kind = Op::Kind::collective;
     const DataType dtype =
         kind == OpKind::barrier ? DataType::uint8 : (in.count() ? in.dtype() : out.dtype());
@@ -252,6 +254,8 @@ class TcpProcessGroup final : public ProcessGroup {
       }
       // Handed to the engine after all (late peers, a mismatch), published already.
     }
+    auto queued = std::make_unique<Op>(std::move(built));
+    o = queued.get();
     o->work = std::make_shared<WorkState>(call.name, call.seq);
     if (o->bytes <= kWaitSpinMaxBytes) {
       o->work->spin_before_blocking(kWaitSpin);
@@ -259,7 +263,7 @@ class TcpProcessGroup final : public ProcessGroup {
     }
     auto work = o->work;
     last_engine_collective_ = work;
-    engine_->submit(std::move(o));
+    engine_->submit(std::move(queued));
     return work;
   }
 
