@@ -160,8 +160,8 @@ class CHORUS_API ProcessGroup : public std::enable_shared_from_this<ProcessGroup
   // order (seq) is execution order across threads. Recursive: a Work::then() callback that
   // runs inline (the op failed at once) may issue the next op from inside a call.
   std::recursive_mutex issue_mu_;
-  std::atomic<std::uint64_t> next_seq_{1};      // collectives
-  std::atomic<std::uint64_t> next_p2p_seq_{1};  // send/recv
+  std::uint64_t next_seq_ = 1;      // collectives; guarded by issue_mu_
+  std::uint64_t next_p2p_seq_ = 1;  // send/recv; guarded by issue_mu_
   std::atomic<bool> failed_{false};
   std::exception_ptr failure_;  // written once, before failed_ is set (release)
   std::atomic<bool> failure_claimed_{false};

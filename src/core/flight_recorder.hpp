@@ -4,8 +4,8 @@
 // finished (dumped by trace_dump.hpp, read by chorus-trace) tells which rank fell behind, which
 // op mismatched and where the first failure was, which one error message per rank cannot.
 //
-// Cost per op: an uncontended mutex per event (an op run inline on the issuing thread has two:
-// issued, and started-and-ended), a few stores into a preallocated slot, and no
+// Cost per op: an uncontended spin lock per event (an op run inline on the issuing thread has
+// two: issued, and started-and-ended), a few stores into a preallocated slot, and no
 // allocation (op/algorithm names are static strings; an error message is copied only when an op
 // fails). Stamps come from the steady clock the caller usually has read already (the issue time
 // is the op's deadline base), turned into Unix time with the offset between the two clocks taken
@@ -19,12 +19,13 @@
 #include <chrono>
 #include <cstdint>
 #include <exception>
-#include <mutex>
 #include <string>
 #include <vector>
 
 #include <chorus/deadline.hpp>
 #include <chorus/types.hpp>
+
+#include "core/spin_lock.hpp"
 
 namespace chorus {
 
@@ -98,7 +99,7 @@ class FlightRecorder {
 
   const TraceGroup group_;
   const std::int64_t steady_to_unix_us_;  // Unix time minus steady time, when made
-  mutable std::mutex mu_;
+  mutable SpinLock mu_;  // held for a few stores per event (a snapshot: a copy of the ring)
   std::vector<TraceEntry> ring_;    // guarded by mu_
   std::uint64_t recorded_ = 0;      // guarded by mu_
   std::string failure_;             // guarded by mu_

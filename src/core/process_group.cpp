@@ -136,7 +136,7 @@ OpCall ProcessGroup::begin(const char* name, const std::optional<Duration>& time
   // One clock read for the deadline, the flight recorder and the backend (OpCall::issued).
   call.issued = Clock::now();
   call.deadline = Deadline::after(call.timeout, call.issued);
-  call.seq = collective ? next_seq_.fetch_add(1) : next_p2p_seq_.fetch_add(1);
+  call.seq = collective ? next_seq_++ : next_p2p_seq_++;
   started_at_issue_ = nullptr;  // left by an earlier call that threw
   trace.seq = call.seq;
   trace.p2p = !collective;

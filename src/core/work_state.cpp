@@ -2,7 +2,9 @@
 // WorkState: complete-once, waiters, then() callbacks.
 #include "core/work_state.hpp"
 
+#include <new>
 #include <thread>
+#include <utility>
 
 #include <fmt/format.h>
 
@@ -116,6 +118,70 @@ void WorkState::then(std::function<void(Work&)> fn) {
     }
   }
   fn(*this);
+}
+
+namespace {
+// One spare block per thread for DoneWork's shared state (control block and object in one). The
+// slot is trivially destructible, so a block freed while the thread exits (a thread_local of the
+// user's holding a Work) is still safe to hand over: once the closer has freed the spare, blocks
+// go back to operator delete. One thread_local struct: each access from a shared library costs a
+// call (__tls_get_addr).
+struct SpareSlot {
+  void* block = nullptr;
+  bool closer_made = false;  // t_spare_closer exists: it frees the spare at thread exit
+  bool closed = false;       // t_spare_closer has run
+};
+thread_local SpareSlot t_spare;
+struct SpareCloser {
+  ~SpareCloser() {
+    SpareSlot& slot = t_spare;
+    ::operator delete(slot.block);
+    slot.block = nullptr;
+    slot.closed = true;
+  }
+};
+thread_local SpareCloser t_spare_closer;
+
+template <class T>
+struct SpareBlockAllocator {
+  using value_type = T;
+  SpareBlockAllocator() noexcept = default;
+  template <class U>
+  explicit SpareBlockAllocator(const SpareBlockAllocator<U>& /*other*/) noexcept {}
+
+  // allocate_shared rebinds this to one control-block type, so every block has one size.
+  T* allocate(std::size_t n) {
+    SpareSlot& slot = t_spare;
+    if (n == 1 && slot.block != nullptr) {
+      return static_cast<T*>(std::exchange(slot.block, nullptr));
+    }
+    return static_cast<T*>(::operator new(n * sizeof(T)));
+  }
+  void deallocate(T* p, std::size_t n) noexcept {
+    SpareSlot& slot = t_spare;
+    if (n == 1 && slot.block == nullptr && !slot.closed) {
+      if (!slot.closer_made) {
+        (void)&t_spare_closer;  // constructed on first use
+        slot.closer_made = true;
+      }
+      slot.block = p;
+      return;
+    }
+    ::operator delete(p);
+  }
+  friend bool operator==(const SpareBlockAllocator&, const SpareBlockAllocator&) noexcept {
+    return true;
+  }
+  friend bool operator!=(const SpareBlockAllocator&, const SpareBlockAllocator&) noexcept {
+    return false;
+  }
+};
+}  // namespace
+
+std::shared_ptr<Work> DoneWork::make(const char* op_name, std::uint64_t seq,
+                                     std::exception_ptr error) {
+  return std::allocate_shared<DoneWork>(SpareBlockAllocator<DoneWork>(), op_name, seq,
+                                        std::move(error));
 }
 
 void DoneWork::wait() {

@@ -523,12 +523,16 @@ bool Engine::run_on_board(Op& op, std::exception_ptr& error) {
       error = failed_;
       return true;
     }
-    if (mismatch || here.expired()) {
-      // The engine takes it from here: it waits for late peers, or finds the same mismatch or
-      // timeout and fails the group (after probing the peers), naming them with addresses.
+    if (mismatch) {
+      // The engine takes it from here: it finds the same mismatch and fails the group.
       return false;
     }
-    board.wait(seen, here);
+    if (!board.wait(seen, here) && here.expired()) {
+      // The engine takes it from here: it waits for late peers, or times out and fails the
+      // group (after probing the peers), naming them with addresses. (The clock is read only
+      // after a wait that saw nothing change: a peer's publish usually ends the spin first.)
+      return false;
+    }
   }
 }
 

@@ -87,8 +87,9 @@ class SlotBoard {
   std::uint64_t snapshot() const noexcept;
   // Blocks until the board differs from `seen` (a snapshot()) or `until`: spins for a few
   // microseconds (unless the host is oversubscribed), yields, then sleeps on this rank's wake
-  // word.
-  void wait(std::uint64_t seen, Deadline until) const noexcept;
+  // word (at most a millisecond at a time). Whether the board changed: when it did not, the
+  // caller looks at its deadline (a clock read the spin spares the usual case).
+  bool wait(std::uint64_t seen, Deadline until) const noexcept;
 
  private:
   struct Line;

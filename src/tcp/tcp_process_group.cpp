@@ -250,7 +250,7 @@ class TcpProcessGroup final : public ProcessGroup {
       trace_started_at_issue(call, "board");
       std::exception_ptr error;
       if (engine_->run_on_board(*o, error)) {
-        return std::make_shared<DoneWork>(call.name, call.seq, std::move(error));
+        return DoneWork::make(call.name, call.seq, std::move(error));
       }
       // Handed to the engine after all (late peers, a mismatch), published already.
     }
