@@ -6,7 +6,6 @@
 
 #include <algorithm>
 #include <chrono>
-#include <climits>
 #include <cstring>
 #include <new>
 
@@ -68,7 +67,8 @@ struct alignas(64) SlotBoard::Line {
 namespace {
 
 constexpr std::size_t kLine = 64;
-// Per rank: current line, wake word, then two buffers of (header line + payload).
+// Per rank: current line, wake word, the CPUs it may run on, then two buffers of (header line +
+// payload).
 constexpr std::size_t kBufferStride = kLine + SlotBoard::kSlotBytes;
 // A payload of up to kInlineBytes starts in its header line's spare bytes, after the seq and the
 // signature: a reader then gets it with the header in one cache-line transfer, not a second one
@@ -77,7 +77,10 @@ constexpr std::size_t kBufferStride = kLine + SlotBoard::kSlotBytes;
 constexpr std::size_t kInlineOffset = 8 + kSignatureBytes;
 constexpr std::size_t kInlineBytes = kLine - kInlineOffset;
 static_assert(kInlineOffset % 8 == 0, "inline payloads keep every dtype's alignment");
-constexpr std::size_t kRankStride = 2 * kLine + 2 * kBufferStride;
+constexpr std::size_t kMaskWords = CPU_SETSIZE / 64;
+constexpr std::size_t kMaskOffset = 2 * kLine;
+constexpr std::size_t kBuffersOffset = kMaskOffset + 3 * kLine;
+constexpr std::size_t kRankStride = kBuffersOffset + 2 * kBufferStride;
 
 // wait(): polls this many times (about 7 us: a `pause` takes some 28 ns here) before it yields,
 // and yields for this long before it sleeps. It looks at the headers after every `pause`: looking
@@ -104,15 +107,17 @@ void copy_inline(std::byte* to, const std::byte* from, std::size_t bytes) noexce
   }
 }
 
-// The CPUs this process may run on (its affinity mask; the online count if that is unknown).
-int usable_cpus() noexcept {
+// The CPUs the calling thread may run on: its affinity mask, or every CPU if that is unknown.
+cpu_set_t usable_cpus() noexcept {
   cpu_set_t set;
   CPU_ZERO(&set);
-  if (::sched_getaffinity(0, sizeof(set), &set) == 0) {
-    return std::max(1, CPU_COUNT(&set));
+  if (::sched_getaffinity(0, sizeof(set), &set) != 0) {
+    const long online = ::sysconf(_SC_NPROCESSORS_ONLN);
+    for (long cpu = 0; cpu < std::min<long>(std::max(online, 1L), CPU_SETSIZE); ++cpu) {
+      CPU_SET(static_cast<int>(cpu), &set);
+    }
   }
-  const long online = ::sysconf(_SC_NPROCESSORS_ONLN);
-  return online > 0 ? static_cast<int>(std::min<long>(online, INT_MAX)) : 1;
+  return set;
 }
 
 // A sleeping waiter wakes at least this often (its caller looks at failures and deadlines).
@@ -130,13 +135,50 @@ std::size_t SlotBoard::bytes_for(int ranks) noexcept {
   return kRankStride * static_cast<std::size_t>(ranks);
 }
 
+// A rank's affinity mask on the board, written once when its board is made. Three lines.
+struct alignas(64) SlotBoard::CpuMask {
+  std::atomic<std::uint64_t> written{0};  // 1 once `bits` holds the mask (release)
+  std::uint64_t bits[kMaskWords]{};
+};
+
 SlotBoard::SlotBoard(std::shared_ptr<ShmSegment> segment, int rank, int size) noexcept
-    : segment_(std::move(segment)),
-      area_(segment_->board()),
-      rank_(rank),
-      size_(size),
-      spins_(size > usable_cpus() ? 0 : kSpins) {
+    : segment_(std::move(segment)), area_(segment_->board()), rank_(rank), size_(size) {
   static_assert(sizeof(Line) == kLine && sizeof(WakeWord) == kLine);
+  static_assert(sizeof(CpuMask) <= kBuffersOffset - kMaskOffset);
+  static_assert(sizeof(cpu_set_t) == sizeof(CpuMask::bits));
+  const cpu_set_t mine = usable_cpus();
+  CpuMask& m = mask(rank_);
+  std::memcpy(m.bits, &mine, sizeof(mine));
+  m.written.store(1, std::memory_order_release);
+  // Until every rank's mask is on the board: this rank's CPUs alone. Too few when each rank is
+  // bound to a core of its own (chorusrun --bind-to core), so it is settled again later.
+  spins_ = size_ > CPU_COUNT(&mine) ? 0 : kSpins;
+}
+
+bool SlotBoard::spins() const noexcept {
+  if (!spins_settled_) {
+    // The CPUs the host's ranks may run on together: with fewer than ranks, a rank that waits
+    // holds a CPU that a late rank needs.
+    cpu_set_t all;
+    CPU_ZERO(&all);
+    for (int p = 0; p < size_; ++p) {
+      const CpuMask& m = mask(p);
+      if (m.written.load(std::memory_order_acquire) == 0) {
+        return spins_ != 0;  // that rank has not made its board yet
+      }
+      cpu_set_t theirs;
+      std::memcpy(&theirs, m.bits, sizeof(theirs));
+      CPU_OR(&all, &all, &theirs);
+    }
+    spins_ = size_ > CPU_COUNT(&all) ? 0 : kSpins;
+    spins_settled_ = true;
+  }
+  return spins_ != 0;
+}
+
+SlotBoard::CpuMask& SlotBoard::mask(int rank) const noexcept {
+  return *std::launder(reinterpret_cast<CpuMask*>(
+      area_ + kRankStride * static_cast<std::size_t>(rank) + kMaskOffset));
 }
 
 SlotBoard::Line& SlotBoard::current(int rank) const noexcept {
@@ -151,8 +193,8 @@ WakeWord& SlotBoard::wake(int rank) const noexcept {
 
 SlotBoard::Line& SlotBoard::header(int rank, int buffer) const noexcept {
   return *std::launder(
-      reinterpret_cast<Line*>(area_ + kRankStride * static_cast<std::size_t>(rank) + 2 * kLine +
-                              kBufferStride * static_cast<std::size_t>(buffer)));
+      reinterpret_cast<Line*>(area_ + kRankStride * static_cast<std::size_t>(rank) +
+                              kBuffersOffset + kBufferStride * static_cast<std::size_t>(buffer)));
 }
 
 std::byte* SlotBoard::data(int rank, int buffer, std::size_t bytes) const noexcept {
@@ -294,7 +336,8 @@ bool SlotBoard::wait(std::uint64_t seen, Deadline until) const noexcept {
   if (changed()) {
     return true;
   }
-  for (int i = 0; i < spins_; ++i) {
+  const int looks = spins() ? spins_ : 0;
+  for (int i = 0; i < looks; ++i) {
     cpu_relax();
     if (changed()) {
       return true;

@@ -91,9 +91,17 @@ class SlotBoard {
   // caller looks at its deadline (a clock read the spin spares the usual case).
   bool wait(std::uint64_t seen, Deadline until) const noexcept;
 
+  // Whether wait() spins before it yields: when the union of the ranks' affinity masks (each
+  // rank writes its own when it makes its board) has at least as many CPUs as there are ranks.
+  // Ranks bound to a core each spin; ranks that share fewer cores than they are yield at once.
+  // A mask changed after the board was made is not seen.
+  bool spins() const noexcept;
+
  private:
   struct Line;
+  struct CpuMask;
   Line& current(int rank) const noexcept;
+  CpuMask& mask(int rank) const noexcept;
   Line& header(int rank, int buffer) const noexcept;
   // Where a payload of `bytes` starts in that slot (small ones share the header's line).
   std::byte* data(int rank, int buffer, std::size_t bytes) const noexcept;
@@ -103,9 +111,11 @@ class SlotBoard {
   std::byte* area_;
   int rank_;
   int size_;
-  // wait()'s busy looks before it yields: none when the host's ranks outnumber the CPUs this
-  // process may use (a waiting rank then holds the core the late rank needs).
-  int spins_;
+  // wait()'s busy looks before it yields: none when the host's ranks outnumber the CPUs they
+  // may run on together (a waiting rank then holds the core the late rank needs). Settled by
+  // spins() once every rank's mask is on the board; until then from this rank's mask alone.
+  mutable int spins_ = 0;
+  mutable bool spins_settled_ = false;
   std::uint64_t rounds_ = 0;  // board ops finished by this rank
   // The signature of the op this rank published last, as written to its slot (ready() compares
   // the peers' slots with it byte for byte before it decodes anything).
