@@ -89,27 +89,28 @@ TEST_CASE("board waits spin when the ranks' CPUs together are enough, bound or n
     REQUIRE(rank0->spins());
     REQUIRE(rank1->spins());
   }
+  // Every rank's board made, each on the CPUs given: which ranks' waits spin.
+  auto spinning = [](const std::vector<std::vector<int>>& cpus_of) {
+    const int n = static_cast<int>(cpus_of.size());
+    auto segment = board_segment(n);
+    std::vector<std::unique_ptr<SlotBoard>> boards;
+    for (int r = 0; r < n; ++r) {
+      boards.push_back(board_on(segment, r, n, cpus_of[static_cast<std::size_t>(r)]));
+    }
+    std::vector<bool> spins;
+    for (const auto& board : boards) {
+      spins.push_back(board->spins());
+    }
+    return spins;
+  };
   SECTION("two ranks bound to one CPU: neither spins") {
-    auto segment = board_segment(2);
-    auto rank0 = board_on(segment, 0, 2, {cpus[0]});
-    auto rank1 = board_on(segment, 1, 2, {cpus[0]});
-    REQUIRE_FALSE(rank0->spins());
-    REQUIRE_FALSE(rank1->spins());
+    REQUIRE(spinning({{cpus[0]}, {cpus[0]}}) == std::vector<bool>{false, false});
   }
   SECTION("three ranks on two CPUs: none spins") {
-    auto segment = board_segment(3);
-    auto rank0 = board_on(segment, 0, 3, cpus);
-    auto rank1 = board_on(segment, 1, 3, cpus);
-    auto rank2 = board_on(segment, 2, 3, {cpus[1]});
-    REQUIRE_FALSE(rank0->spins());
-    REQUIRE_FALSE(rank2->spins());
+    REQUIRE(spinning({cpus, cpus, {cpus[1]}}) == std::vector<bool>{false, false, false});
   }
   SECTION("two unbound ranks on two CPUs: they spin") {
-    auto segment = board_segment(2);
-    auto rank0 = board_on(segment, 0, 2, cpus);
-    auto rank1 = board_on(segment, 1, 2, cpus);
-    REQUIRE(rank0->spins());
-    REQUIRE(rank1->spins());
+    REQUIRE(spinning({cpus, cpus}) == std::vector<bool>{true, true});
   }
 }
 
