@@ -201,7 +201,7 @@ def compare(args, n, results):
         bus_ratio = busbw(large, n)[1] / busbw(gloo[-1], n)[1] if n > 1 else float("nan")
         time_ratio = small["time_us"] / gloo[0]["time_us"]
         print(f"# n={n}: at {large['size']} B chorus busbw / gloo busbw = {bus_ratio:.2f} "
-              f"(target >= 1.5)")
+              f"(target >= 2)")
         print(f"# n={n}: at {small['size']} B chorus time / gloo time = {time_ratio:.2f} "
               f"(target <= 0.5)")
     bridge = bridge_cost(args, n, small["size"]) if args.bridge_rounds > 0 else None
