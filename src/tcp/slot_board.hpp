@@ -22,7 +22,9 @@
 // finds a peer at its seq with another op fails at once with a mismatch, as the stream headers
 // would have.
 //
-// One thread at a time per rank (the op's runner); wait() may be called from any thread.
+// One thread at a time per rank (the op's runner), which may be a different thread from op to op
+// (the caller's or the engine's, handed over under the group's locks); wait() and spins() settle
+// the spin decision in plain members, so they too belong to the runner.
 #pragma once
 
 #include "core/private.hpp"
