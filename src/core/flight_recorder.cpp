@@ -6,6 +6,8 @@
 
 #include <chorus/errors.hpp>
 
+#include "core/tsc_clock.hpp"
+
 namespace chorus {
 
 const char* to_string(TraceState state) noexcept {
@@ -63,7 +65,9 @@ TraceEntry* FlightRecorder::slot(std::uint64_t record) noexcept {
   if (record == 0 || ring_.empty()) {
     return nullptr;
   }
-  TraceEntry& e = ring_[(record - 1) % ring_.size()];
+  // The latest record (an op run inline ends before the next is issued) needs no division: a
+  // 64-bit one costs about as much as the rest of recording an op.
+  TraceEntry& e = ring_[record == recorded_ ? latest_ : (record - 1) % ring_.size()];
   return e.record == record ? &e : nullptr;
 }
 
@@ -74,7 +78,8 @@ std::uint64_t FlightRecorder::issued(const TraceEntry& entry, Clock::time_point 
   const std::int64_t now = stamp_us(at);
   const std::lock_guard lock(mu_);
   const std::uint64_t record = ++recorded_;
-  TraceEntry& e = ring_[(record - 1) % ring_.size()];
+  latest_ = record == 1 || latest_ + 1 == ring_.size() ? 0 : latest_ + 1;
+  TraceEntry& e = ring_[latest_];
   e.record = record;
   e.seq = entry.seq;
   e.p2p = entry.p2p;
@@ -98,10 +103,10 @@ void FlightRecorder::started(std::uint64_t record, const char* algorithm) noexce
   if (record == 0) {
     return;
   }
-  const std::int64_t now = stamp_us(Clock::now());
+  const std::int64_t now = stamp_us(tsc_now());
   const std::lock_guard lock(mu_);
   if (TraceEntry* e = slot(record); e != nullptr && e->state == TraceState::issued) {
-    e->started_us = now;
+    e->started_us = std::max(now, e->issued_us);  // tsc_now() may step back a little
     e->algorithm = algorithm != nullptr ? algorithm : "";
     e->state = TraceState::started;
   }
@@ -140,13 +145,13 @@ void FlightRecorder::ended(std::uint64_t record, const std::exception_ptr& error
       message = "error (message unavailable: out of memory)";
     }
   }
-  const std::int64_t now = stamp_us(Clock::now());
+  const std::int64_t now = stamp_us(tsc_now());
   const std::lock_guard lock(mu_);
   if (TraceEntry* e = slot(record); e != nullptr) {
     if (started_at_issue != nullptr) {
       start_at_issue(*e, started_at_issue);
     }
-    e->ended_us = now;
+    e->ended_us = std::max(now, std::max(e->started_us, e->issued_us));
     e->state = error ? TraceState::failed : TraceState::completed;
     if (error) {
       e->error.swap(message);  // else left empty by issued()

@@ -7,11 +7,13 @@
 // Cost per op: an uncontended spin lock per event (an op run inline on the issuing thread has
 // two: issued, and started-and-ended), a few stores into a preallocated slot, and no
 // allocation (op/algorithm names are static strings; an error message is copied only when an op
-// fails). Stamps come from the steady clock the caller usually has read already (the issue time
-// is the op's deadline base), turned into Unix time with the offset between the two clocks taken
-// when the recorder was made, so that ranks' dumps line up; a step of the system clock later
-// (not a slew) shifts this rank's stamps by that step. A clock read costs about as much as the
-// rest of an 8-byte op's recording on a VM.
+// fails). Stamps are steady time from tsc_now() (core/tsc_clock.hpp: the TSC where that is as
+// good), the issue stamp the one the caller read already for the op's deadline, turned into Unix
+// time with the offset between the two clocks taken when the recorder was made, so that ranks'
+// dumps line up; a step of the system clock later (not a slew) shifts this rank's stamps by that
+// step. A clock_gettime() costs about as much as the rest of an 8-byte op's recording on a VM,
+// hence the TSC. An end or start stamp is never before the op's earlier ones (tsc_now() may step
+// back by a few microseconds when it re-anchors).
 #pragma once
 
 #include "core/private.hpp"
@@ -102,6 +104,7 @@ class FlightRecorder {
   mutable SpinLock mu_;  // held for a few stores per event (a snapshot: a copy of the ring)
   std::vector<TraceEntry> ring_;    // guarded by mu_
   std::uint64_t recorded_ = 0;      // guarded by mu_
+  std::size_t latest_ = 0;          // ring_ index of record recorded_; guarded by mu_
   std::string failure_;             // guarded by mu_
   std::int64_t failure_us_ = 0;     // guarded by mu_
   std::vector<int> failure_peers_;  // guarded by mu_

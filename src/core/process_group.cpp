@@ -14,6 +14,7 @@
 #include "core/flight_recorder.hpp"
 #include "core/format.hpp"
 #include "core/trace_dump.hpp"
+#include "core/tsc_clock.hpp"
 #include "core/work_state.hpp"
 
 namespace chorus {
@@ -133,8 +134,9 @@ OpCall ProcessGroup::begin(const char* name, const std::optional<Duration>& time
     throw InvalidArgument(fmt::format("{} on rank {}/{} [{}]: timeout must be positive, got {} ms",
                                       name, rank_, size_, name_, call.timeout.count()));
   }
-  // One clock read for the deadline, the flight recorder and the backend (OpCall::issued).
-  call.issued = Clock::now();
+  // One clock read for the deadline, the flight recorder and the backend (OpCall::issued), from
+  // the TSC where that is as good (tsc_clock.hpp).
+  call.issued = tsc_now();
   call.deadline = Deadline::after(call.timeout, call.issued);
   call.seq = collective ? next_seq_++ : next_p2p_seq_++;
   started_at_issue_ = nullptr;  // left by an earlier call that threw

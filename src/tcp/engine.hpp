@@ -151,7 +151,8 @@ class Engine {
   void park(std::chrono::milliseconds tick) noexcept;
   // Any thread: the engine thread must run its own loop soon (unparks it, ends a poll).
   void poke() noexcept;
-  // Any thread: collective `seq` was issued (status replies tell peers the highest).
+  // A thread holding the group's issue lock: collective `seq` was issued (status replies tell
+  // peers the highest).
   void note_issued(std::uint64_t seq) noexcept;
   // kHeaderHold passed: the current op's held signature headers go alone.
   void release_held_headers();

@@ -55,6 +55,23 @@ TEST_CASE("the flight recorder keeps the last ops in issue order and ignores ove
   CHECK(s.entries[2].ended_us >= s.entries[2].started_us);
 }
 
+TEST_CASE("ops ended as soon as issued land in their own entries round the ring", "[core][trace]") {
+  // The pattern of ops run inline (each ends before the next is issued), over several laps.
+  FlightRecorder rec({.name = "world", .backend = "tcp", .rank = 0, .size = 2}, 3);
+  for (std::uint64_t seq = 1; seq <= 8; ++seq) {
+    const std::uint64_t record = rec.issued(op(seq));
+    rec.ended(record, nullptr, "board");
+  }
+  const TraceSnapshot s = rec.snapshot();
+  REQUIRE(s.entries.size() == 3);
+  for (std::size_t i = 0; i < 3; ++i) {
+    CHECK(s.entries[i].seq == 6 + i);
+    CHECK(s.entries[i].record == 6 + i);
+    CHECK(s.entries[i].state == TraceState::completed);
+    CHECK(std::string(s.entries[i].algorithm) == "board");
+  }
+}
+
 TEST_CASE("a recorder of capacity 0 records nothing", "[core][trace]") {
   FlightRecorder rec({.name = "world"}, 0);
   CHECK_FALSE(rec.enabled());
