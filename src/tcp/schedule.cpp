@@ -256,37 +256,80 @@ void Schedule::interleave(int peer, bool sends, std::size_t split, std::size_t l
   fifo = std::move(merged);
 }
 
+namespace {
+constexpr std::uint8_t kZeros[kStreamAlign] = {};
+}  // namespace
+
+std::size_t Schedule::stream_bytes(const std::vector<TaskId>& fifo) const {
+  std::size_t bytes = 0;
+  for (TaskId id : fifo) {
+    const Task& t = tasks_[static_cast<std::size_t>(id)];
+    bytes += t.kind == TaskKind::recv_reduce ? t.size * element_size(dtype_) : t.size;
+  }
+  return bytes;
+}
+
+StreamFraming stream_framing(std::size_t data_bytes) noexcept {
+  const std::size_t tail = data_bytes % kStreamAlign;
+  if (tail == 0) {
+    return {kStreamAlign, 0};
+  }
+  if (data_bytes < kPadMessageMinBytes) {
+    return {2 * kStreamAlign - tail, 0};  // the header takes the padding: no extra message
+  }
+  return {kStreamAlign, kStreamAlign - tail};
+}
+
+void Schedule::frame_stream(TaskKind kind, int peer) {
+  const bool send = kind == TaskKind::send;
+  auto& fifo = send ? send_fifo_[static_cast<std::size_t>(peer)]
+                    : recv_fifo_[static_cast<std::size_t>(peer)];
+  const StreamFraming framing = stream_framing(stream_bytes(fifo));
+  Task header;
+  header.kind = kind;
+  header.header = true;
+  header.peer = peer;
+  if (send) {
+    header.src = header_out_.data();
+  } else {
+    header.dst = headers_in_[static_cast<std::size_t>(peer)].data();
+  }
+  header.size = framing.header_bytes;
+  fifo.insert(fifo.begin(), static_cast<TaskId>(tasks_.size()));
+  tasks_.push_back(header);
+  if (framing.pad_bytes == 0) {
+    return;
+  }
+  Task pad;
+  pad.kind = kind;
+  pad.pad = true;
+  pad.peer = peer;
+  if (send) {
+    pad.src = kZeros;
+  } else {
+    pad.dst = pads_in_[static_cast<std::size_t>(peer)].data();
+  }
+  pad.size = framing.pad_bytes;
+  fifo.push_back(static_cast<TaskId>(tasks_.size()));
+  tasks_.push_back(pad);
+}
+
 void Schedule::finalize(const OpSignature& sig) {
   sig_ = sig;
-  header_out_ = encode(sig);
-  headers_in_.assign(static_cast<std::size_t>(size_), EncodedSignature{});
+  header_out_ = {};
+  const EncodedSignature encoded = encode(sig);
+  std::copy(encoded.begin(), encoded.end(), header_out_.begin());
+  headers_in_.assign(static_cast<std::size_t>(size_), WireHeader{});
+  pads_in_.resize(static_cast<std::size_t>(size_));
   // Every peer the op talks to, in either direction, gets and sends a header: the peer set is
   // made symmetric so that the other side checks too even where data flows one way.
   for (int p = 0; p < size_; ++p) {
-    auto& sf = send_fifo_[static_cast<std::size_t>(p)];
-    auto& rf = recv_fifo_[static_cast<std::size_t>(p)];
-    if (sf.empty() && rf.empty()) {
+    if (send_fifo_[static_cast<std::size_t>(p)].empty() &&
+        recv_fifo_[static_cast<std::size_t>(p)].empty()) {
       continue;
     }
-    Task hs;
-    hs.kind = TaskKind::send;
-    hs.header = true;
-    hs.peer = p;
-    hs.src = header_out_.data();
-    hs.size = kSignatureBytes;
-    const auto hs_id = static_cast<TaskId>(tasks_.size());
-    tasks_.push_back(hs);
-    sf.insert(sf.begin(), hs_id);
-
-    Task hr;
-    hr.kind = TaskKind::recv;
-    hr.header = true;
-    hr.peer = p;
-    hr.dst = headers_in_[static_cast<std::size_t>(p)].data();
-    hr.size = kSignatureBytes;
-    const auto hr_id = static_cast<TaskId>(tasks_.size());
-    tasks_.push_back(hr);
-    rf.insert(rf.begin(), hr_id);
+    frame_stream(TaskKind::send, p);
+    frame_stream(TaskKind::recv, p);
   }
   // Successor lists in CSR form.
   std::vector<std::uint32_t>& count = succ_counts_;

@@ -2,6 +2,7 @@
 // Every algorithm over the in-memory LoopbackFabric: world sizes 1..8 x counts (0, 1, odd,
 // not divisible by n, many slices) x every dtype x every op, in place and out of place, both
 // the latency and the pipelined variant; plus signature mismatches.
+#include <algorithm>
 #include <cstring>
 #include <memory>
 #include <set>
@@ -598,6 +599,9 @@ TEST_CASE("executor: a signature header waits for the first data send to its pee
     const tcp::TaskId header1 = s.send_fifo(1).front();
     const tcp::TaskId header2 = s.send_fifo(2).front();
     REQUIRE(s.tasks()[static_cast<std::size_t>(header1)].header);
+    // 1 data byte: the header takes the stream's padding (no pad message).
+    CHECK(s.tasks()[static_cast<std::size_t>(header1)].size == 2 * tcp::kStreamAlign - 1);
+    CHECK(s.send_fifo(1).size() == 2);
     RecordingTransport t;
     constexpr std::uint64_t kBase = std::uint64_t{1} << 32;
     auto token = [&](tcp::TaskId id) { return kBase + static_cast<std::uint64_t>(id); };
@@ -638,6 +642,91 @@ TEST_CASE("executor: a signature header waits for the first data send to its pee
     CHECK_FALSE(ex.holds_headers());
     CHECK_FALSE(ex.failed());
   }
+}
+
+// The kernel copies socket bytes at their offset in the stream, so every op keeps each stream
+// 64-byte aligned (schedule.hpp, kStreamAlign).
+TEST_CASE("stream framing: data aligned behind a 64-byte header, the total a multiple of 64",
+          "[tcp][algorithms]") {
+  using tcp::kStreamAlign;
+  for (const std::size_t data :
+       {std::size_t{0}, std::size_t{1}, std::size_t{8}, std::size_t{64}, std::size_t{4000},
+        tcp::kPadMessageMinBytes - 1, tcp::kPadMessageMinBytes, tcp::kPadMessageMinBytes + 4,
+        std::size_t{1} << 26, (std::size_t{1} << 26) + 36}) {
+    INFO(data << " data bytes");
+    const tcp::StreamFraming f = tcp::stream_framing(data);
+    CHECK((f.header_bytes + data + f.pad_bytes) % kStreamAlign == 0);
+    CHECK(f.header_bytes >= kStreamAlign);
+    CHECK(f.header_bytes < 2 * kStreamAlign);
+    CHECK(f.pad_bytes < kStreamAlign);
+    if (data >= tcp::kPadMessageMinBytes) {
+      CHECK(f.header_bytes == kStreamAlign);  // the data itself starts aligned
+    } else {
+      CHECK(f.pad_bytes == 0);  // a small op sends no extra message
+    }
+  }
+}
+
+TEST_CASE("schedule: every op's stream to and from each peer is a multiple of 64 bytes",
+          "[tcp][algorithms]") {
+  const OpKind kinds[] = {OpKind::allreduce, OpKind::allgather, OpKind::reduce_scatter,
+                          OpKind::broadcast, OpKind::reduce,    OpKind::gather,
+                          OpKind::scatter,   OpKind::all_to_all};
+  std::size_t padded = 0;
+  for (const int n : {2, 3, 4}) {
+    for (const OpKind kind : kinds) {
+      for (const DataType dtype : {DataType::uint8, DataType::float32, DataType::float64}) {
+        for (const std::size_t count : {std::size_t{1}, std::size_t{7}, std::size_t{1001}}) {
+          // Buffers for the largest shape any kind takes (n blocks of count elements).
+          std::vector<std::byte> in(count * 8 * static_cast<std::size_t>(n));
+          std::vector<std::byte> out(in.size());
+          for (int rank = 0; rank < n; ++rank) {
+            INFO(to_string(kind) << " " << to_string(dtype) << " x " << count << ", rank " << rank
+                                 << " of " << n);
+            tcp::ScratchArena arena;
+            tcp::Schedule s(rank, n, dtype, ReduceOp::sum, arena);
+            tcp::CollectiveArgs a;
+            a.kind = kind;
+            a.in = in.data();
+            a.out = out.data();
+            a.count = count;
+            a.dtype = dtype;
+            a.small_bytes = 256 * 1024;
+            tcp::build_schedule(s, a);
+            s.finalize(OpSignature{kind, dtype, ReduceOp::sum, 0, count, 1});
+            for (int p = 0; p < n; ++p) {
+              for (const auto* fifo : {&s.send_fifo(p), &s.recv_fifo(p)}) {
+                std::size_t bytes = 0;
+                for (const tcp::TaskId id : *fifo) {
+                  const tcp::Task& t = s.tasks()[static_cast<std::size_t>(id)];
+                  bytes +=
+                      t.kind == tcp::TaskKind::recv_reduce ? t.size * element_size(dtype) : t.size;
+                }
+                CHECK(bytes % tcp::kStreamAlign == 0);
+                if (fifo->empty()) {
+                  continue;
+                }
+                const tcp::Task& first = s.tasks()[static_cast<std::size_t>(fifo->front())];
+                CHECK(first.header);
+                CHECK(first.size >= tcp::kStreamAlign);
+                const tcp::Task& last = s.tasks()[static_cast<std::size_t>(fifo->back())];
+                const std::size_t pad = last.pad ? last.size : 0;
+                const tcp::StreamFraming framing = tcp::stream_framing(bytes - first.size - pad);
+                CHECK(first.size == framing.header_bytes);
+                CHECK(pad == framing.pad_bytes);
+                if (last.pad && last.kind == tcp::TaskKind::send) {
+                  ++padded;
+                  const auto* zeros = static_cast<const std::uint8_t*>(last.src);
+                  CHECK(std::all_of(zeros, zeros + last.size, [](auto b) { return b == 0; }));
+                }
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+  CHECK(padded > 0);  // the odd sizes above do need pads
 }
 
 // Links are made on demand (link_connector.hpp), so the peers a rank's schedules name are the
