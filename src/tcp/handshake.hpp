@@ -25,8 +25,8 @@
 namespace chorus::tcp {
 
 inline constexpr std::uint32_t kHelloMagic = 0x43544843;  // "CHTC"
-inline constexpr std::uint16_t kProtocolVersion = 3;
-inline constexpr std::uint16_t kProbeChannel = 0xffff;  // "are you alive?", then close
+inline constexpr std::uint16_t kProtocolVersion = 4;      // 4: data streams 64-byte aligned
+inline constexpr std::uint16_t kProbeChannel = 0xffff;    // "are you alive?", then close
 // The answer to a dial that crossed the answering (lower) rank's own dial: "use mine".
 inline constexpr std::uint16_t kCrossingChannel = 0xfffe;
 // check_hello's expect_src for an end that accepts a link from any other rank.
