@@ -242,6 +242,7 @@ void ShmTransport::poll(Deadline until, std::vector<std::uint64_t>& completed,
     inner_->poll(completed.size() > before ? Deadline::after(Duration::zero()) : until, completed,
                  events);
     watch_departures(events);
+    hold_while_readable(events);
     return;
   }
   if (!moved && completed.size() == before && !until.expired()) {
@@ -252,6 +253,30 @@ void ShmTransport::poll(Deadline until, std::vector<std::uint64_t>& completed,
   // arrive there.
   inner_->poll(Deadline::after(Duration::zero()), completed, events);
   watch_departures(events);
+  hold_while_readable(events);
+}
+
+void ShmTransport::hold_while_readable(std::vector<TransportEvent>& events) {
+  if (held_failures_.empty() && events.empty()) {
+    return;
+  }
+  auto readable_from = [this](int peer) {
+    Link* link = link_of(peer);
+    return link != nullptr && !link->recvs.empty() && readable(*link).bytes > 0;
+  };
+  // Held failures whose rings have nothing left for a posted receive go up now, first.
+  std::vector<TransportEvent> out;
+  std::vector<TransportEvent> still_held;
+  for (TransportEvent& ev : held_failures_) {
+    (readable_from(ev.peer) ? still_held : out).push_back(std::move(ev));
+  }
+  for (TransportEvent& ev : events) {
+    const bool hold =
+        ev.kind == TransportEvent::Kind::peer_failed && !ev.left && readable_from(ev.peer);
+    (hold ? still_held : out).push_back(std::move(ev));
+  }
+  held_failures_.swap(still_held);
+  events.swap(out);
 }
 
 bool ShmTransport::can_move(const Link& link) const noexcept {

@@ -113,6 +113,11 @@ class ShmTransport final : public ForwardingTransport {
   // transfers with them: reported as the socket transport reports a data stream that closes
   // under a pending transfer.
   void watch_departures(std::vector<TransportEvent>& events);
+  // A peer's death (its sockets reset or closed) is seen after everything it wrote to its ring
+  // before dying: its failure waits while a posted receive from it can still read there, so
+  // an op it finished its part of completes here too. (Over sockets the kernel delivers a dead
+  // peer's last bytes before the close; a ring has no such order with the sockets.)
+  void hold_while_readable(std::vector<TransportEvent>& events);
   void notify(int local) noexcept;
   // Sleeps on this rank's wake word until a peer moves a ring or `until` (at most
   // kSocketSlice); returns at once if progress became possible meanwhile.
@@ -123,6 +128,7 @@ class ShmTransport final : public ForwardingTransport {
   std::shared_ptr<ShmSegment> segment_;  // shared with the group's SlotBoard, if any
   std::vector<int> link_index_;          // by group rank: index in links_, or -1 (other host)
   std::vector<Link> links_;
+  std::vector<TransportEvent> held_failures_;  // hold_while_readable()
   // The engine waits on the board: sleep on the wake word (which board publishes bump), not in
   // the socket transport's poll.
   bool awaiting_board_ = false;
