@@ -4,7 +4,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <string>
 
 #if defined(__x86_64__)
 #include <x86intrin.h>
@@ -98,20 +97,17 @@ bool TscScale::calibrated() const noexcept {
 
 namespace {
 
-// The first line of a file, without its newline ("" if unreadable).
-std::string first_line_of(const char* path) {
-  std::FILE* f = std::fopen(path, "re");
+// Whether the kernel's current clocksource is the TSC.
+bool clocksource_is_tsc() noexcept {
+  std::FILE* f =
+      std::fopen("/sys/devices/system/clocksource/clocksource0/current_clocksource", "re");
   if (f == nullptr) {
-    return {};
+    return false;
   }
-  char buf[256] = {};
-  const bool read = std::fgets(buf, sizeof buf, f) != nullptr;
+  char line[64] = {};
+  const bool read = std::fgets(line, sizeof line, f) != nullptr;
   std::fclose(f);
-  std::string line = read ? buf : "";
-  if (!line.empty() && line.back() == '\n') {
-    line.pop_back();
-  }
-  return line;
+  return read && std::strcmp(line, "tsc\n") == 0;
 }
 
 // Whether a /proc/cpuinfo flags line holds `flag` as a whole word.
@@ -148,13 +144,7 @@ bool cpu_flags_have_invariant_tsc() noexcept {
 
 bool tsc_is_the_clocksource() noexcept {
 #if defined(__x86_64__)
-  try {
-    return first_line_of("/sys/devices/system/clocksource/clocksource0/current_clocksource") ==
-               "tsc" &&
-           cpu_flags_have_invariant_tsc();
-  } catch (...) {
-    return false;  // out of memory reading a file: the steady clock will do
-  }
+  return clocksource_is_tsc() && cpu_flags_have_invariant_tsc();
 #else
   return false;
 #endif
