@@ -185,9 +185,13 @@ TEST_CASE("a rank killed while its peers wait on the board is named at once",
         float x = 1.0f;
         pg->allreduce(Tensor::of(&x, 1))->wait();  // all linked, board in use
         pg->barrier()->wait();
+        // Rank 2 dies once the others are past the barrier too: a rank that passed it may die
+        // while a slower one still waits there for a third, which then fails the barrier.
         if (rank == 2) {
+          store->wait({"passed/0", "passed/1"}, 30s);
           ::kill(::getpid(), SIGKILL);
         }
+        store->set(fmt::format("passed/{}", rank), "1");
         const auto t0 = Clock::now();
         const Error e = expect_error([&] { pg->allreduce(Tensor::of(&x, 1))->wait(); });
         const double took = seconds_since(t0);
