@@ -119,10 +119,14 @@ class CHORUS_API ProcessGroup : public std::enable_shared_from_this<ProcessGroup
   // Notes in the group's flight recorder that the op started, and with which algorithm
   // (a static string). Backends call it from any thread; a no-op when recording is off.
   void trace_started(const OpCall& call, const char* algorithm) noexcept;
-  // The same for an op the backend starts on the issuing thread, inside do_<op>(): it started
-  // when it was issued (no clock read). Recorded when do_<op>() returns, together with the op's
-  // end if it has ended by then (one recorder update for an op run inline).
-  void trace_started_at_issue(const OpCall& call, const char* algorithm) noexcept;
+  // Allreduces of at most `bytes` bytes are recorded in the flight recorder by the backend,
+  // through trace_issued(), instead of before do_allreduce(): a backend that may run them on
+  // the issuing thread then records their issue and start in one update.
+  void record_small_allreduces_late(std::size_t bytes) noexcept { late_record_bytes_ = bytes; }
+  // Records the op being issued if its record was left to the backend (a no-op otherwise),
+  // as started at its issue time with `algorithm` if that is not null. do_allreduce() calls it
+  // before any other thread may see the op (trace_started() needs the entry).
+  void trace_issued(const OpCall& call, const char* algorithm) noexcept;
   // Throws InvalidArgument unless t lives on device() (checked by every public method).
   virtual void check_device(const Tensor& t, const char* what, const char* op_name) const;
 
@@ -145,8 +149,9 @@ class CHORUS_API ProcessGroup : public std::enable_shared_from_this<ProcessGroup
                                         const OpCall& call) = 0;
 
  private:
+  // `late`: the op's record is left to the backend (trace_issued()).
   OpCall begin(const char* name, const std::optional<Duration>& timeout, bool collective,
-               TraceEntry& trace);
+               TraceEntry& trace, bool late = false);
   // Records the op's end in the flight recorder when `work` completes; returns `work`.
   std::shared_ptr<Work> traced(const OpCall& call, std::shared_ptr<Work> work);
   FlightRecorder& recorder();
@@ -171,9 +176,10 @@ class CHORUS_API ProcessGroup : public std::enable_shared_from_this<ProcessGroup
   std::once_flag recorder_once_;
   std::shared_ptr<FlightRecorder> recorder_;
   std::atomic<FlightRecorder*> recorder_made_{nullptr};  // recorder_.get() once made
-  // The algorithm of the op being issued if it started at issue (trace_started_at_issue()),
-  // until traced() records it. Guarded by issue_mu_.
-  const char* started_at_issue_ = nullptr;
+  std::size_t late_record_bytes_ = 0;                    // record_small_allreduces_late(); 0: none
+  // The entry of the op being issued while its record is left to the backend (begin()'s
+  // caller's). Guarded by issue_mu_.
+  const TraceEntry* unrecorded_ = nullptr;
 };
 
 // The tcp backend: CPU tensors, ring algorithms over TCP. Collective over ranks [0, size):

@@ -77,6 +77,27 @@ std::uint64_t FlightRecorder::issued(const TraceEntry& entry, Clock::time_point 
   }
   const std::int64_t now = stamp_us(at);
   const std::lock_guard lock(mu_);
+  return record_issue(entry, now);
+}
+
+void FlightRecorder::issued_as(std::uint64_t record, const TraceEntry& entry, Clock::time_point at,
+                               const char* algorithm) noexcept {
+  if (record == 0 || record != next_record()) {
+    return;
+  }
+  const std::int64_t now = stamp_us(at);
+  const std::lock_guard lock(mu_);
+  record_issue(entry, now);
+  if (algorithm != nullptr) {
+    TraceEntry& e = ring_[latest_];
+    e.started_us = now;
+    e.algorithm = algorithm;
+    e.state = TraceState::started;
+  }
+}
+
+std::uint64_t FlightRecorder::record_issue(const TraceEntry& entry, std::int64_t now) noexcept {
+  fold_latest_end();  // before the latest entry changes
   const std::uint64_t record = ++recorded_;
   latest_ = record == 1 || latest_ + 1 == ring_.size() ? 0 : latest_ + 1;
   TraceEntry& e = ring_[latest_];
@@ -99,6 +120,47 @@ std::uint64_t FlightRecorder::issued(const TraceEntry& entry, Clock::time_point 
   return record;
 }
 
+namespace {
+constexpr std::uint64_t kRecordBits = 0xffffffff;
+constexpr std::uint64_t kEndSet = std::uint64_t{1} << 31;
+constexpr std::int64_t kMaxEndOffsetUs = (std::int64_t{1} << 31) - 1;  // 35 minutes
+}  // namespace
+
+void FlightRecorder::ended_latest(std::uint64_t record, Clock::time_point issued,
+                                  Clock::time_point end) noexcept {
+  // recorded_ is written only by issuers, which the group's issue lock orders with this call.
+  if (record == 0 || record != recorded_) {
+    ended(record, nullptr);
+    return;
+  }
+  // The offset in the units of the stamps: the end's microseconds less the issue's.
+  const std::int64_t offset =
+      std::clamp<std::int64_t>(since_epoch_us(end) - since_epoch_us(issued), 0,
+                               kMaxEndOffsetUs);  // tsc_now() may step back a little
+  latest_end_.store(((record & kRecordBits) << 32) | kEndSet | static_cast<std::uint64_t>(offset),
+                    std::memory_order_release);
+}
+
+namespace {
+// Completes `e` with ended_latest()'s `end` if that is e's end and e has not ended otherwise.
+void complete_with(TraceEntry& e, std::uint64_t end) noexcept {
+  if ((end & kEndSet) == 0 || (e.record & kRecordBits) != end >> 32 || e.ended_us != 0) {
+    return;
+  }
+  const auto offset = static_cast<std::int64_t>(end & (kEndSet - 1));
+  e.ended_us = std::max(e.issued_us + offset, e.started_us);
+  e.state = TraceState::completed;
+}
+}  // namespace
+
+void FlightRecorder::fold_latest_end() noexcept {
+  const std::uint64_t end = latest_end_.load(std::memory_order_acquire);
+  if (end != folded_end_ && recorded_ != 0) {
+    folded_end_ = end;
+    complete_with(ring_[latest_], end);
+  }
+}
+
 void FlightRecorder::started(std::uint64_t record, const char* algorithm) noexcept {
   if (record == 0) {
     return;
@@ -112,28 +174,7 @@ void FlightRecorder::started(std::uint64_t record, const char* algorithm) noexce
   }
 }
 
-namespace {
-void start_at_issue(TraceEntry& e, const char* algorithm) noexcept {
-  if (e.state == TraceState::issued) {
-    e.started_us = e.issued_us;
-    e.algorithm = algorithm != nullptr ? algorithm : "";
-    e.state = TraceState::started;
-  }
-}
-}  // namespace
-
-void FlightRecorder::started_at_issue(std::uint64_t record, const char* algorithm) noexcept {
-  if (record == 0) {
-    return;
-  }
-  const std::lock_guard lock(mu_);
-  if (TraceEntry* e = slot(record); e != nullptr) {
-    start_at_issue(*e, algorithm);
-  }
-}
-
-void FlightRecorder::ended(std::uint64_t record, const std::exception_ptr& error,
-                           const char* started_at_issue) noexcept {
+void FlightRecorder::ended(std::uint64_t record, const std::exception_ptr& error) noexcept {
   if (record == 0) {
     return;
   }
@@ -148,9 +189,6 @@ void FlightRecorder::ended(std::uint64_t record, const std::exception_ptr& error
   const std::int64_t now = stamp_us(tsc_now());
   const std::lock_guard lock(mu_);
   if (TraceEntry* e = slot(record); e != nullptr) {
-    if (started_at_issue != nullptr) {
-      start_at_issue(*e, started_at_issue);
-    }
     e->ended_us = std::max(now, std::max(e->started_us, e->issued_us));
     e->state = error ? TraceState::failed : TraceState::completed;
     if (error) {
@@ -195,6 +233,9 @@ TraceSnapshot FlightRecorder::snapshot() const {
   s.entries.reserve(kept);
   for (std::uint64_t r = recorded_ - kept + 1; r <= recorded_; ++r) {
     s.entries.push_back(ring_[(r - 1) % ring_.size()]);
+  }
+  if (!s.entries.empty()) {  // the latest op's end, if published since the last fold
+    complete_with(s.entries.back(), latest_end_.load(std::memory_order_acquire));
   }
   return s;
 }

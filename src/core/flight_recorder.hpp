@@ -4,20 +4,22 @@
 // finished (dumped by trace_dump.hpp, read by chorus-trace) tells which rank fell behind, which
 // op mismatched and where the first failure was, which one error message per rank cannot.
 //
-// Cost per op: an uncontended spin lock per event (an op run inline on the issuing thread has
-// two: issued, and started-and-ended), a few stores into a preallocated slot, and no
+// Cost per op: an uncontended spin lock per event, a few stores into a preallocated slot, and no
 // allocation (op/algorithm names are static strings; an error message is copied only when an op
-// fails). Stamps are steady time from tsc_now() (core/tsc_clock.hpp: the TSC where that is as
-// good), the issue stamp the one the caller read already for the op's deadline, turned into Unix
-// time with the offset between the two clocks taken when the recorder was made, so that ranks'
-// dumps line up; a step of the system clock later (not a slew) shifts this rank's stamps by that
-// step. A clock_gettime() costs about as much as the rest of an 8-byte op's recording on a VM,
-// hence the TSC. An end or start stamp is never before the op's earlier ones (tsc_now() may step
-// back by a few microseconds when it re-anchors).
+// fails). An op run inline on the issuing thread costs one locked update: its issue and start
+// together (issued_as()), and its end published with one store (ended_latest()) that the next
+// locked update folds into its entry. Stamps are steady time from tsc_now() (core/tsc_clock.hpp:
+// the TSC where that is as good), the issue stamp the one the caller read already for the op's
+// deadline, turned into Unix time with the offset between the two clocks taken when the recorder
+// was made, so that ranks' dumps line up; a step of the system clock later (not a slew) shifts this
+// rank's stamps by that step. A clock_gettime() costs about as much as the rest of an 8-byte op's
+// recording on a VM, hence the TSC. An end or start stamp is never before the op's earlier ones
+// (tsc_now() may step back by a few microseconds when it re-anchors).
 #pragma once
 
 #include "core/private.hpp"
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <exception>
@@ -80,13 +82,21 @@ class FlightRecorder {
 
   // Records an op issued at `now`; returns its record number for the calls below.
   std::uint64_t issued(const TraceEntry& entry, Clock::time_point now = Clock::now()) noexcept;
+  // The number issued() will give the next op (0 when recording is off), for an op whose entry
+  // is made later by issued_as(), issue and start in one update. issued(), next_record(),
+  // issued_as() and ended_latest() are called by one thread at a time (the group's issue
+  // lock), with no other issue between next_record() and issued_as().
+  std::uint64_t next_record() const noexcept { return ring_.empty() ? 0 : recorded_ + 1; }
+  // Records op `record` (next_record()) issued at `now`, started then with `algorithm` if not
+  // null. A record that is not next_record() is ignored.
+  void issued_as(std::uint64_t record, const TraceEntry& entry, Clock::time_point now,
+                 const char* algorithm) noexcept;
   void started(std::uint64_t record, const char* algorithm) noexcept;
-  // An op that started on the issuing thread as it was issued: started at its issue time.
-  void started_at_issue(std::uint64_t record, const char* algorithm) noexcept;
-  // `started_at_issue`, if not null, is the algorithm of an op that started at its issue time
-  // and was not recorded as started (started_at_issue() and ended() in one update).
-  void ended(std::uint64_t record, const std::exception_ptr& error,
-             const char* started_at_issue = nullptr) noexcept;
+  void ended(std::uint64_t record, const std::exception_ptr& error) noexcept;
+  // The successful end at `end` of the latest op, issued at `issued`, from its issuing
+  // thread: one store, no lock (the next issue or snapshot applies it). Any other record goes
+  // through ended(), ended now.
+  void ended_latest(std::uint64_t record, Clock::time_point issued, Clock::time_point end) noexcept;
   // The group's first failure (kept once).
   void group_failed(const std::exception_ptr& error) noexcept;
 
@@ -96,15 +106,26 @@ class FlightRecorder {
 
  private:
   TraceEntry* slot(std::uint64_t record) noexcept;  // null if overwritten or 0
+  // Fills the next slot; under mu_.
+  std::uint64_t record_issue(const TraceEntry& entry, std::int64_t issued_us) noexcept;
+  // Applies latest_end_ to the latest entry if it is new; under mu_ (a snapshot applies it to
+  // its copy).
+  void fold_latest_end() noexcept;
   // Microseconds since the Unix epoch at steady time `t`.
   std::int64_t stamp_us(Clock::time_point t) const noexcept;
 
   const TraceGroup group_;
   const std::int64_t steady_to_unix_us_;  // Unix time minus steady time, when made
   mutable SpinLock mu_;  // held for a few stores per event (a snapshot: a copy of the ring)
-  std::vector<TraceEntry> ring_;    // guarded by mu_
-  std::uint64_t recorded_ = 0;      // guarded by mu_
-  std::size_t latest_ = 0;          // ring_ index of record recorded_; guarded by mu_
+  std::vector<TraceEntry> ring_;  // guarded by mu_
+  // Written under mu_ by issuers only, which the group's issue lock orders: they may read it
+  // without mu_.
+  std::uint64_t recorded_ = 0;
+  std::size_t latest_ = 0;  // ring_ index of record recorded_; guarded by mu_
+  // ended_latest()'s end: the record's low 32 bits, then bit 31 set (never 0) and the
+  // microseconds from its issue stamp to its end in bits 0-30.
+  std::atomic<std::uint64_t> latest_end_{0};
+  std::uint64_t folded_end_ = 0;    // the latest_end_ value applied last; guarded by mu_
   std::string failure_;             // guarded by mu_
   std::int64_t failure_us_ = 0;     // guarded by mu_
   std::vector<int> failure_peers_;  // guarded by mu_

@@ -125,7 +125,7 @@ void ProcessGroup::check_device(const Tensor& t, const char* what, const char* o
 
 // Called with issue_mu_ held; the caller keeps it until do_<op>() has queued the op.
 OpCall ProcessGroup::begin(const char* name, const std::optional<Duration>& timeout,
-                           bool collective, TraceEntry& trace) {
+                           bool collective, TraceEntry& trace, bool late) {
   rethrow_if_failed();
   OpCall call;
   call.name = name;
@@ -139,11 +139,16 @@ OpCall ProcessGroup::begin(const char* name, const std::optional<Duration>& time
   call.issued = tsc_now();
   call.deadline = Deadline::after(call.timeout, call.issued);
   call.seq = collective ? next_seq_++ : next_p2p_seq_++;
-  started_at_issue_ = nullptr;  // left by an earlier call that threw
   trace.seq = call.seq;
   trace.p2p = !collective;
   trace.op = name;
-  call.trace_record = recorder().issued(trace, call.issued);
+  if (late) {
+    call.trace_record = recorder().next_record();
+    unrecorded_ = &trace;
+  } else {
+    unrecorded_ = nullptr;
+    call.trace_record = recorder().issued(trace, call.issued);
+  }
   return call;
 }
 
@@ -167,17 +172,17 @@ std::shared_ptr<Work> ProcessGroup::traced(const OpCall& call, std::shared_ptr<W
   if (call.trace_record == 0 || !work) {
     return work;
   }
-  // A Work complete already (the backend ran the op on this thread): its end now, with its
-  // start at issue if the backend noted one (one recorder call for both). Backends built on
-  // WorkState note the end before waiters wake (a dump taken after wait() shows the op ended);
-  // others through a callback.
-  const char* at_issue = std::exchange(started_at_issue_, nullptr);
+  // A Work complete already (the backend ran the op on this thread): its end now. Backends
+  // built on WorkState note the end before waiters wake (a dump taken after wait() shows the op
+  // ended); others through a callback.
+  trace_issued(call, nullptr);  // if the backend left it unrecorded
   if (work->is_completed()) {
-    recorder_->ended(call.trace_record, work->exception(), at_issue);
+    if (!work->is_success()) {
+      recorder_->ended(call.trace_record, work->exception());
+    } else {  // one store, no lock
+      recorder_->ended_latest(call.trace_record, call.issued, tsc_now());
+    }
     return work;
-  }
-  if (at_issue != nullptr) {
-    recorder_->started_at_issue(call.trace_record, at_issue);
   }
   if (auto* state = dynamic_cast<WorkState*>(work.get())) {
     state->trace_end_in(recorder_, call.trace_record);
@@ -195,9 +200,9 @@ void ProcessGroup::trace_started(const OpCall& call, const char* algorithm) noex
   }
 }
 
-void ProcessGroup::trace_started_at_issue(const OpCall& call, const char* algorithm) noexcept {
-  if (call.trace_record != 0) {
-    started_at_issue_ = algorithm;  // recorded by traced(), under the same issue lock
+void ProcessGroup::trace_issued(const OpCall& call, const char* algorithm) noexcept {
+  if (const TraceEntry* entry = std::exchange(unrecorded_, nullptr)) {
+    recorder_->issued_as(call.trace_record, *entry, call.issued, algorithm);
   }
 }
 
@@ -230,7 +235,8 @@ std::shared_ptr<Work> ProcessGroup::allreduce(Tensor in, Tensor out,
   check_device(out, "output", call.name);
   const std::lock_guard issue(issue_mu_);
   TraceEntry trace = op_trace(in);
-  OpCall op = begin(call.name, options.timeout, true, trace);
+  const bool late = late_record_bytes_ != 0 && in.nbytes() <= late_record_bytes_;
+  OpCall op = begin(call.name, options.timeout, true, trace, late);
   return traced(op, do_allreduce(in, out, options.op, op));
 }
 

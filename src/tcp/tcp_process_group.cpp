@@ -102,6 +102,9 @@ class TcpProcessGroup final : public ProcessGroup {
     peer_memory_ = stack.peer_memory;
     shared_memory_ = stack.shared_memory;
     board_ = stack.board != nullptr;
+    if (board_) {
+      record_small_allreduces_late(SlotBoard::kSlotBytes);  // collective(): the board path
+    }
     ec.board = std::move(stack.board);
     engine_ = std::make_unique<Engine>(std::move(ec), std::move(stack.transport));
   }
@@ -247,13 +250,14 @@ class TcpProcessGroup final : public ProcessGroup {
         board_ && kind == OpKind::allreduce && !o->args.forced && SlotBoard::takes(o->bytes);
     if (o->on_board && (!last_engine_collective_ || last_engine_collective_->is_completed()) &&
         !engine_->on_engine_thread()) {
-      trace_started_at_issue(call, "board");
+      trace_issued(call, "board");  // issued and started in one update
       std::exception_ptr error;
       if (engine_->run_on_board(*o, error)) {
         return DoneWork::make(call.name, call.seq, std::move(error));
       }
       // Handed to the engine after all (late peers, a mismatch), published already.
     }
+    trace_issued(call, nullptr);  // before the engine thread may note its start
     auto queued = std::make_unique<Op>(std::move(built));
     o = queued.get();
     o->work = std::make_shared<WorkState>(call.name, call.seq);

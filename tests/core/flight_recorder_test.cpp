@@ -55,21 +55,82 @@ TEST_CASE("the flight recorder keeps the last ops in issue order and ignores ove
   CHECK(s.entries[2].ended_us >= s.entries[2].started_us);
 }
 
-TEST_CASE("ops ended as soon as issued land in their own entries round the ring", "[core][trace]") {
-  // The pattern of ops run inline (each ends before the next is issued), over several laps.
+TEST_CASE("ops run inline, recorded late and ended with one store, land in their own entries",
+          "[core][trace]") {
+  // The pattern of small ops run on the issuing thread (each ends before the next is issued):
+  // the number first, the entry once the op started, its end published without the lock.
   FlightRecorder rec({.name = "world", .backend = "tcp", .rank = 0, .size = 2}, 3);
   for (std::uint64_t seq = 1; seq <= 8; ++seq) {
-    const std::uint64_t record = rec.issued(op(seq));
-    rec.ended(record, nullptr, "board");
+    const std::uint64_t record = rec.next_record();
+    CHECK(record == seq);
+    const Clock::time_point issued = Clock::now();
+    rec.issued_as(record, op(seq), issued, "board");
+    if (seq == 4) {  // a dump taken while it waits for its peers
+      const TraceSnapshot waiting = rec.snapshot();
+      CHECK(waiting.entries.back().record == 4);
+      CHECK(waiting.entries.back().state == TraceState::started);
+      CHECK(waiting.entries.back().started_us == waiting.entries.back().issued_us);
+      CHECK(waiting.entries.back().ended_us == 0);
+    }
+    rec.ended_latest(record, issued, Clock::now());
+    if (seq == 5) {  // a dump taken after its end, before the next issue
+      const TraceSnapshot done = rec.snapshot();
+      CHECK(done.entries.back().record == 5);
+      CHECK(done.entries.back().state == TraceState::completed);
+      CHECK(done.entries.back().ended_us >= done.entries.back().started_us);
+    }
   }
   const TraceSnapshot s = rec.snapshot();
   REQUIRE(s.entries.size() == 3);
   for (std::size_t i = 0; i < 3; ++i) {
     CHECK(s.entries[i].seq == 6 + i);
     CHECK(s.entries[i].record == 6 + i);
-    CHECK(s.entries[i].state == TraceState::completed);
+    CHECK(s.entries[i].state == TraceState::completed);  // 6 and 7 folded by the next issue
     CHECK(std::string(s.entries[i].algorithm) == "board");
+    CHECK(s.entries[i].ended_us >= s.entries[i].started_us);
   }
+}
+
+TEST_CASE("an inline end keeps the offset from its issue, clamped, and only for the latest op",
+          "[core][trace]") {
+  FlightRecorder rec({.name = "world", .backend = "tcp", .rank = 0, .size = 2}, 4);
+  const Clock::time_point t0 = Clock::now();
+  const std::uint64_t first = rec.issued(op(1), t0);
+  const std::uint64_t second = rec.issued(op(2), t0);
+  rec.ended_latest(first, t0, t0);  // not the latest: recorded through the lock at once
+  {
+    const TraceSnapshot s = rec.snapshot();
+    CHECK(s.entries[0].state == TraceState::completed);
+    CHECK(s.entries[1].state == TraceState::issued);
+  }
+  // An issue stamp 10 s ahead of the end (a clock that stepped back): ends at its issue.
+  const Clock::time_point ahead = Clock::now() + std::chrono::seconds(10);
+  const std::uint64_t third = rec.next_record();
+  rec.issued_as(second, op(3), ahead, "board");  // not next_record(): ignored
+  CHECK(rec.next_record() == third);
+  rec.issued_as(third, op(3), ahead, nullptr);
+  rec.ended_latest(third, ahead, Clock::now());
+  rec.ended_latest(third, ahead, Clock::now());  // twice: the same end
+  const std::uint64_t fourth = rec.issued(op(4));
+  rec.ended(fourth, std::make_exception_ptr(std::runtime_error("late")));
+  const TraceSnapshot s = rec.snapshot();
+  REQUIRE(s.entries.size() == 4);
+  CHECK(s.entries[2].record == third);
+  CHECK(s.entries[2].state == TraceState::completed);
+  CHECK(std::string(s.entries[2].algorithm).empty());
+  CHECK(s.entries[2].ended_us == s.entries[2].issued_us);
+  CHECK(s.entries[3].state == TraceState::failed);  // an earlier inline end leaves it alone
+  CHECK(s.entries[1].state == TraceState::issued);
+  // An end 3 ms after the issue keeps that offset (to the microsecond).
+  FlightRecorder later({.name = "world"}, 2);
+  const Clock::time_point issued = Clock::now() - std::chrono::milliseconds(3);
+  const std::uint64_t record = later.next_record();
+  later.issued_as(record, op(1), issued, "board");
+  const std::int64_t before_us = trace_now_us();
+  later.ended_latest(record, issued, Clock::now());
+  const TraceEntry e = later.snapshot().entries.back();
+  CHECK(e.ended_us - e.issued_us >= 3000);
+  CHECK(e.ended_us - e.issued_us < 3000 + (trace_now_us() - before_us) + 2000);
 }
 
 TEST_CASE("a recorder of capacity 0 records nothing", "[core][trace]") {

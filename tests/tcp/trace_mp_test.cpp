@@ -167,6 +167,8 @@ TEST_CASE("chorus-trace names a stopped rank that never reported, from the survi
   CHECK(report.find("named by every other failed rank: rank 2 ") != std::string::npos);
   // All three ranks on this host: a small allreduce goes through the board.
   CHECK(has_line(report, {" 4 allreduce", "256 x float32", "board", "started"}));
+  // The ones before it ran on the issuing thread: recorded once started, ended with one store.
+  CHECK(has_line(report, {" 3 allreduce", "256 x float32", "board", "completed"}));
   CHECK(report.find("timed out") != std::string::npos);
   // The installed tool prints the same report.
   CHECK(run_tool("--last 6 " + dir.path) == std::make_pair(0, report));
