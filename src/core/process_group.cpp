@@ -169,13 +169,14 @@ FlightRecorder& ProcessGroup::recorder() {
 }
 
 std::shared_ptr<Work> ProcessGroup::traced(const OpCall& call, std::shared_ptr<Work> work) {
+  // If the backend left the op unrecorded; either way the pointer to the caller's entry goes.
+  trace_issued(call, nullptr);
   if (call.trace_record == 0 || !work) {
     return work;
   }
   // A Work complete already (the backend ran the op on this thread): its end now. Backends
   // built on WorkState note the end before waiters wake (a dump taken after wait() shows the op
   // ended); others through a callback.
-  trace_issued(call, nullptr);  // if the backend left it unrecorded
   if (work->is_completed()) {
     if (!work->is_success()) {
       recorder_->ended(call.trace_record, work->exception());
