@@ -59,6 +59,10 @@ class CHORUS_API SharedBuffer {
   std::size_t size_ = 0;
 };
 
+// The smallest op, its count in bytes, that takes the single-copy path (the sizes above); below
+// it the shared rings are faster, and a SharedBuffer is ordinary memory to the op.
+inline constexpr std::size_t kSharedBufferMinOpBytes = 256 * 1024;
+
 // Whether [data, data + bytes) lies wholly inside one live SharedBuffer of this process.
 CHORUS_API bool in_shared_buffer(const void* data, std::size_t bytes) noexcept;
 

@@ -15,7 +15,7 @@ import torch.distributed as _dist
 
 from . import _C
 
-__all__ = ["ProcessGroupChorus", "BACKEND", "shared_empty"]
+__all__ = ["ProcessGroupChorus", "BACKEND", "shared_empty", "share_", "allreduce_hook"]
 
 BACKEND = "chorus"
 ProcessGroupChorus = _C.ProcessGroupChorus
@@ -55,6 +55,52 @@ def shared_empty(*size, dtype=None):
         return torch.zeros(shape, dtype=dtype)
     memory = _C.SharedBuffer(numel * torch.empty((), dtype=dtype).element_size())
     return torch.frombuffer(memory, dtype=dtype, count=numel).view(shape)
+
+
+def share_(tensor):
+    """Moves a CPU tensor's memory into a chorus SharedBuffer in place and returns the tensor.
+
+    Like ``Tensor.share_memory_()``: the values stay, and every tensor that shares the storage
+    (views, gradients that are views of a DDP bucket) now lives in the SharedBuffer, so the
+    ops ``shared_empty`` names take the single-copy path on it. A no-op for a tensor that is
+    there already or empty. Copies the storage once; do not call it while an op on the tensor
+    is in flight. A tensor made on other memory (``torch.from_numpy``, ``torch.frombuffer``)
+    no longer aliases it afterwards. The memory costs one file descriptor while it lives, and a
+    child made by ``fork()`` shares it with its parent.
+    """
+    if tensor.device.type != "cpu":
+        raise ValueError(f"chorus.torch.share_: the tensor is on {tensor.device}; "
+                         "SharedBuffers are host memory")
+    _C.move_to_shared_buffer(tensor)
+    return tensor
+
+
+def allreduce_hook(process_group, bucket):
+    """A DDP communication hook: averages each gradient bucket as DDP does without a hook, with
+    the bucket moved into a SharedBuffer (``share_``) the first time it is seen::
+
+        model = DistributedDataParallel(module)
+        model.register_comm_hook(None, chorus.torch.allreduce_hook)
+
+    On a chorus group whose ranks share one host, buckets of 256 KiB and more then take the
+    single-copy path instead of the shared rings: DDP allocates its buckets itself, so this is
+    how they become SharedBuffers. Each bucket is copied once (when DDP makes it: at the first
+    step, and again after DDP regroups the buckets at the second). Every rank must register
+    the hook, or none: a rank whose bucket is ordinary memory where the others' are shared
+    fails the op on every rank. ``process_group`` is the group to average over (None: the
+    default group), the state that ``register_comm_hook`` passes; on a group of another backend
+    the hook averages as DDP does and moves nothing.
+    """
+    group = process_group if process_group is not None else _dist.group.WORLD
+    tensor = bucket.buffer()
+    if _dist.get_backend(group) != BACKEND:  # gloo has no AVG; SharedBuffers mean nothing there
+        tensor.div_(_dist.get_world_size(group))
+        work = _dist.all_reduce(tensor, group=group, async_op=True)
+        return work.get_future().then(lambda _: tensor)
+    if tensor.numel() * tensor.element_size() >= _C.shared_buffer_min_bytes:
+        _C.move_to_shared_buffer(tensor)
+    work = _dist.all_reduce(tensor, op=_dist.ReduceOp.AVG, group=group, async_op=True)
+    return work.get_future().then(lambda _: tensor)
 
 
 def _register():

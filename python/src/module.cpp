@@ -7,6 +7,7 @@
 #include <torch/csrc/utils/pybind.h>
 
 #include "process_group_chorus.hpp"
+#include "shared_storage.hpp"
 
 namespace py = pybind11;
 using chorus::torch_bridge::ProcessGroupChorus;
@@ -30,6 +31,17 @@ PYBIND11_MODULE(_C, m) {
       .def_property_readonly("group_name", [](const ProcessGroupChorus& pg) {
         return pg.chorus_group()->name();
       });
+
+  m.def("move_to_shared_buffer", &chorus::torch_bridge::move_to_shared_buffer, py::arg("tensor"),
+        "Moves the tensor's storage into a SharedBuffer in place (chorus.torch.share_); false "
+        "when it is empty or there already.");
+  m.def(
+      "in_shared_buffer",
+      [](const at::Tensor& t) {
+        return t.device().is_cpu() && chorus::in_shared_buffer(t.data_ptr(), t.nbytes());
+      },
+      py::arg("tensor"), "Whether the tensor's bytes lie in one SharedBuffer of this process.");
+  m.attr("shared_buffer_min_bytes") = chorus::kSharedBufferMinOpBytes;
 
   // The memory behind chorus.torch.shared_empty(): a Python buffer that torch.frombuffer wraps
   // (the tensor keeps the object, and so the memory, alive).

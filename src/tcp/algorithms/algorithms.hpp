@@ -12,6 +12,8 @@
 #include <string>
 #include <vector>
 
+#include <chorus/shared_buffer.hpp>
+
 #include "core/signature.hpp"
 #include "tcp/schedule.hpp"
 
@@ -58,7 +60,7 @@ struct CollectiveArgs {
 
 // Ops whose buffers may go through the peers' SharedBuffer mappings, from this many bytes
 // (the op's count in bytes); below it the rings and the board win. The same on every rank.
-inline constexpr std::size_t kSharedBufferMinBytes = 256 * 1024;
+inline constexpr std::size_t kSharedBufferMinBytes = kSharedBufferMinOpBytes;
 // Whether `kind` has a direct algorithm that maps SharedBuffers.
 inline bool maps_shared_buffers(OpKind kind) noexcept {
   return kind == OpKind::allreduce || kind == OpKind::reduce_scatter || kind == OpKind::allgather ||
