@@ -14,6 +14,10 @@
 
 namespace chorus {
 
+namespace store {
+struct TcpStoreAccess;  // the library's own view of a client (its job token); not API
+}  // namespace store
+
 struct TcpStoreServerOptions {
   std::string host = "0.0.0.0";          // bind address ("::" for dual-stack, "127.0.0.1" ...)
   std::uint16_t port = 29500;            // 0 picks a free port: see TcpStoreServer::port()
@@ -140,6 +144,7 @@ class CHORUS_API TcpStore final : public Store {
   Duration ping();
 
  private:
+  friend struct store::TcpStoreAccess;
   class Impl;
   std::unique_ptr<Impl> impl_;
 };

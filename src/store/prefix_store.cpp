@@ -5,6 +5,8 @@
 #include <chorus/errors.hpp>
 #include <chorus/store.hpp>
 
+#include "store/store_token.hpp"
+
 namespace chorus {
 namespace {
 
@@ -38,6 +40,7 @@ class PrefixStore final : public Store {
     base_->multi_set(ks(keys), values);
   }
   void append(const std::string& key, const Bytes& value) override { base_->append(k(key), value); }
+  const Store& base() const noexcept { return *base_; }
 
  private:
   std::string k(const std::string& key) const { return prefix_ + key; }
@@ -55,6 +58,11 @@ class PrefixStore final : public Store {
 };
 
 }  // namespace
+
+const Store* store::prefix_base(const Store& s) noexcept {
+  const auto* p = dynamic_cast<const PrefixStore*>(&s);
+  return p ? &p->base() : nullptr;
+}
 
 std::shared_ptr<Store> make_prefix_store(std::string prefix, std::shared_ptr<Store> base) {
   if (!base) {

@@ -13,6 +13,7 @@
 #include "net/address.hpp"
 #include "store/missing_keys.hpp"
 #include "store/store_auth.hpp"
+#include "store/store_token.hpp"
 #include "store/tcp_store_client.hpp"
 #include "store/tcp_store_server.hpp"
 
@@ -141,6 +142,8 @@ TcpStore::TcpStore(const TcpStoreOptions& options) : Store(options.timeout) {
 TcpStore::~TcpStore() = default;
 
 std::uint16_t TcpStore::port() const noexcept { return impl_->port; }
+
+std::string store::TcpStoreAccess::token(const TcpStore& s) { return s.impl_->client->token(); }
 const std::string& TcpStore::host() const noexcept { return impl_->host; }
 
 namespace {

@@ -45,6 +45,7 @@ class Client {
   std::uint16_t port() const noexcept { return port_; }
   std::string address() const;
   const Limits& limits() const noexcept { return limits_; }
+  const std::string& token() const noexcept { return token_; }  // "": none
 
  private:
   struct Pending {

@@ -5,12 +5,13 @@
 // A liveness probe (membership.cpp) is a hello on channel kProbeChannel. Pure functions.
 //
 // Membership proof (3 messages; docs/architecture.md, "Connection mesh"): every formation has
-// a random 32-byte secret in the store (membership.hpp). The connecting end sends its hello and
-// a fresh nonce ("open"); the accepting end answers with its hello, its own nonce and a proof
-// (HMAC of the secret over both); the connecting end checks it and sends its own proof, which
-// the accepting end checks before the socket carries anything. Without the store's secret a
-// stranger can neither join a group nor pose as one of its ranks, and a captured handshake
-// cannot be replayed (the other side's nonce is fresh).
+// a 32-byte secret, derived from the job token and a random seed in the store when the job has
+// a token, else the random bytes in the store themselves (group_key.hpp, membership.hpp). The
+// connecting end sends its hello and a fresh nonce ("open"); the accepting end answers with its
+// hello, its own nonce and a proof (HMAC of the secret over both); the connecting end checks it
+// and sends its own proof, which the accepting end checks before the socket carries anything.
+// Without the secret a stranger can neither join a group nor pose as one of its ranks, and a
+// captured handshake cannot be replayed (the other side's nonce is fresh).
 #pragma once
 
 #include "core/private.hpp"

@@ -426,8 +426,9 @@ void LinkConnector::step_dial(Dial& d, std::size_t index, short revents) {
     fail(peer,
          fmt::format("the process at {} answered as rank {} but cannot prove it belongs to this "
                      "group (wrong membership proof): not this formation's rank {} (another job, "
-                     "or an impostor at that address)",
-                     d.address, peer, peer),
+                     "or an impostor at that address); if it is this job's rank {}, the ranks' "
+                     "job tokens differ: give every rank the same CHORUS_STORE_TOKEN (or none)",
+                     d.address, peer, peer, peer),
          0, false);
     return;
   }
@@ -547,7 +548,8 @@ void LinkConnector::step_incoming(Incoming& in) {
   if (!net::equal_macs(in.proof, in.expected)) {
     drop(
         fmt::format("it claims to be rank {} but sent a wrong membership proof: not a member of "
-                    "this formation (a replayed or forged handshake)",
+                    "this formation (a replayed or forged handshake, or a rank whose "
+                    "CHORUS_STORE_TOKEN differs from this one's)",
                     in.peer));
     return;
   }

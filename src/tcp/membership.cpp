@@ -19,6 +19,7 @@
 #include "core/logging.hpp"
 #include "net/address.hpp"
 #include "net/connect.hpp"
+#include "tcp/group_key.hpp"
 #include "tcp/handshake.hpp"
 
 namespace chorus::tcp {
@@ -70,17 +71,32 @@ struct Leader {
   std::uint64_t group_id = 0;
   std::string who;
   std::string address;
-  GroupSecret secret{};
+  // The formation's random bytes: the group secret itself when rank 0 had no job token, else
+  // the seed every rank derives the secret from with its token (group_key.hpp).
+  GroupSecret seed{};
+  std::optional<GroupSecret> token_check;  // set iff rank 0 had a job token
 };
+
+// The key field after the seed: "open" (the seed is the secret) or "token:<check hex>". A
+// record without one is "open".
+constexpr std::string_view kOpenKey = "open";
+constexpr std::string_view kTokenKey = "token:";
 
 std::optional<Leader> parse_leader(const std::string& text) {
   std::istringstream in(text);
   Leader l;
   std::string id;
-  std::string secret;
-  if (!(in >> l.size >> id >> l.who >> l.address >> secret) || l.size < 1 ||
-      !net::from_hex(secret, l.secret)) {
+  std::string seed;
+  if (!(in >> l.size >> id >> l.who >> l.address >> seed) || l.size < 1 ||
+      !net::from_hex(seed, l.seed)) {
     return std::nullopt;
+  }
+  if (std::string key; in >> key && key != kOpenKey) {
+    GroupSecret check{};
+    if (key.rfind(kTokenKey, 0) != 0 || !net::from_hex(key.substr(kTokenKey.size()), check)) {
+      return std::nullopt;
+    }
+    l.token_check = check;
   }
   try {
     l.group_id = std::stoull(id, nullptr, 16);
@@ -111,8 +127,9 @@ Current parse_current(std::string raw) {
 Current read_current(Store& store) { return parse_current(peek(store, kCurrentEpochKey)); }
 
 std::string leader_record(const Leader& l) {
-  return fmt::format("{} {:016x} {} {} {}", l.size, l.group_id, l.who, l.address,
-                     net::to_hex(l.secret));
+  return fmt::format(
+      "{} {:016x} {} {} {} {}", l.size, l.group_id, l.who, l.address, net::to_hex(l.seed),
+      l.token_check ? std::string(kTokenKey) + net::to_hex(*l.token_check) : std::string(kOpenKey));
 }
 
 // True if a process accepts connections at the leader's address: a leader record left by a
@@ -371,12 +388,24 @@ Outcome await_state(Store& store, Membership& m, const MembershipOptions& o) {
   }
 }
 
+// Why this rank's job token cannot join the leader's formation ("" if it can).
+std::string token_clash(const Leader& leader, const MembershipOptions& o) {
+  return tcp::token_mismatch(o.token, leader.token_check ? &*leader.token_check : nullptr,
+                             leader.seed, leader.group_id,
+                             fmt::format("rank 0 (process {})", leader.who),
+                             fmt::format("rank {} ({})", o.rank, process_identity()));
+}
+
+// The formation's membership secret as this rank holds it: derived from the job token when
+// rank 0 had one (the store holds only the seed), else the recorded bytes themselves. A rank
+// whose token does not match never gets here (follow() fails the formation first).
 Membership membership_of(const std::string& epoch, const Leader& leader,
                          const MembershipOptions& o) {
   Membership m;
   m.epoch = epoch;
   m.group_id = leader.group_id;
-  m.secret = leader.secret;
+  m.secret =
+      leader.token_check ? derive_group_secret(o.token, leader.seed, leader.group_id) : leader.seed;
   m.size = o.size;
   m.addresses[o.rank] = o.local_address;
   return m;
@@ -404,7 +433,12 @@ Membership lead(Store& store, const MembershipOptions& o) {
   me.group_id = random_group_id();
   me.who = pid_at_host();
   me.address = o.local_address;
-  net::random_bytes(me.secret);
+  net::random_bytes(me.seed);
+  if (!o.token.empty()) {
+    me.token_check = token_check(o.token, me.seed, me.group_id);
+  } else {
+    note_tokenless_group(o.where);
+  }
   const std::string epoch = random_epoch();
   Membership m = membership_of(epoch, me, o);
   // Records first, `current` last: whoever reads `current` finds rank 0's address and claim.
@@ -502,6 +536,13 @@ Membership follow(Store& store, const MembershipOptions& o) {
               "({}) has WORLD_SIZE={}; start every rank with the same WORLD_SIZE ({})",
               o.where, leader->who, leader->size, o.rank, process_identity(), o.size,
               clash_advice()));
+    }
+    if (const std::string why = token_clash(*leader, o); !why.empty()) {
+      if (!leader_alive(*leader, o.rank, o.deadline)) {
+        skip("a different job token");
+        continue;
+      }
+      clash(store, epoch, fmt::format("{}: {}", o.where, why));
     }
     const std::string mine = member_record(o);
     const std::string claimed =

@@ -6,9 +6,11 @@
 // is therefore organised in formations ("epochs"), each led by one live rank 0:
 //   current              "<epoch> <leader>": the formation rank 0 leads now (16 hex digits)
 //                        and its leader record "<world size> <group id> <pid>@<host>
-//                        <rank 0's host:port> <secret>" (secret: 64 hex digits, the
-//                        formation's key for the handshake's membership proofs; whoever can
-//                        read the store can read it)
+//                        <rank 0's host:port> <seed> <key>" (seed: 64 hex digits; key:
+//                        "open" when rank 0 had no job token, and the seed is then the
+//                        formation's key for the handshake's membership proofs, readable by
+//                        whoever can read the store; else "token:<check>", and every rank
+//                        derives the key from its job token and the seed (group_key.hpp))
 //   e<epoch>/claim/<r>   "<world size> <pid>@<host>" of the process that claimed rank r
 //                        (compare_set: the first claimant wins, a second one is a clash)
 //   e<epoch>/addr/<r>    rank r's "host:port" and, after a space, its host id (host_id.hpp)
@@ -61,6 +63,7 @@ struct MembershipOptions {
   Deadline deadline = Deadline::never();
   std::string local_address;  // our "host:port"
   std::string host_id;        // which machine we run on (host_id.hpp): picks same-host peers
+  std::string token;          // the job token (group_key.hpp: group_token()); "": none
   // Called between the slices of every wait (rank 0 drains its listener there, so that a
   // large group's liveness probes never fill its backlog).
   std::function<void()> between_slices;
@@ -76,7 +79,8 @@ struct Membership {
   // Which ranks share a host, run-length coded as recorded in the formation's state
   // ("0*4 1*4": ranks 0-3 on one host, 4-7 on another); host_ids() expands it.
   std::string host_map;
-  GroupSecret secret{};  // proves membership in the mesh handshake
+  // Proves membership in the mesh handshake; with a job token it is never in the store.
+  GroupSecret secret{};
 };
 
 // One id per rank: ranks with equal ids share a host.

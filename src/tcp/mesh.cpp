@@ -23,6 +23,7 @@
 #include "net/address.hpp"
 #include "net/interfaces.hpp"
 #include "net/listener.hpp"
+#include "tcp/group_key.hpp"
 
 namespace chorus::tcp {
 namespace {
@@ -214,6 +215,9 @@ Mesh build_mesh(Store& store, const MeshOptions& o) {
   mo.deadline = o.deadline;
   mo.local_address = mesh.local_address;
   mo.host_id = o.host_id;
+  // With a job token the membership secret derives from it and never enters the store, which
+  // may be open to anyone (torch's TCPStore is): group_key.hpp.
+  mo.token = group_token(store);
   if (o.rank == 0) {
     // What arrives while rank 0 waits are the other ranks' liveness probes, and strangers.
     mo.between_slices = [&listener] {

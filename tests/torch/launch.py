@@ -10,6 +10,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -125,3 +126,55 @@ def chorusrun(chorusrun_path, script, n, args=(), env=None, deadline_s=180):
     """chorusrun --standalone --nproc-per-node n: the torch script runs unchanged."""
     cmd = [chorusrun_path, "--standalone", "--nproc-per-node", str(n), sys.executable, script, *args]
     return Launch([_popen(cmd, base_env(env))], deadline_s, f"chorusrun {os.path.basename(script)} x{n}")
+
+
+class Follow:
+    """Reads a process's output as it comes (a thread), so that a driver can act on a line while
+    the process runs; every wait has a deadline (time.monotonic())."""
+
+    def __init__(self, proc):
+        self.proc = proc
+        self.lines = []
+        self._cv = threading.Condition()
+        self._eof = False
+        self._thread = threading.Thread(target=self._read, daemon=True)
+        self._thread.start()
+
+    def _read(self):
+        for line in self.proc.stdout:
+            with self._cv:
+                self.lines.append(line)
+                self._cv.notify_all()
+        with self._cv:
+            self._eof = True
+            self._cv.notify_all()
+
+    def output(self):
+        with self._cv:
+            return "".join(self.lines)
+
+    def wait_for(self, marker, deadline):
+        """The first line containing marker; AssertionError at EOF or past the deadline."""
+        with self._cv:
+            while True:
+                for line in self.lines:
+                    if marker in line:
+                        return line
+                left = deadline - time.monotonic()
+                if self._eof or left <= 0:
+                    raise AssertionError(f"no line with {marker!r} "
+                                         f"({'ended' if self._eof else 'deadline'}); output:\n"
+                                         + "".join(self.lines))
+                self._cv.wait(left)
+
+    def finish(self, deadline):
+        """Waits for the process to exit (killing its session past the deadline); its exit code."""
+        try:
+            self.proc.wait(timeout=max(0.1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait()
+            self._thread.join(10)
+            raise AssertionError("still running at the deadline; output:\n" + self.output())
+        self._thread.join(10)
+        return self.proc.returncode

@@ -2,9 +2,11 @@
 """The torch backend's tests. usage: run_torch_tests.py CASE... (or "all")
 
 Environment: CHORUS_PYTHONPATH (the build's python/ directory), CHORUS_CHORUSRUN (the
-chorusrun binary). Each case launches real ranks with a hard deadline; a hang is a failure.
-Prints one line per case and exits non-zero if any failed."""
+chorusrun binary), CHORUS_JOIN_PROBE (chorus_join_probe, for case "stranger"). Each case
+launches real ranks with a hard deadline; a hang is a failure. Prints one line per case (PASS,
+FAIL, or SKIP saying why it cannot run here) and exits non-zero if any failed."""
 import os
+import pwd
 import shutil
 import signal
 import subprocess
@@ -20,6 +22,13 @@ DDP = os.path.join(HERE, "ddp_check.py")
 FAILURE = os.path.join(HERE, "failure_check.py")
 INIT = os.path.join(HERE, "init_check.py")
 SHARED = os.path.join(HERE, "shared_check.py")
+SECRET = os.path.join(HERE, "secret_check.py")
+STRANGER = os.path.join(HERE, "stranger.py")
+STRANGER_USER = "chorus-stranger"
+
+
+class Skip(Exception):
+    """A case that cannot run here, and why."""
 
 
 def last_line(outputs, marker):
@@ -111,6 +120,74 @@ def case_exit(first, how):
     return f"rank {'0 (store host)' if first == 'store' else '1, 2'} left first, {how}: all exited"
 
 
+def stranger_account():
+    """The unprivileged account the stranger runs as, made once (a system user, no home)."""
+    try:
+        return pwd.getpwnam(STRANGER_USER)
+    except KeyError:
+        subprocess.run(["useradd", "--system", "--no-create-home", STRANGER_USER], check=True,
+                       timeout=60)
+        return pwd.getpwnam(STRANGER_USER)
+
+
+def case_stranger():
+    """A chorusrun torch job (4 ranks, CHORUS_TRANSPORT=tcp: ring links only, so rank 0 would
+    answer a dial claiming rank 2) waits while an unprivileged local user reads chorus's keys
+    in its torch store with a plain TCPStore client and dials rank 0 with every secret it could
+    make of them (and of a wrong token): each attempt must be refused, and the job's next
+    allreduce exact."""
+    if os.geteuid() != 0:
+        raise Skip(f"needs root to run the stranger as the unprivileged account {STRANGER_USER}")
+    if not os.environ.get("CHORUS_JOIN_PROBE"):
+        raise Skip("CHORUS_JOIN_PROBE is unset: the probe (tests/torch/join_probe.cpp) is built "
+                   "with -Dtests=true, and meson's torch_security test sets it")
+    account = stranger_account()
+    tmp = tempfile.mkdtemp(prefix="chorus_stranger_")
+    try:
+        # What the stranger runs, where it may read it; a home of its own for torch's caches.
+        os.chmod(tmp, 0o755)
+        probe = shutil.copy(os.environ["CHORUS_JOIN_PROBE"], tmp)
+        script = shutil.copy(STRANGER, tmp)
+        os.chmod(probe, 0o755)
+        os.chmod(script, 0o644)
+        home = os.path.join(tmp, "home")
+        os.mkdir(home, 0o700)
+        os.chown(home, account.pw_uid, account.pw_gid)
+        run = launch.chorusrun(os.environ["CHORUS_CHORUSRUN"], SECRET, 4,
+                               env={"CHORUS_TRANSPORT": "tcp"}, deadline_s=90)
+        job = launch.Follow(run.procs[0])
+        try:
+            store_line = job.wait_for("STORE ", run.deadline)
+            host, port = store_line.split("STORE ", 1)[1].split()[:2]
+            env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": home,
+                   "USE_LIBUV": "0", "OMP_NUM_THREADS": "1"}  # no token, nothing of the job's
+            stranger = subprocess.run(
+                [sys.executable, script, host, port, probe], env=env, cwd=home,
+                user=account.pw_uid, group=account.pw_gid, extra_groups=[],
+                stdin=subprocess.DEVNULL, capture_output=True, text=True,
+                timeout=max(1.0, run.deadline - time.monotonic()))
+            code = job.finish(run.deadline)
+        finally:
+            run.kill_all()
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    seen = stranger.stdout + stranger.stderr
+    report = f"stranger (exit {stranger.returncode}):\n{seen}\njob (exit {code}):\n{job.output()}"
+    if "READ default_pg/0/tcp/g1/current" not in seen or f"uid={account.pw_uid}" not in seen:
+        raise AssertionError("the stranger did not read the group's record as itself:\n" + report)
+    probes = [ln for ln in seen.splitlines() if ln.startswith("probe ")]
+    joinable = [ln for ln in probes if "accept_proof=valid" in ln]
+    if joinable:
+        raise AssertionError("a reader of the torch store can join the group (its key is in the "
+                             "store): " + "; ".join(joinable) + "\n" + report)
+    if len(probes) < 2 or any("accept_proof=invalid after_proof=closed" not in ln for ln in probes):
+        raise AssertionError("every join attempt must be answered and refused:\n" + report)
+    if code != 0 or ranks_reporting([job.output()], "OK secret") != 4:
+        raise AssertionError("the job did not finish exactly:\n" + report)
+    return (f"{STRANGER_USER} read the record, {len(probes)} join attempts refused, "
+            "allreduce exact")
+
+
 CASES = {
     "ops_2": lambda: case_ops(2),
     "ops_4": lambda: case_ops(4),
@@ -129,6 +206,7 @@ CASES = {
     "exit_store_first_no_destroy": lambda: case_exit("store", "exit"),
     "exit_store_last_destroy": lambda: case_exit("others", "destroy"),
     "exit_store_last_no_destroy": lambda: case_exit("others", "exit"),
+    "stranger": case_stranger,
 }
 
 
@@ -144,6 +222,8 @@ def main(argv):
         try:
             summary = CASES[name]()
             print(f"PASS {name} ({time.monotonic() - start:.1f} s): {summary}", flush=True)
+        except Skip as e:
+            print(f"SKIP {name}: {e}", flush=True)
         except Exception as e:  # noqa: BLE001 - report every case, then fail
             failed.append(name)
             print(f"FAIL {name} ({time.monotonic() - start:.1f} s):\n{e}", flush=True)
