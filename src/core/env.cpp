@@ -3,9 +3,10 @@
 #include "core/env.hpp"
 
 #include <algorithm>
-#include <cerrno>
+#include <charconv>
 #include <cstdlib>
 #include <string_view>
+#include <system_error>
 
 #include <fmt/format.h>
 
@@ -22,32 +23,66 @@ std::optional<std::string> get(const char* name) {
   return std::string(value);
 }
 
+std::optional<long long> parse_integer(std::string_view text) {
+  // from_chars takes no leading spaces, no '+' and no "0x"; the whole text must be consumed.
+  long long value = 0;
+  const char* first = text.data();
+  const char* last = text.data() + text.size();
+  const auto [end, ec] = std::from_chars(first, last, value, 10);
+  if (text.empty() || ec != std::errc() || end != last) {
+    return std::nullopt;
+  }
+  return value;
+}
+
 std::optional<long long> get_int(const char* name, long long min, long long max,
                                  const char* who_sets_it) {
   auto text = get(name);
   if (!text) {
     return std::nullopt;
   }
-  errno = 0;
-  char* end = nullptr;
-  const long long value = std::strtoll(text->c_str(), &end, 10);
-  if (errno != 0 || end == text->c_str() || *end != '\0' || value < min || value > max) {
+  const auto value = parse_integer(*text);
+  if (!value || *value < min || *value > max) {
     throw InvalidArgument(fmt::format(
-        "environment variable {}='{}' is not an integer in [{}, {}]; it is normally set by {}: "
-        "check the launch command",
+        "environment variable {}='{}' is not an integer in [{}, {}] (decimal digits only: no "
+        "spaces, no '+', no hex); it is normally set by {}: check the launch command",
         name, *text, min, max, who_sets_it));
   }
   return value;
 }
 
-std::optional<Duration> parse_duration(const std::string& text) {
-  errno = 0;
-  char* end = nullptr;
-  const double number = std::strtod(text.c_str(), &end);
-  if (errno != 0 || end == text.c_str() || !(number >= 0) || number > 1e9) {
+namespace {
+
+// The length of the run of decimal digits at the start of `text`.
+std::size_t leading_digits(std::string_view text) {
+  std::size_t n = 0;
+  while (n < text.size() && text[n] >= '0' && text[n] <= '9') {
+    ++n;
+  }
+  return n;
+}
+
+}  // namespace
+
+std::optional<Duration> parse_duration(std::string_view text) {
+  // Digits, an optional fraction, an optional unit; nothing else (no spaces, signs, exponents,
+  // hex, inf or nan): a value that strtod would half-read is a typo, not a duration.
+  const std::size_t whole = leading_digits(text);
+  std::size_t number_end = whole;
+  if (whole > 0 && number_end < text.size() && text[number_end] == '.') {
+    const std::size_t fraction = leading_digits(text.substr(number_end + 1));
+    if (fraction == 0) {
+      return std::nullopt;
+    }
+    number_end += 1 + fraction;
+  }
+  double number = 0;
+  const auto [end, ec] =
+      std::from_chars(text.data(), text.data() + number_end, number, std::chars_format::fixed);
+  if (whole == 0 || ec != std::errc() || end != text.data() + number_end || number > 1e9) {
     return std::nullopt;
   }
-  const std::string_view suffix(end);
+  const std::string_view suffix = text.substr(number_end);
   double ms = 0;
   if (suffix.empty() || suffix == "s") {
     ms = number * 1000;

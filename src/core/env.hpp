@@ -6,6 +6,7 @@
 
 #include <optional>
 #include <string>
+#include <string_view>
 
 #include <chorus/deadline.hpp>
 #include <chorus/logging.hpp>
@@ -16,8 +17,14 @@ namespace chorus::env {
 // empty. Every getenv in chorus goes through here.
 std::optional<std::string> get(const char* name);
 
-// Parses an integer variable; throws InvalidArgument naming the variable, its value and
-// `who_sets_it` (e.g. "torchrun") when it is not an integer in [min, max].
+// A base-10 integer that is the whole of `text` ("12", "-3"); nullopt for anything else: a
+// leading or trailing space, '+', "0x10", "12abc", "" or a value beyond long long. Every
+// integer variable goes through here (get_int).
+std::optional<long long> parse_integer(std::string_view text);
+
+// Parses an integer variable strictly (parse_integer); throws InvalidArgument naming the
+// variable, its value and `who_sets_it` (e.g. "torchrun") when it is not an integer in
+// [min, max].
 std::optional<long long> get_int(const char* name, long long min, long long max,
                                  const char* who_sets_it);
 
@@ -26,8 +33,10 @@ std::optional<long long> get_int(const char* name, long long min, long long max,
 std::optional<Duration> default_timeout();
 // The timeout to use when a caller gave none: CHORUS_TIMEOUT, else kDefaultTimeout.
 Duration resolve_default_timeout();
-// Parses a duration as CHORUS_TIMEOUT does; nullopt if malformed.
-std::optional<Duration> parse_duration(const std::string& text);
+// Parses a duration as CHORUS_TIMEOUT does: decimal digits with an optional fraction and an
+// optional unit ("600", "1.5s", "500ms"); nullopt for anything else (spaces, signs, exponents,
+// hex such as "0x10", inf, nan, trailing junk, more than 1e9 units).
+std::optional<Duration> parse_duration(std::string_view text);
 
 // CHORUS_PEER_TIMEOUT: a duration as for CHORUS_TIMEOUT, or 0 / "off" (liveness checks off,
 // returned as zero). Throws InvalidArgument on a bad value.

@@ -112,22 +112,18 @@ std::optional<int> slurm_tasks_on_node(std::string_view list, int node_index) {
       if (item.size() < paren + 4 || item[paren + 1] != 'x' || item.back() != ')') {
         return std::nullopt;
       }
-      const std::string rep(item.substr(paren + 2, item.size() - paren - 3));
-      char* endp = nullptr;
-      const long r = std::strtol(rep.c_str(), &endp, 10);
-      if (rep.empty() || *endp != '\0' || r <= 0) {
+      const auto r = env::parse_integer(item.substr(paren + 2, item.size() - paren - 3));
+      if (!r || *r <= 0 || *r > INT_MAX) {
         return std::nullopt;
       }
-      repeat = static_cast<int>(r);
+      repeat = static_cast<int>(*r);
     }
-    const std::string count_str(count_text);
-    char* endp = nullptr;
-    const long count = std::strtol(count_str.c_str(), &endp, 10);
-    if (count_str.empty() || *endp != '\0' || count <= 0) {
+    const auto count = env::parse_integer(count_text);
+    if (!count || *count <= 0 || *count > INT_MAX) {
       return std::nullopt;
     }
     if (node_index < node + repeat) {
-      return static_cast<int>(count);
+      return static_cast<int>(*count);
     }
     node += repeat;
     pos = comma + 1;

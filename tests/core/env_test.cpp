@@ -3,6 +3,7 @@
 #include <catch2/catch.hpp>
 
 #include <cstdlib>
+#include <string>
 
 #include <chorus/errors.hpp>
 #include <chorus/options.hpp>
@@ -24,11 +25,39 @@ TEST_CASE("durations parse with and without units", "[core][env]") {
   REQUIRE_FALSE(env::parse_duration("-5").has_value());
 }
 
+TEST_CASE("durations are strict: no spaces, signs, hex, exponents or junk", "[core][env]") {
+  REQUIRE(env::parse_duration("0") == Duration(0));
+  REQUIRE(env::parse_duration("0.25s") == Duration(250));
+  REQUIRE(env::parse_duration("90min") == Duration(5'400'000));
+  for (const char* bad : {"0x10", "0x10s", " 30", "30 ", "30s ", "+30", "1e3", "inf", "nan", ".5",
+                          "5.", "5.s", "1..5", "30ss", "", "s", "1e10", "99999999999"}) {
+    INFO("'" << bad << "'");
+    CHECK_FALSE(env::parse_duration(bad).has_value());
+  }
+}
+
+TEST_CASE("integers are strict: the whole text in decimal digits", "[core][env]") {
+  REQUIRE(env::parse_integer("0") == 0);
+  REQUIRE(env::parse_integer("42") == 42);
+  REQUIRE(env::parse_integer("-7") == -7);
+  REQUIRE(env::parse_integer("007") == 7);
+  for (const char* bad :
+       {" 1", "1 ", "\t1", "+1", "0x10", "1a", "1.0", "", "-", "1e3", "99999999999999999999"}) {
+    INFO("'" << bad << "'");
+    CHECK_FALSE(env::parse_integer(bad).has_value());
+  }
+}
+
 TEST_CASE("CHORUS_TIMEOUT sets the default and rejects bad values by name", "[core][env]") {
   unsetenv("CHORUS_TIMEOUT");
   REQUIRE(env::resolve_default_timeout() == kDefaultTimeout);
   setenv("CHORUS_TIMEOUT", "45s", 1);
   REQUIRE(env::resolve_default_timeout() == 45s);
+  for (const char* bad : {"0x10", " 45s", "45s ", "1e2"}) {
+    setenv("CHORUS_TIMEOUT", bad, 1);
+    REQUIRE_THROWS_WITH(env::resolve_default_timeout(),
+                        Catch::Contains(std::string("CHORUS_TIMEOUT='") + bad + "'"));
+  }
   setenv("CHORUS_TIMEOUT", "forever", 1);
   try {
     env::resolve_default_timeout();
@@ -74,6 +103,11 @@ TEST_CASE("integer variables are range-checked and name who sets them", "[core][
                       Catch::Contains("RANK='three'") && Catch::Contains("torchrun"));
   setenv("RANK", "-1", 1);
   REQUIRE_THROWS_AS(env::get_int("RANK", 0, 1000, "torchrun"), InvalidArgument);
+  for (const char* bad : {" 1", "1 ", "+1", "0x1"}) {
+    setenv("RANK", bad, 1);
+    REQUIRE_THROWS_WITH(env::get_int("RANK", 0, 1000, "torchrun"),
+                        Catch::Contains(std::string("RANK='") + bad + "'"));
+  }
   unsetenv("RANK");
   REQUIRE_FALSE(env::get_int("RANK", 0, 1000, "torchrun").has_value());
 }

@@ -214,6 +214,21 @@ TEST_CASE("torchrun-style variables: missing and malformed values name the varia
     CleanEnv env({{"CHORUS_TIMEOUT", "soon"}});
     CHECK_THAT(error_of_launch(), Catch::Contains("CHORUS_TIMEOUT='soon'"));
   }
+  SECTION("a RANK with a space, a WORLD_SIZE in hex, a CHORUS_TIMEOUT in hex are refused") {
+    for (const auto& [name, value] :
+         std::initializer_list<std::pair<const char*, const char*>>{{"RANK", " 1"},
+                                                                    {"RANK", "1 "},
+                                                                    {"RANK", "+1"},
+                                                                    {"WORLD_SIZE", "0x2"},
+                                                                    {"CHORUS_TIMEOUT", "0x10"},
+                                                                    {"CHORUS_TIMEOUT", " 30s"}}) {
+      CleanEnv env(
+          {{"RANK", "1"}, {"WORLD_SIZE", "2"}, {"MASTER_ADDR", "h"}, {"MASTER_PORT", "1"}});
+      ::setenv(name, value, 1);
+      INFO(name << "='" << value << "'");
+      CHECK_THAT(error_of_launch(), Catch::Contains(std::string(name) + "='" + value + "'"));
+    }
+  }
   SECTION("a bad restart count names chorusrun") {
     CleanEnv env({{"CHORUS_RESTART_COUNT", "-1"}});
     CHECK_THAT(error_of_launch(), Catch::Contains("CHORUS_RESTART_COUNT='-1'"));
