@@ -15,6 +15,7 @@
 
 #include <chorus/errors.hpp>
 
+#include "core/env.hpp"
 #include "core/format.hpp"
 #include "core/logging.hpp"
 #include "net/address.hpp"
@@ -39,6 +40,13 @@ constexpr int kReprobeSlices = 10;
 constexpr Duration kAddressWait = std::chrono::seconds(1);
 // At most this many ranks are named as missing in a timeout message.
 constexpr std::size_t kMaxNamedMissing = 32;
+// A clash recorded in the group's namespace (kClashKey) less than this long ago counts as
+// part of the current launch; an older one is an earlier launch's and is ignored.
+constexpr std::chrono::milliseconds kClashMemory = std::chrono::seconds(60);
+// Once a rank waiting in group setup has seen such a clash, it waits at most this much longer
+// for the ranks it misses: the processes that clashed have failed and will not come, and a
+// relaunch right after a clash still forms if its ranks start within this of each other.
+constexpr Duration kClashGrace = std::chrono::seconds(5);
 
 std::string random_epoch() {
   std::random_device rd;
@@ -139,12 +147,72 @@ bool leader_alive(const Leader& leader, int my_rank, Deadline deadline) {
                     earliest(deadline, Deadline::after(kProbeTimeout)));
 }
 
+std::int64_t wall_clock_ms() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+// Records a clash for the whole namespace as well as in its formation: a clashing process
+// may meet another formation than the one its own rank 0 leads (another job's, or one that is
+// replaced a moment later), and the ranks waiting elsewhere learn of it only here.
+void remember_clash(Store& store, const std::string& message) {
+  try {
+    store.set(kClashKey, fmt::format("{} {}", wall_clock_ms(), message));
+  } catch (const Error&) {
+    // The formation's own state still carries it.
+  }
+}
+
+// The message of a clash recorded in this namespace within kClashMemory, or "".
+std::string recent_clash(Store& store) {
+  const std::string record = peek(store, kClashKey);
+  const std::size_t space = record.find(' ');
+  if (space == std::string::npos) {
+    return {};
+  }
+  const auto at = env::parse_integer(std::string_view(record).substr(0, space));
+  // A clock a little behind or ahead on another host only shifts the window.
+  if (!at || std::llabs(wall_clock_ms() - *at) > kClashMemory.count()) {
+    return {};
+  }
+  return record.substr(space + 1);
+}
+
+// A waiting rank's view of the namespace's clash record: once a recent clash is seen, the
+// wait ends kClashGrace later (give_up() returns the clash then).
+class ClashWatch {
+ public:
+  // Looks at the record now and then every `every` calls of give_up().
+  explicit ClashWatch(int every) : every_(every) {}
+
+  std::string give_up(Store& store) {
+    if (message_.empty() && calls_++ % every_ == 0) {
+      message_ = recent_clash(store);
+      if (!message_.empty()) {
+        grace_ = Deadline::after(kClashGrace);
+      }
+    }
+    return !message_.empty() && grace_.expired() ? message_ : std::string();
+  }
+
+ private:
+  int every_;
+  int calls_ = 0;
+  std::string message_;
+  Deadline grace_ = Deadline::never();
+};
+
 // Records the clash as the formation's outcome (unless it already has one), then throws it.
-[[noreturn]] void clash(Store& store, const std::string& epoch, const std::string& message) {
+[[noreturn]] void clash(Store& store, const std::string& epoch, const std::string& message,
+                        bool remember = true) {
   try {
     store.compare_set(epoch_key(epoch, "state"), {}, to_bytes("clash " + message));
   } catch (const Error&) {
     // The message still reaches this rank's caller.
+  }
+  if (remember) {
+    remember_clash(store, message);
   }
   throw InvalidArgument(message);
 }
@@ -350,11 +418,13 @@ bool complete_formation(Store& store, const std::string& epoch, const Leader& le
   return true;
 }
 
-enum class Outcome { formed, superseded, timed_out };
+enum class Outcome { formed, superseded, timed_out, clashed };
 
 // Waits for the formation's state. Throws its clash; returns formed (host ids set),
-// superseded, or timed_out (the deadline passed first).
-Outcome await_state(Store& store, Membership& m, const MembershipOptions& o) {
+// superseded, timed_out (the deadline passed first), or clashed (`watch` gave up on the ranks
+// still missing: `clash_message` says why).
+Outcome await_state(Store& store, Membership& m, const MembershipOptions& o,
+                    ClashWatch* watch = nullptr, std::string* clash_message = nullptr) {
   const std::string key = epoch_key(m.epoch, "state");
   const Duration slice = o.rank == 0 ? kLeaderSlice : kFollowerSlice;
   for (;;) {
@@ -367,6 +437,18 @@ Outcome await_state(Store& store, Membership& m, const MembershipOptions& o) {
       }
       if (o.deadline.expired()) {
         return Outcome::timed_out;
+      }
+      if (watch != nullptr) {
+        if (std::string why = watch->give_up(store); !why.empty()) {
+          *clash_message = std::move(why);
+          return Outcome::clashed;
+        }
+      }
+      // A member waiting in a formation that `current` no longer names waits in vain: its
+      // members destroyed the group and removed its records (the claim this rank took was
+      // one of theirs), or a new rank 0 replaced it.
+      if (o.rank != 0 && read_current(store).epoch != m.epoch) {
+        return Outcome::superseded;
       }
       continue;
     }
@@ -460,9 +542,25 @@ Membership lead(Store& store, const MembershipOptions& o) {
   if (store.add(epoch_key(epoch, "joined"), 1) == o.size) {
     complete_formation(store, epoch, me, o);
   }
-  switch (await_state(store, m, o)) {
+  // A rank that clashed elsewhere in this namespace (in the formation this one replaced, or
+  // in another job's) will not come here: wait for the missing ranks only kClashGrace more.
+  ClashWatch watch(1);
+  std::string clashed;
+  switch (await_state(store, m, o, &watch, &clashed)) {
     case Outcome::formed:
       return m;
+    case Outcome::clashed: {
+      std::vector<int> missing;
+      find_missing(store, epoch, 0, o.size, missing);
+      // Into this formation's state (its members fail at once), not the namespace's record:
+      // this is the same clash, and its time is the one that counts.
+      clash(store, epoch,
+            fmt::format("{}: ranks {} did not join within {} of a clash recorded for this group "
+                        "in the store (they may have met it and failed): {}",
+                        o.where, missing.empty() ? std::string("(none)") : format_ranks(missing),
+                        format_duration(kClashGrace), clashed),
+            false);
+    }
     case Outcome::superseded:
       throw InvalidArgument(fmt::format(
           "{}: another process ({}) took over rank 0 of this group while this one ({}) was "
@@ -479,6 +577,8 @@ Membership lead(Store& store, const MembershipOptions& o) {
 Membership follow(Store& store, const MembershipOptions& o) {
   std::string skipped;  // a formation whose rank 0 did not answer
   int slices_skipped = 0;
+  // While no live rank 0 leads: the namespace's clash record, looked at once a second.
+  ClashWatch watch(static_cast<int>(kFollowerSlice / kPollSlice));
   for (;;) {
     const Current current = read_current(store);
     const std::string& epoch = current.epoch;
@@ -487,6 +587,12 @@ Membership follow(Store& store, const MembershipOptions& o) {
       leader = current.leader;
     }
     if (!leader) {
+      if (std::string why = watch.give_up(store); !why.empty()) {
+        throw InvalidArgument(fmt::format(
+            "{}: no live rank 0 started a formation within {} of a clash recorded for this "
+            "group in the store (it may have met it and failed): {}",
+            o.where, format_duration(kClashGrace), why));
+      }
       if (o.deadline.expired()) {
         std::string why = "no formation recorded in the store";
         if (!skipped.empty()) {
@@ -562,7 +668,20 @@ Membership follow(Store& store, const MembershipOptions& o) {
     }
     // Counted before the address is published: a rank whose address anyone could see (and
     // connect to, or find dead) is always part of a complete count.
-    const bool last = store.add(epoch_key(epoch, "joined"), 1) == o.size;
+    const std::int64_t joined = store.add(epoch_key(epoch, "joined"), 1);
+    if (joined > o.size) {
+      // The formation completed without this rank: its claim was free only because a member
+      // left (destroyed its group). Wait for the next formation instead of joining a finished
+      // one (whose rank 0 is leaving, or belongs to another job).
+      withdraw(store, epoch, o.rank);
+      CHORUS_INFO(init,
+                  "{}: the recorded formation is complete without this rank (a member "
+                  "left it); waiting for rank 0 to start a new one",
+                  o.where);
+      skipped = epoch;
+      continue;
+    }
+    const bool last = joined == o.size;
     store.set(addr_key(epoch, o.rank), address_record(o));
     Membership m = membership_of(epoch, *leader, o);
     if (last && !complete_formation(store, epoch, *leader, o)) {
@@ -577,6 +696,7 @@ Membership follow(Store& store, const MembershipOptions& o) {
         withdraw(store, epoch, o.rank);
         continue;
       case Outcome::timed_out:
+      case Outcome::clashed:
         break;
     }
     throw_formation_timeout(store, epoch, o, &*leader);

@@ -22,6 +22,8 @@
 //   e<epoch>/gone        "<rank> <message>": a member found that rank gone during setup
 //   e<epoch>/left        counter: members that destroyed the group (the last removes the rest)
 //   e<epoch>/missing     who never showed up, worked out once by the first rank to time out
+//   clash                "<unix ms> <message>": the latest clash of any formation, for the
+//                        ranks waiting elsewhere (see below); kept after the group is gone
 // Every rank makes a constant number of store round trips to join (read `current`, claim,
 // count, publish, wait for `state`), whatever the world size; the rank that
 // completes the count reads every address once to build the host map (O(N) for the whole
@@ -31,7 +33,13 @@
 // whose rank 0 is dead never forms: the rank completing the count first checks that rank 0
 // answers a connection (a claim already taken is checked the same way: a leftover of a dead
 // launch is skipped, a live claimant is a clash). Every clash is written to the state, so
-// every member fails at once with the same message. A formation that never completes keeps
+// every member fails at once with the same message, and to `clash`: a process that clashed
+// in one formation may be the rank another formation waits for (two jobs on one run id: the
+// second job's rank 1 meets the first job's formation, its rank 0 starts a new one). A rank
+// waiting in setup that sees a clash recorded within the last minute waits only 5 s more
+// for the ranks it misses, then fails naming that clash. A rank whose count overshoots the
+// world size met a formation that completed without it (a member left and freed its claim):
+// it withdraws and waits for the next formation. A formation that never completes keeps
 // its records (the others' "never showed up" lists stay true while they time out; a relaunch
 // starts a new epoch and ignores them).
 #pragma once
@@ -125,6 +133,7 @@ bool answers_at(const std::string& address, std::uint64_t group_id, int my_rank,
 // Key helpers (tests locate a rank's address through them).
 std::string epoch_key(const std::string& epoch, const std::string& name);
 inline constexpr const char* kCurrentEpochKey = "current";
+inline constexpr const char* kClashKey = "clash";
 
 // "<pid>@<hostname>" of this process (no spaces: a record field), and "process <pid>@<host>"
 // for messages that must tell processes apart.

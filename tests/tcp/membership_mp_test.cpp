@@ -280,6 +280,85 @@ TEST_CASE("a different WORLD_SIZE on one rank is named at once", "[tcp][mp][memb
   CHECK(at_once >= 1);
 }
 
+// Two jobs of two ranks started with one store and one run id (the same namespace), as in
+// issue 36: job A forms; job B's rank 1 meets A's formation and fails on the clash; A destroys
+// its group; only then does B's rank 0 start, into an empty namespace. B's rank 0 must not
+// wait its whole timeout (60 s) for a rank 1 that already failed: it names the clash within
+// a few seconds.
+TEST_CASE("a rank 0 whose rank 1 failed on another job's formation names the clash at once",
+          "[tcp][mp][membership]") {
+  StoreServerProcess server;
+  const auto port = server.port();
+  static constexpr auto kGroupTimeout = 60s;
+  static constexpr auto kEachBound = 20s;  // every rank's own hard limit, well under the timeout
+  auto results = run_processes(
+      4,
+      [port](int who) {
+        auto base = child_store(port, 60s);
+        auto ns = make_prefix_store("job", base);
+        if (who == 0 || who == 1) {  // job A, ranks 0 and 1
+          {
+            auto pg = make_tcp_group(ns, who, 2, loopback_options(kGroupTimeout));
+            CHILD_CHECK(allreduce_one(*pg, 1.0f) == 2.0f);
+            base->set(fmt::format("a-formed/{}", who), std::string_view("1"));
+            base->get("b1-failed", 50s);
+          }
+          base->set(fmt::format("a-left/{}", who), std::string_view("1"));
+          return;
+        }
+        if (who == 2) {  // job B's rank 1: meets A's formation
+          base->wait({"a-formed/0", "a-formed/1"}, 50s);
+          const auto start = Clock::now();
+          try {
+            make_tcp_group(ns, 1, 2, loopback_options(kGroupTimeout));
+            base->set("b1-failed", std::string_view("0"));
+            throw ChildCheckFailed{"job B's rank 1 joined job A's formed group"};
+          } catch (const InvalidArgument& e) {
+            base->set("b1-failed", std::string_view("1"));
+            CHILD_CHECK(Clock::now() - start < kEachBound);
+            CHILD_CHECK(contains(e.what(), "claim rank 1"));
+          }
+          return;
+        }
+        // Job B's rank 0: starts once A is gone, into an empty namespace.
+        base->wait({"a-left/0", "a-left/1"}, 50s);
+        const auto start = Clock::now();
+        try {
+          make_tcp_group(ns, 0, 2, loopback_options(kGroupTimeout));
+          throw ChildCheckFailed{"job B's rank 0 formed a group without its rank 1"};
+        } catch (const InvalidArgument& e) {
+          CHILD_CHECK(Clock::now() - start < kEachBound);
+          CHILD_CHECK(contains(e.what(), "clash recorded"));
+          CHILD_CHECK(contains(e.what(), "claim rank 1"));
+        }
+      },
+      45s);
+  REQUIRE_ALL_OK(results);
+}
+
+// The same two jobs started at once: however their ranks meet, each rank either completes
+// (a group of one job's and the other's rank still sums right) or fails within its own bound
+// with an InvalidArgument that names the clash: none waits for its timeout.
+TEST_CASE("two jobs with one run id started at once fail fast, naming the clash",
+          "[tcp][mp][membership]") {
+  StoreServerProcess server;
+  const auto port = server.port();
+  auto results = run_processes(
+      4,
+      [port](int who) {
+        const int rank = who % 2;
+        auto pg = make_tcp_group(make_prefix_store("job", child_store(port, 60s)), rank, 2,
+                                 loopback_options(60s));
+        CHILD_CHECK(allreduce_one(*pg, rank == 0 ? 1.0f : 10.0f) == 11.0f);
+      },
+      45s);
+  INFO(describe(results));
+  for (const auto& r : results) {
+    CHECK((r.ok() || failed_with(r, ErrorCode::invalid_argument, "distinct CHORUS_RUN_IDs")));
+    CHECK(r.elapsed < 20s);
+  }
+}
+
 // The same job (same store namespace) launched again after a failed launch, then after a launch
 // that formed and died without cleaning up: the stale records never stop the new launch.
 TEST_CASE("a relaunch over an earlier launch's records forms the group", "[tcp][mp][membership]") {
