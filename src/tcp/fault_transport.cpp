@@ -8,6 +8,7 @@
 #include <thread>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "core/check.hpp"
 #include "core/env.hpp"
@@ -146,10 +147,36 @@ std::vector<Fault> parse_faults(const std::string& text) {
   return faults;
 }
 
+std::string faults_outside_group(const std::string& spec, const std::vector<Fault>& faults,
+                                 int size) {
+  std::vector<std::string> outside;
+  for (const Fault& f : faults) {
+    if (f.rank >= size) {
+      outside.push_back(fmt::format("rank={}", f.rank));
+    } else if (f.peer >= size) {
+      outside.push_back(fmt::format("rank={}:close_link={}", f.rank, f.peer));
+    }
+  }
+  if (outside.empty()) {
+    return {};
+  }
+  return fmt::format(
+      "CHORUS_FAULT='{}': {} {} a rank outside this group of {} rank{} (ranks 0..{}), so {} "
+      "nothing here; R and P count within each tcp group: pick ranks below {}",
+      spec, fmt::join(outside, ", "), outside.size() == 1 ? "names" : "name", size,
+      size == 1 ? "" : "s", size - 1, outside.size() == 1 ? "it injects" : "they inject", size);
+}
+
 std::vector<Fault> faults_for(int rank, int size) {
   std::vector<Fault> mine;
   if (const auto spec = env::get("CHORUS_FAULT")) {
-    for (const Fault& f : parse_faults(*spec)) {
+    const std::vector<Fault> all = parse_faults(*spec);
+    // Said once per group, by its rank 0: every rank parses the same variable.
+    if (const std::string outside = faults_outside_group(*spec, all, size);
+        rank == 0 && !outside.empty()) {
+      CHORUS_WARN(coll, "{}", outside);
+    }
+    for (const Fault& f : all) {
       if (f.rank == rank && f.peer < size) {
         mine.push_back(f);
       }

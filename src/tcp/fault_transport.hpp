@@ -43,7 +43,13 @@ inline constexpr int kFaultExitStatus = 3;
 // forms when it is malformed.
 std::vector<Fault> parse_faults(const std::string& text);
 
-// The faults CHORUS_FAULT names for `rank` of a group of `size` (none when it is unset).
+// The warning for the faults of `spec` that name a rank (or a close_link peer) outside a group
+// of `size` ranks, which would otherwise do nothing silently; "" when every one fits.
+std::string faults_outside_group(const std::string& spec, const std::vector<Fault>& faults,
+                                 int size);
+
+// The faults CHORUS_FAULT names for `rank` of a group of `size` (none when it is unset). Rank
+// 0 of the group logs faults_outside_group() as a WARN.
 std::vector<Fault> faults_for(int rank, int size);
 
 // Forwards everything to `inner` and injects the faults of this rank.

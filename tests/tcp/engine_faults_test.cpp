@@ -5,7 +5,9 @@
 // engine thread per rank; every wait is bounded.
 #include <algorithm>
 #include <atomic>
+#include <cstdlib>
 #include <memory>
+#include <mutex>
 #include <numeric>
 #include <string>
 #include <thread>
@@ -15,6 +17,7 @@
 #include <catch2/catch.hpp>
 
 #include <chorus/errors.hpp>
+#include <chorus/logging.hpp>
 
 #include "core/format.hpp"
 #include "tcp/engine.hpp"
@@ -531,6 +534,37 @@ TEST_CASE("CHORUS_FAULT values parse, and malformed ones name the variable and t
       CHECK(contains(e.what(), "rank=R:close_link=P"));
     }
   }
+}
+
+TEST_CASE("CHORUS_FAULT naming a rank outside the group is warned about, once, by rank 0",
+          "[tcp][fault]") {
+  const std::string spec = "rank=7:stall=1s;rank=1:close_link=5;rank=1:exit_at_seq=2";
+  const std::string why = tcp::faults_outside_group(spec, tcp::parse_faults(spec), 2);
+  INFO(why);
+  CHECK(contains(why, "rank=7"));
+  CHECK(contains(why, "rank=1:close_link=5"));
+  CHECK(contains(why, "group of 2 ranks (ranks 0..1)"));
+  CHECK(tcp::faults_outside_group("rank=1:stall=1s", tcp::parse_faults("rank=1:stall=1s"), 2)
+            .empty());
+
+  // Through the variable: rank 0 of a 2-rank group logs one WARN line naming rank 7 and the
+  // size; rank 1 says nothing (it would be the same line again).
+  std::vector<std::string> warnings;
+  std::mutex mu;
+  set_log_sink([&](LogLevel level, std::string_view line) {
+    if (level == LogLevel::warn && line.find("CHORUS_FAULT") != std::string_view::npos) {
+      const std::lock_guard lock(mu);
+      warnings.emplace_back(line);
+    }
+  });
+  ::setenv("CHORUS_FAULT", "rank=7:stall=1s", 1);
+  CHECK(tcp::faults_for(0, 2).empty());
+  CHECK(tcp::faults_for(1, 2).empty());
+  ::unsetenv("CHORUS_FAULT");
+  set_log_sink(nullptr);
+  REQUIRE(warnings.size() == 1);
+  CHECK(contains(warnings[0], "rank=7"));
+  CHECK(contains(warnings[0], "outside this group of 2 ranks"));
 }
 
 }  // namespace chorus::test
