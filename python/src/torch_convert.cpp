@@ -110,16 +110,34 @@ void require_one_tensor(std::size_t n, const char* op) {
   }
 }
 
+namespace {
+
+std::string shape_text(at::IntArrayRef sizes) {
+  std::string text = "(";
+  for (std::size_t i = 0; i < sizes.size(); ++i) {
+    text += (i == 0 ? "" : ", ") + std::to_string(sizes[i]);
+  }
+  return text + (sizes.size() == 1 ? ",)" : ")");
+}
+
+}  // namespace
+
 void require_all_like(const std::vector<at::Tensor>& list, const at::Tensor& like,
                       const char* what, const char* op) {
   for (std::size_t i = 0; i < list.size(); ++i) {
     const at::Tensor& t = list[i];
-    if (t.scalar_type() != like.scalar_type() || t.numel() != like.numel()) {
-      throw InvalidArgument(op_prefix(op) + what + "[" + std::to_string(i) + "] has dtype " +
-                            torch_dtype_name(t.scalar_type()) + " and " +
-                            std::to_string(t.numel()) + " elements; expected " +
-                            torch_dtype_name(like.scalar_type()) + " and " +
-                            std::to_string(like.numel()) + " like the input");
+    // The shape, not only the element count: each tensor of the list receives (or sends) one
+    // rank's copy of `like`, and a (5, 4) filled from a (4, 5) would hold the elements in
+    // another arrangement without a word (gloo refuses it too: "invalid tensor size").
+    if (t.scalar_type() != like.scalar_type() || t.sizes() != like.sizes()) {
+      throw InvalidArgument(op_prefix(op) + what + "[" + std::to_string(i) + "] is " +
+                            torch_dtype_name(t.scalar_type()) + " of shape " +
+                            shape_text(t.sizes()) + "; expected " +
+                            torch_dtype_name(like.scalar_type()) + " of shape " +
+                            shape_text(like.sizes()) +
+                            " like the input (invalid tensor size: reshape it, or use the "
+                            "_into_tensor / _tensor variant, which takes any shape of the "
+                            "right element count)");
     }
   }
 }

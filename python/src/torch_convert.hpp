@@ -52,8 +52,8 @@ Staged stage(const at::Tensor& t, const char* op);
 // Requires exactly one tensor (one device per process: chorus's torch backend runs on CPU).
 void require_one_tensor(std::size_t n, const char* op);
 
-// Every tensor of `list` has the dtype and element count of `like`; names the first that
-// does not. `what` names the list ("output_tensor_list").
+// Every tensor of `list` has the dtype and shape of `like` (as gloo requires); names the first
+// that does not, with both shapes. `what` names the list ("output_tensor_list").
 void require_all_like(const std::vector<at::Tensor>& list, const at::Tensor& like,
                       const char* what, const char* op);
 

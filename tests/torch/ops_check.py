@@ -291,6 +291,50 @@ expect_error(lambda: dist.all_gather([torch.zeros(2)] * n, torch.zeros(3)),
              ["output_tensor_list"], "all_gather size mismatch")
 expect_error(lambda: dist.all_to_all_single(torch.zeros(n + 1), torch.zeros(n + 1)),
              ["divisible"], "all_to_all_single uneven without splits")
+
+
+def expect_refused_like_gloo(run, words, what):
+    """run(group): chorus must refuse with `words`, and gloo must refuse the same call (chorus
+    accepts what gloo accepts, and refuses at least what it refuses). Every rank refuses
+    locally before any communication (gather and scatter make each rank its own root)."""
+    expect_error(lambda: run(None), words, what)
+    try:
+        run(gloo)
+    except (RuntimeError, ValueError):
+        return
+    fail(f"{what}: gloo accepts it, chorus refuses it")
+
+
+# Same element count, another shape: (5, 4) outputs for a (4, 5) input are refused, not filled.
+x45 = torch.arange(20, dtype=torch.float32).view(4, 5) + rank
+expect_refused_like_gloo(
+    lambda g: dist.all_gather([torch.zeros(5, 4) for _ in range(n)], x45, group=g),
+    ["output_tensor_list[0]", "(5, 4)", "(4, 5)"], "all_gather of another shape")
+expect_refused_like_gloo(
+    lambda g: dist.all_gather([torch.zeros(4, 5)] * (n - 1) + [torch.zeros(20)], x45, group=g),
+    ["output_tensor_list[" + str(n - 1) + "]", "(20,)"], "all_gather, one output flat")
+expect_refused_like_gloo(
+    lambda g: dist.gather(x45, gather_list=[torch.zeros(5, 4) for _ in range(n)],
+                          dst=rank, group=g),
+    ["gather_list[0]", "(5, 4)"], "gather of another shape")
+expect_refused_like_gloo(
+    lambda g: dist.scatter(torch.zeros(4, 5), scatter_list=[torch.zeros(5, 4) for _ in range(n)],
+                           src=rank, group=g),
+    ["scatter_list[0]", "(5, 4)"], "scatter of another shape")
+expect_refused_like_gloo(
+    lambda g: dist.reduce_scatter(torch.zeros(4, 5), [torch.zeros(5, 4) for _ in range(n)],
+                                  group=g),
+    ["input_list[0]", "(5, 4)"], "reduce_scatter of another shape")
+# What gloo accepts (the same shape) still works; the tensor variants take any shape of the
+# right element count, as torch documents (concatenated or stacked) and NCCL accepts.
+got = [torch.zeros(4, 5) for _ in range(n)]
+dist.all_gather(got, x45)
+same(torch.stack(got), torch.stack([torch.arange(20.0).view(4, 5) + r for r in range(n)]),
+     "all_gather (4, 5)")
+stacked = torch.zeros(n, 4, 5)
+all_gather_into_tensor(stacked, x45)
+same(stacked, torch.stack([torch.arange(20.0).view(4, 5) + r for r in range(n)]),
+     "all_gather_into_tensor stacked (n, 4, 5)")
 if torch.cuda.is_available():
     expect_error(lambda: dist.all_reduce(torch.ones(2, device="cuda")), ["CPU"], "cuda tensor")
 
