@@ -80,9 +80,10 @@ struct TcpGroupOptions {
   // peer_timeout, and a peer not heard from (data or heartbeat) for peer_timeout is declared
   // dead: its host is down, the network is partitioned, or the process is stopped. This runs
   // while the group is idle too (a user thread computing for an hour is alive: the heartbeats
-  // come from the progress thread). Unset: CHORUS_PEER_TIMEOUT, else kDefaultPeerTimeout.
-  // Zero: no liveness checks (a peer that vanishes without a reset is then noticed only at an
-  // op's deadline). Raise it to stop ranks in a debugger.
+  // come from the progress thread, which runs no user code: Work callbacks run on a thread of
+  // their own, so a callback that blocks for an hour is alive too). Unset: CHORUS_PEER_TIMEOUT,
+  // else kDefaultPeerTimeout. Zero: no liveness checks (a peer that vanishes without a reset is
+  // then noticed only at an op's deadline). Raise it to stop ranks in a debugger.
   std::optional<Duration> peer_timeout;
 };
 

@@ -19,7 +19,6 @@ class CHORUS_API Work {
 
   // Blocks until the op is done; rethrows its error. For the nccl backend it instead makes the
   // caller's stream wait for the op (no host block) and throws only if the op already failed.
-  // Calling wait() from a then() callback throws InvalidArgument (it would deadlock).
   virtual void wait() = 0;
   // Blocks the host until the op is done (ok or failed) and rethrows its error. Same as wait()
   // for CPU backends.
@@ -32,8 +31,12 @@ class CHORUS_API Work {
   virtual bool is_success() const noexcept = 0;
   // The op's error; null while running or after success.
   virtual std::exception_ptr exception() const = 0;
-  // Runs fn exactly once when the op completes: on the backend's thread, or inline on the
-  // calling thread if it is already done. fn must not block or wait on this group.
+  // Runs fn exactly once when the op completes: on the group's callback thread (one per group,
+  // started by the first callback; callbacks run one at a time, in the order their ops
+  // completed), or inline on the calling thread if the op is already done. Never on the thread
+  // that runs the group's ops and watches its peers: fn may block, sleep or wait on another op
+  // of the group, and that delays only the callbacks queued behind it, never liveness or other
+  // ops. (A callback that waits for a later callback of the same group waits for itself.)
   virtual void then(std::function<void(Work&)> fn) = 0;
 
   virtual const char* op_name() const noexcept = 0;  // "allreduce", "barrier" ...

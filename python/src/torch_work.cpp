@@ -18,7 +18,7 @@ void ChorusWork::start(const c10::intrusive_ptr<ChorusWork>& work,
   work->finisher_ = std::move(finisher);
   work->keep_ = std::move(keep);
   if (parts.empty()) {
-    work->complete(nullptr);
+    work->complete_once(nullptr);
     return;
   }
   // One extra count held while arming, so a part that is already done cannot complete the
@@ -46,7 +46,13 @@ void ChorusWork::part_done(std::exception_ptr error) {
     std::lock_guard<std::mutex> lock(error_mu_);
     first = first_error_;
   }
-  complete(first);
+  complete_once(first);
+}
+
+void ChorusWork::complete_once(std::exception_ptr error) {
+  if (!completing_.exchange(true, std::memory_order_acq_rel)) {
+    complete(std::move(error));
+  }
 }
 
 void ChorusWork::complete(std::exception_ptr error) {
@@ -96,20 +102,26 @@ c10::intrusive_ptr<c10::ivalue::Future> ChorusWork::getFuture() {
 
 bool ChorusWork::wait(std::chrono::milliseconds timeout) {
   if (timeout <= std::chrono::milliseconds::zero()) {
+    std::exception_ptr first_error;
     for (const auto& part : parts_) {
       try {
         part->wait();
       } catch (...) {
-        // Reported below, as the first error of the parts (part_done()).
+        if (!first_error) {
+          first_error = std::current_exception();
+        }
       }
     }
+    // Every op is done: finish here rather than wait for the callback thread to (it may be
+    // busy running a user's callback, or asleep: a wake-up costs more than a small op).
+    complete_once(first_error);
   }
   std::unique_lock<std::mutex> lock(mutex_);
   if (timeout <= std::chrono::milliseconds::zero()) {
     cv_.wait(lock, [&] { return completed_; });
   } else if (!cv_.wait_for(lock, timeout, [&] { return completed_; })) {
-    throw TimeoutError("chorus: " + name_ + ": Work.wait(timeout=" +
-                       std::to_string(timeout.count()) +
+    throw TimeoutError("chorus: " + name_ +
+                       ": Work.wait(timeout=" + std::to_string(timeout.count()) +
                        " ms) returned before the op completed; the op is still running under "
                        "the group's timeout");
   }

@@ -18,7 +18,11 @@ namespace chorus::torch_bridge {
 // Completes when every chorus op it is made of has completed and its finisher (copies out of
 // staging buffers, unpacking a gathered buffer into a list) has run; then its future
 // completes with the op's output tensors, or with the first error. Driven by the chorus ops'
-// own then() callbacks, which run on the engine thread: no thread per op, no polling.
+// own then() callbacks, which run on the group's callback thread, never on the engine thread
+// that heartbeats: the future's callbacks (DDP's, a comm hook's, the user's Python, which needs
+// the GIL) run there, and so does the release of tensors (which may need the GIL too). A thread
+// waiting in wait() completes the Work itself once its ops are done, without waiting for the
+// callback thread: whichever gets there first completes it, once. No thread per op, no polling.
 class ChorusWork final : public c10d::Work {
  public:
   ChorusWork(int rank, c10d::OpType type, std::string name, std::vector<at::Tensor> outputs,
@@ -45,6 +49,8 @@ class ChorusWork final : public c10d::Work {
 
  private:
   void part_done(std::exception_ptr error);
+  // Completes the Work unless another thread already does (the callback thread and a waiter).
+  void complete_once(std::exception_ptr error);
   void complete(std::exception_ptr error);
 
   const std::string name_;
@@ -57,6 +63,7 @@ class ChorusWork final : public c10d::Work {
   bool done_ = false;                               // guarded by future_mu_
   std::exception_ptr done_error_;                   // guarded by future_mu_
   std::atomic<int> remaining_{0};
+  std::atomic<bool> completing_{false};  // complete() claimed
   std::mutex error_mu_;
   std::exception_ptr first_error_;
   std::function<void()> finisher_;

@@ -14,8 +14,9 @@
 
 namespace chorus {
 namespace {
-// True while this thread runs then() callbacks: a wait() there on an unfinished op would block
-// the backend thread that has to finish it.
+// True while this thread runs then() callbacks inline, as the thread that completed their Work
+// (no callback thread): a wait() there on an unfinished op would block the backend thread that
+// has to finish it. A callback thread's callbacks may wait: that thread finishes no op.
 thread_local int t_callback_depth = 0;
 }  // namespace
 
@@ -53,7 +54,24 @@ bool WorkState::complete(std::exception_ptr error) noexcept {
     recorder->ended(trace_record_, error_);  // error_ is immutable once done_
   }
   cv_.notify_all();
+  if (callbacks.empty()) {
+    return true;
+  }
+  if (callback_thread_) {
+    if (auto self = weak_from_this().lock()) {
+      callback_thread_->post([self = std::move(self), callbacks = std::move(callbacks)]() mutable {
+        self->run_callbacks(callbacks);
+      });
+      return true;
+    }
+  }
   ++t_callback_depth;
+  run_callbacks(callbacks);
+  --t_callback_depth;
+  return true;
+}
+
+void WorkState::run_callbacks(std::vector<std::function<void(Work&)>>& callbacks) noexcept {
   for (auto& fn : callbacks) {
     try {
       fn(*this);
@@ -64,8 +82,6 @@ bool WorkState::complete(std::exception_ptr error) noexcept {
       CHORUS_WARN(coll, "a then() callback of {} (seq {}) threw and was ignored", op_name_, seq_);
     }
   }
-  --t_callback_depth;
-  return true;
 }
 
 void WorkState::wait() {

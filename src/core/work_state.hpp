@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: BSD-3-Clause
 // WorkState: the shared Work implementation. Completes exactly once, with or without an error;
-// wakes waiters and runs then() callbacks on the completing thread.
+// wakes waiters and runs then() callbacks: on the group's CallbackThread where the backend gave
+// one (never on the thread that completed it, which keeps the group alive), else on the
+// completing thread.
 #pragma once
 
 #include "core/private.hpp"
@@ -17,6 +19,7 @@
 
 #include <chorus/work.hpp>
 
+#include "core/callback_thread.hpp"
 #include "core/flight_recorder.hpp"
 
 namespace chorus {
@@ -33,12 +36,13 @@ class WorkDriver {
   virtual void drive(const WorkState& work) noexcept = 0;
 };
 
-class WorkState : public Work {
+class WorkState : public Work, public std::enable_shared_from_this<WorkState> {
  public:
   WorkState(const char* op_name, std::uint64_t seq) noexcept : op_name_(op_name), seq_(seq) {}
 
   // Completes the work (error = nullptr for success). Only the first call has an effect;
-  // returns whether this call completed it. Runs callbacks on the calling thread.
+  // returns whether this call completed it. Callbacks go to the callback thread (if any, and the
+  // Work is owned by a shared_ptr), else run on the calling thread.
   bool complete(std::exception_ptr error = nullptr) noexcept;
 
   // wait() looks at the op for up to `spin`, yielding the core between looks, before it
@@ -50,6 +54,11 @@ class WorkState : public Work {
   // is handed out.
   void drive_with(std::shared_ptr<WorkDriver> driver) noexcept { driver_ = std::move(driver); }
   bool has_driver() const noexcept { return driver_ != nullptr; }
+  // then() callbacks registered before completion run on `thread`. Set before the Work is
+  // handed out.
+  void run_callbacks_on(std::shared_ptr<CallbackThread> thread) noexcept {
+    callback_thread_ = std::move(thread);
+  }
 
   void wait() override;
   bool wait_for(Duration bound) override;
@@ -69,6 +78,8 @@ class WorkState : public Work {
                                               std::exception_ptr error = nullptr);
 
  private:
+  void run_callbacks(std::vector<std::function<void(Work&)>>& callbacks) noexcept;
+
   const char* op_name_;
   std::uint64_t seq_;
   mutable std::mutex mu_;
@@ -77,6 +88,7 @@ class WorkState : public Work {
   std::atomic<bool> finished_{false};                  // done_, readable without mu_
   std::chrono::microseconds wait_spin_{0};             // set before the Work is handed out
   std::shared_ptr<WorkDriver> driver_;                 // set before the Work is handed out
+  std::shared_ptr<CallbackThread> callback_thread_;    // set before the Work is handed out
   std::exception_ptr error_;                           // guarded by mu_; immutable once done_
   std::vector<std::function<void(Work&)>> callbacks_;  // guarded by mu_
   std::shared_ptr<FlightRecorder> trace_recorder_;     // guarded by mu_

@@ -72,6 +72,7 @@ NcclProcessGroup::~NcclProcessGroup() {
     watchdog_->drain();
     watchdog_.reset();
   }
+  callbacks_->close(CallbackThread::kCloseBound);
   if (comm_) {
     if (is_aborted()) {
       comm_->abort();
@@ -230,6 +231,7 @@ std::shared_ptr<Work> NcclProcessGroup::launch(const OpCall& call, OpInfo info, 
       // its deadline is always at least `timeout` old in messages and contexts.
       info.issued = call.deadline.is_never() ? Clock::now() : call.deadline.when() - call.timeout;
       work = std::make_shared<NcclWork>(info, done, events_, caller_stream_, comm_);
+      work->run_callbacks_on(callbacks_);  // never on the watchdog, which enforces deadlines
       enqueue(stream_);
       // A non-blocking communicator may still be enqueueing; the event must come after it.
       comm_->wait_ready(call.deadline, op_context(call), "enqueueing the op");

@@ -15,6 +15,7 @@
 
 #include <chorus/process_group.hpp>
 
+#include "core/callback_thread.hpp"
 #include "nccl/event_pool.hpp"
 #include "nccl/nccl_comm.hpp"
 #include "nccl/nccl_work.hpp"
@@ -89,6 +90,8 @@ class NcclProcessGroup final : public ProcessGroup {
   // Serializes NCCL calls on comm_ (NCCL communicators are not thread-safe) and the abort
   // against them, so that concurrent ops keep one issue order.
   std::mutex issue_mu_;
+  // Where the Works' then() callbacks run (a thread started by the first one).
+  const std::shared_ptr<CallbackThread> callbacks_ = std::make_shared<CallbackThread>(name());
   std::unique_ptr<Watchdog> watchdog_;  // last: destroyed first
 };
 

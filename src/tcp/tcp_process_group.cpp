@@ -15,6 +15,7 @@
 #include <chorus/process_group.hpp>
 #include <chorus/shared_buffer.hpp>
 
+#include "core/callback_thread.hpp"
 #include "core/check.hpp"
 #include "core/env.hpp"
 #include "core/format.hpp"
@@ -110,7 +111,8 @@ class TcpProcessGroup final : public ProcessGroup {
   }
 
   ~TcpProcessGroup() override {
-    engine_.reset();
+    engine_.reset();  // fails what is pending: their callbacks go to the callback thread
+    callbacks_->close(CallbackThread::kCloseBound);
     // A healthy group removes its store keys (a failed one may have lost its store: skip the
     // round trips; an earlier launch's records never stop a relaunch, see membership.hpp).
     if (!failure()) {
@@ -243,9 +245,9 @@ class TcpProcessGroup final : public ProcessGroup {
     o->call = call;
     // A small allreduce goes through the board (the same choice on every rank); this thread
     // runs it when the engine has no collective left to run: the last one handed to it is
-    // complete, and none can be handed over meanwhile (this runs under the issue lock). Not
-    // from a Work callback on the engine thread: that thread must go back to its loop. Done
-    // here, it returns a DoneWork: no WorkState, no driver.
+    // complete, and none can be handed over meanwhile (this runs under the issue lock). Never
+    // on a thread that runs the engine's loop (a caller driving it): that thread must go back
+    // to its loop. Done here, it returns a DoneWork: no WorkState, no driver.
     o->on_board =
         board_ && kind == OpKind::allreduce && !o->args.forced && SlotBoard::takes(o->bytes);
     if (o->on_board && (!last_engine_collective_ || last_engine_collective_->is_completed()) &&
@@ -260,7 +262,7 @@ class TcpProcessGroup final : public ProcessGroup {
     trace_issued(call, nullptr);  // before the engine thread may note its start
     auto queued = std::make_unique<Op>(std::move(built));
     o = queued.get();
-    o->work = std::make_shared<WorkState>(call.name, call.seq);
+    o->work = make_work(call);
     if (o->bytes <= kWaitSpinMaxBytes) {
       o->work->spin_before_blocking(kWaitSpin);
       o->work->drive_with(engine_->driver());
@@ -292,6 +294,14 @@ class TcpProcessGroup final : public ProcessGroup {
     }
   }
 
+  // The Work of an op the engine runs: its callbacks run on the callback thread, so that no
+  // user code runs on the engine thread (heartbeats, failure detection, every other op).
+  std::shared_ptr<WorkState> make_work(const OpCall& call) const {
+    auto work = std::make_shared<WorkState>(call.name, call.seq);
+    work->run_callbacks_on(callbacks_);
+    return work;
+  }
+
   std::shared_ptr<Work> p2p(Op::Kind kind, Tensor t, int peer, std::uint32_t tag,
                             const OpCall& call) {
     auto o = std::make_unique<Op>();
@@ -303,7 +313,7 @@ class TcpProcessGroup final : public ProcessGroup {
     o->call = call;
     o->args.count = t.count();
     o->args.dtype = t.dtype();
-    o->work = std::make_shared<WorkState>(call.name, call.seq);
+    o->work = make_work(call);
     auto work = o->work;
     engine_->submit(std::move(o));
     return work;
@@ -322,6 +332,8 @@ class TcpProcessGroup final : public ProcessGroup {
   // The last collective handed to the engine (the issue lock guards it): once it is complete,
   // the engine has no collective queued or running.
   std::shared_ptr<WorkState> last_engine_collective_;
+  // Where the Works' then() callbacks run (a thread started by the first one).
+  const std::shared_ptr<CallbackThread> callbacks_ = std::make_shared<CallbackThread>(name());
   std::unique_ptr<Engine> engine_;
 };
 

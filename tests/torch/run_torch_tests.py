@@ -7,6 +7,7 @@ launches real ranks with a hard deadline; a hang is a failure. Prints one line p
 FAIL, or SKIP saying why it cannot run here) and exits non-zero if any failed."""
 import os
 import pwd
+import re
 import shutil
 import signal
 import subprocess
@@ -22,6 +23,7 @@ DDP = os.path.join(HERE, "ddp_check.py")
 FAILURE = os.path.join(HERE, "failure_check.py")
 INIT = os.path.join(HERE, "init_check.py")
 SHARED = os.path.join(HERE, "shared_check.py")
+LIVENESS = os.path.join(HERE, "liveness_check.py")
 SECRET = os.path.join(HERE, "secret_check.py")
 STRANGER = os.path.join(HERE, "stranger.py")
 STRANGER_USER = "chorus-stranger"
@@ -120,6 +122,34 @@ def case_exit(first, how):
     return f"rank {'0 (store host)' if first == 'store' else '1, 2'} left first, {how}: all exited"
 
 
+def case_liveness():
+    """15 s callbacks, a 15 s GIL hold, a slow DDP hook, a 20 s SIGSTOP: under chorusrun at 2
+    and 4 ranks at once (each launch is mostly asleep in its stalls)."""
+    # The default peer timeout, whatever the caller's environment says.
+    env = {"CHORUS_PEER_TIMEOUT": "10"}
+    tmp = tempfile.mkdtemp(prefix="chorus_liveness_")
+    for n in (2, 4):
+        os.mkdir(os.path.join(tmp, str(n)))
+    runs = {n: launch.chorusrun(os.environ["CHORUS_CHORUSRUN"], LIVENESS, n,
+                                args=[os.path.join(tmp, str(n))], env=env, deadline_s=240)
+            for n in (2, 4)}
+    phases = []
+    try:
+        for n, run in runs.items():
+            outputs = run.expect_success()
+            if ranks_reporting(outputs, "OK liveness") != n:
+                raise AssertionError(f"not every rank of {n} finished:\n" + "\n".join(outputs))
+            rank0 = [re.sub(r"^(\[rank \d+\] )+", "", ln)
+                     for out in outputs for ln in (out or "").splitlines()
+                     if ln.startswith("[rank 0]") and ("OK " in ln or "RAISED" in ln)]
+            phases.append(f"{n} ranks, rank 0: " + ", ".join(ln[:60] for ln in rank0))
+    finally:
+        for run in runs.values():
+            run.kill_all()
+        shutil.rmtree(tmp, ignore_errors=True)
+    return "; ".join(phases)
+
+
 def stranger_account():
     """The unprivileged account the stranger runs as, made once (a system user, no home)."""
     try:
@@ -202,6 +232,7 @@ CASES = {
     "ddp_chorusrun_4": lambda: run_ddp("chorusrun", 4),
     "killed_rank": lambda: case_failure("killed"),
     "stopped_rank": lambda: case_failure("stopped"),
+    "liveness": case_liveness,
     "exit_store_first_destroy": lambda: case_exit("store", "destroy"),
     "exit_store_first_no_destroy": lambda: case_exit("store", "exit"),
     "exit_store_last_destroy": lambda: case_exit("others", "destroy"),
