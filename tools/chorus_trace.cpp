@@ -12,17 +12,21 @@
 namespace {
 
 constexpr const char* kUsage =
-    "usage: chorus-trace [--last N] DIR\n"
+    "usage: chorus-trace [--last N] [--max-dump-mib M] DIR\n"
     "\n"
     "Reads the flight recorder dumps (*.json) that chorus ranks write on a timeout, a peer\n"
     "failure, an abort or SIGUSR1 (see CHORUS_TRACE_DIR) and prints, per process group: the\n"
     "first failure, ranks that never reported, ranks that fell behind, ops that differ between\n"
-    "ranks at one sequence number, then each rank's last N ops (default 8).\n";
+    "ranks at one sequence number, then each rank's last N ops (default 8).\n"
+    "\n"
+    "Other files are recognized by their first 4 KiB and skipped unread; a dump larger than M\n"
+    "MiB (default 256) is skipped with its size.\n";
 
 }  // namespace
 
 int main(int argc, char** argv) {
   std::size_t last_ops = 8;
+  std::uint64_t max_dump_bytes = chorus::trace_tool::kDefaultMaxDumpBytes;
   std::string dir;
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
@@ -39,6 +43,15 @@ int main(int argc, char** argv) {
         return 2;
       }
       last_ops = static_cast<std::size_t>(n);
+    } else if (arg == "--max-dump-mib" && i + 1 < argc) {
+      char* end = nullptr;
+      const long n = std::strtol(argv[++i], &end, 10);
+      if (*end != '\0' || n < 1 || n > (1L << 20)) {
+        std::cerr << "chorus-trace: --max-dump-mib needs a size in MiB in [1, 1048576], got '"
+                  << argv[i] << "'\n";
+        return 2;
+      }
+      max_dump_bytes = static_cast<std::uint64_t>(n) << 20;
     } else if (!arg.empty() && arg[0] == '-') {
       std::cerr << "chorus-trace: unknown option '" << arg << "'\n" << kUsage;
       return 2;
@@ -59,7 +72,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   std::vector<std::string> problems;
-  const auto views = chorus::trace_tool::load_dumps(dir, problems);
+  const auto views = chorus::trace_tool::load_dumps(dir, problems, max_dump_bytes);
   for (const auto& p : problems) {
     std::cerr << "chorus-trace: " << p << "\n";
   }

@@ -1,12 +1,21 @@
 // SPDX-License-Identifier: BSD-3-Clause
 #include "trace_report.hpp"
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <map>
+#include <memory>
 #include <set>
 #include <sstream>
+#include <stdexcept>
+#include <string_view>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -274,21 +283,98 @@ std::vector<GroupView> parse_dump(const std::string& text, const std::string& fi
   return views;
 }
 
-std::vector<GroupView> load_dumps(const std::string& dir, std::vector<std::string>& problems) {
+namespace {
+
+// What load_dumps reads of a file before deciding whether it is a dump.
+constexpr std::size_t kHeadBytes = 4096;
+
+bool looks_like_dump(std::string_view head) {
+  // The writer's keys are sorted: "format" comes second, within the first hundred bytes.
+  // Whitespace around the colon is allowed, so a file reformatted by hand still counts.
+  const std::size_t start = head.find_first_not_of(" \t\r\n");
+  if (start == std::string_view::npos || head[start] != '{') {
+    return false;
+  }
+  constexpr std::string_view kKey = "\"format\"";
+  constexpr std::string_view kValue = "\"chorus-flight-recorder\"";
+  for (std::size_t at = head.find(kKey); at != std::string_view::npos;
+       at = head.find(kKey, at + 1)) {
+    std::size_t p = head.find_first_not_of(" \t\r\n", at + kKey.size());
+    if (p == std::string_view::npos || head[p] != ':') {
+      continue;
+    }
+    p = head.find_first_not_of(" \t\r\n", p + 1);
+    if (p != std::string_view::npos && head.substr(p, kValue.size()) == kValue) {
+      return true;
+    }
+  }
+  return false;
+}
+
+std::vector<GroupView> read_dump(const std::filesystem::path& path, std::uint64_t max_bytes) {
+  // O_NONBLOCK: a FIFO named *.json must not hang the tool; fstat below turns it away.
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+  if (fd < 0) {
+    throw std::runtime_error(fmt::format("cannot open it: {}", std::strerror(errno)));
+  }
+  std::FILE* file = ::fdopen(fd, "r");
+  if (file == nullptr) {
+    ::close(fd);
+    throw std::runtime_error(fmt::format("cannot read it: {}", std::strerror(errno)));
+  }
+  const std::unique_ptr<std::FILE, int (*)(std::FILE*)> owner(file, &std::fclose);
+  struct stat st {};
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    throw std::runtime_error("not a regular file");
+  }
+  // Recognize a dump by its first bytes before reading the rest: any other file in the
+  // folder costs at most kHeadBytes, whatever its size.
+  std::string head(kHeadBytes, '\0');
+  head.resize(std::fread(head.data(), 1, head.size(), file));
+  if (!looks_like_dump(head)) {
+    throw std::runtime_error(fmt::format(
+        "not a chorus flight recorder dump (no \"format\": \"chorus-flight-recorder\" in its "
+        "first {} bytes; the rest of its {} bytes was not read)",
+        kHeadBytes, static_cast<std::uint64_t>(st.st_size)));
+  }
+  if (static_cast<std::uint64_t>(st.st_size) > max_bytes) {
+    throw std::runtime_error(fmt::format(
+        "{} MiB, more than the {} MiB chorus-trace reads of one dump (a dump of the default "
+        "2048 entries per group is well under 1 MiB per group); not read. --max-dump-mib N "
+        "raises the bound",
+        static_cast<std::uint64_t>(st.st_size) >> 20, max_bytes >> 20));
+  }
+  // Read through the descriptor that was checked, and never past the bound, even if the
+  // file grows meanwhile.
+  std::rewind(file);
+  std::string text;
+  text.reserve(static_cast<std::size_t>(st.st_size));
+  char buf[1 << 16];
+  for (std::size_t n; (n = std::fread(buf, 1, sizeof buf, file)) > 0;) {
+    if (text.size() + n > max_bytes) {
+      throw std::runtime_error(
+          fmt::format("grew past {} MiB while being read; not read", max_bytes >> 20));
+    }
+    text.append(buf, n);
+  }
+  return parse_dump(text, path.filename().string());
+}
+
+}  // namespace
+
+std::vector<GroupView> load_dumps(const std::string& dir, std::vector<std::string>& problems,
+                                  std::uint64_t max_dump_bytes) {
   std::vector<std::filesystem::path> files;
   for (const auto& entry : std::filesystem::directory_iterator(dir)) {
-    if (entry.is_regular_file() && entry.path().extension() == ".json") {
+    if (entry.path().extension() == ".json" && entry.is_regular_file()) {
       files.push_back(entry.path());
     }
   }
   std::sort(files.begin(), files.end());
   std::vector<GroupView> views;
   for (const auto& path : files) {
-    std::ifstream in(path);
-    std::stringstream text;
-    text << in.rdbuf();
     try {
-      for (GroupView& v : parse_dump(text.str(), path.filename().string())) {
+      for (GroupView& v : read_dump(path, max_dump_bytes)) {
         views.push_back(std::move(v));
       }
     } catch (const std::exception& e) {

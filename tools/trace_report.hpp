@@ -39,9 +39,16 @@ struct GroupView {
   std::vector<OpRecord> ops;       // oldest first
 };
 
+// The largest dump load_dumps reads by default (a group's dump of the default 2048 entries is
+// well under 1 MiB).
+inline constexpr std::uint64_t kDefaultMaxDumpBytes = std::uint64_t{256} << 20;
+
 // Reads every *.json in `dir`. Files that are not flight recorder dumps are listed in
-// `problems` (and skipped) rather than failing the whole report.
-std::vector<GroupView> load_dumps(const std::string& dir, std::vector<std::string>& problems);
+// `problems` (and skipped) rather than failing the whole report. A file is recognized by its
+// first 4 KiB before the rest is read, so another file costs at most that, whatever its size;
+// a dump larger than `max_dump_bytes` is skipped unread, with its size and the bound.
+std::vector<GroupView> load_dumps(const std::string& dir, std::vector<std::string>& problems,
+                                  std::uint64_t max_dump_bytes = kDefaultMaxDumpBytes);
 // Parses one dump document (the text of a file).
 std::vector<GroupView> parse_dump(const std::string& text, const std::string& file);
 

@@ -183,6 +183,50 @@ TEST_CASE("chorus-trace's command line", "[tcp][trace]") {
   CHECK(run_tool("--help").first == 0);
 }
 
+// Address space for the tool in the test below: far less than reading either big file whole
+// would take. AddressSanitizer reserves terabytes of shadow memory, so its build runs the
+// tool without the limit (the skip messages are still checked).
+#if defined(__SANITIZE_ADDRESS__)
+constexpr const char* kToolLimit = "";
+#else
+constexpr const char* kToolLimit = "ulimit -v 262144; ";  // 256 MiB
+#endif
+
+// A folder with one real dump, a 1 GiB file that is not a dump (sparse: no disk, no time to
+// write) and a 300 MiB file that starts like a dump: the tool recognizes the first by its
+// first bytes and the second by its size, skips both unread with the reason, and reports the
+// real dump, inside 256 MiB of address space.
+TEST_CASE("chorus-trace skips big files unread: a non-dump by its first bytes, a dump by size",
+          "[tcp][trace]") {
+  TraceDir dir;
+  const std::string dump =
+      "{\n \"dumped_us\": 1,\n \"format\": \"chorus-flight-recorder\",\n \"groups\": [{\"name\": "
+      "\"world\", \"rank\": 0, \"size\": 1, \"ops\": []}],\n \"process\": {\"pid\": 7, \"host\": "
+      "\"h\", \"rank\": \"0\"},\n \"reason\": \"test\",\n \"version\": 1\n}\n";
+  std::ofstream(dir.path + "/rank0.json") << dump;
+  std::ofstream(dir.path + "/big.json") << "[\"not a dump\", ";
+  std::filesystem::resize_file(dir.path + "/big.json", std::uintmax_t{1} << 30);
+  std::ofstream(dir.path + "/huge-dump.json") << dump.substr(0, dump.size() - 2);
+  std::filesystem::resize_file(dir.path + "/huge-dump.json", std::uintmax_t{300} << 20);
+  const char* exe = std::getenv("CHORUS_TRACE_EXE");
+  REQUIRE(exe != nullptr);
+  FILE* pipe = ::popen(fmt::format("{}{} {} 2>&1", kToolLimit, exe, dir.path).c_str(), "r");
+  REQUIRE(pipe != nullptr);
+  std::string out;
+  char buf[4096];
+  for (std::size_t n; (n = std::fread(buf, 1, sizeof buf, pipe)) > 0;) {
+    out.append(buf, n);
+  }
+  const int status = ::pclose(pipe);
+  INFO(out);
+  CHECK((WIFEXITED(status) && WEXITSTATUS(status) == 0));
+  CHECK(has_line(out, {"big.json: skipped: not a chorus flight recorder dump", "first 4096 bytes",
+                       "1073741824 bytes was not read"}));
+  CHECK(
+      has_line(out, {"huge-dump.json: skipped: 300 MiB, more than the 256 MiB", "--max-dump-mib"}));
+  CHECK(contains(out, "world"));
+}
+
 TEST_CASE("chorus-trace on a killed rank: the survivors' first failure names it",
           "[tcp][mp][trace]") {
   StoreServerProcess server;
