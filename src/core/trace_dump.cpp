@@ -161,9 +161,12 @@ bool make_directories(const std::string& path) {
   return ::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
 }
 
-bool write_file_atomically(const std::string& path, const std::string& text) {
-  const std::string tmp = fmt::format("{}.{}.tmp", path, ::getpid());
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
+// Writes `name` in the directory `dir_fd` (opened and checked once, so a path swapped
+// meanwhile cannot redirect the write).
+bool write_file_atomically(int dir_fd, const std::string& name, const std::string& text) {
+  const std::string tmp = fmt::format("{}.{}.tmp", name, ::getpid());
+  const int fd =
+      ::openat(dir_fd, tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
   if (fd < 0) {
     return false;
   }
@@ -175,13 +178,13 @@ bool write_file_atomically(const std::string& path, const std::string& text) {
     }
     if (n <= 0) {
       ::close(fd);
-      ::unlink(tmp.c_str());
+      ::unlinkat(dir_fd, tmp.c_str(), 0);
       return false;
     }
     done += static_cast<std::size_t>(n);
   }
-  if (::close(fd) != 0 || ::rename(tmp.c_str(), path.c_str()) != 0) {
-    ::unlink(tmp.c_str());
+  if (::close(fd) != 0 || ::renameat(dir_fd, tmp.c_str(), dir_fd, name.c_str()) != 0) {
+    ::unlinkat(dir_fd, tmp.c_str(), 0);
     return false;
   }
   return true;
@@ -215,9 +218,50 @@ nlohmann::json entry_json(const TraceEntry& e) {
 
 }  // namespace
 
+int open_dump_directory(const std::string& dir, bool must_be_private, std::string& why) {
+  if (!make_directories(dir)) {
+    why = fmt::format("cannot create it: {}", std::strerror(errno));
+    return -1;
+  }
+  // The default directory sits in a temp directory every user can write: whoever made it first
+  // owns it. Not following a symlink there, and checking the owner and mode of what was
+  // opened (not of the path), leaves no window for another user to slip in a directory of
+  // theirs.
+  const int flags = O_RDONLY | O_DIRECTORY | O_CLOEXEC | (must_be_private ? O_NOFOLLOW : 0);
+  const int fd = ::open(dir.c_str(), flags);
+  if (fd < 0) {
+    why = errno == ELOOP || errno == ENOTDIR
+              ? std::string("it is a symbolic link, not a directory")
+              : fmt::format("cannot open it: {}", std::strerror(errno));
+    return -1;
+  }
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) {
+    why = fmt::format("cannot stat it: {}", std::strerror(errno));
+  } else if (must_be_private && st.st_uid != ::geteuid()) {
+    why = fmt::format("it belongs to uid {}, not to this process's uid {}", st.st_uid, ::geteuid());
+  } else if (must_be_private && (st.st_mode & (S_IWGRP | S_IWOTH)) != 0) {
+    why = fmt::format("it is writable by {} (mode {:04o})",
+                      (st.st_mode & S_IWOTH) != 0 ? "every user" : "its group", st.st_mode & 07777);
+  } else {
+    return fd;
+  }
+  ::close(fd);
+  return -1;
+}
+
 std::size_t buffer_entries() {
   const auto value = env::get_int("CHORUS_TRACE_BUFFER", 0, kMaxBufferEntries, "you");
   return value ? static_cast<std::size_t>(*value) : kDefaultBufferEntries;
+}
+
+std::string refused_default_message(const std::string& dir, const std::string& why) {
+  return fmt::format(
+      "flight recorder: not writing dumps into {}: {}, so another user could replace or remove "
+      "them before chorus-trace reads them. Set CHORUS_TRACE_DIR to a directory of your own, "
+      "or remove that one if it is a leftover of yours (it is made again, private, at the next "
+      "dump)",
+      dir, why);
 }
 
 std::string directory() {
@@ -293,13 +337,29 @@ std::string dump_all(const std::string& reason) noexcept {
     static auto* dump_mu = new std::mutex;
     const std::lock_guard dumping(*dump_mu);
     const std::string dir = directory();
-    if (!make_directories(dir)) {
-      CHORUS_WARN(trace, "flight recorder: cannot create {}: {}", dir, std::strerror(errno));
+    const bool chosen = env::get("CHORUS_TRACE_DIR").has_value();
+    std::string why;
+    const int dir_fd = open_dump_directory(dir, !chosen, why);
+    if (dir_fd < 0) {
+      // Once per directory and process: a SIGUSR1 loop must not repeat it.
+      static auto* refused = new std::string;
+      if (*refused != dir) {
+        *refused = dir;
+        CHORUS_WARN(trace, "{}",
+                    chosen ? fmt::format("flight recorder: no dump written to {} "
+                                         "(CHORUS_TRACE_DIR): {}",
+                                         dir, why)
+                           : refused_default_message(dir, why));
+      }
       return {};
     }
-    const std::string path = fmt::format("{}/{}.json", dir, file_stem());
-    if (!write_file_atomically(path, to_json(snapshots, reason))) {
-      CHORUS_WARN(trace, "flight recorder: cannot write {}: {}", path, std::strerror(errno));
+    const std::string name = file_stem() + ".json";
+    const std::string path = fmt::format("{}/{}", dir, name);
+    const bool written = write_file_atomically(dir_fd, name, to_json(snapshots, reason));
+    const int saved = errno;
+    ::close(dir_fd);
+    if (!written) {
+      CHORUS_WARN(trace, "flight recorder: cannot write {}: {}", path, std::strerror(saved));
       return {};
     }
     CHORUS_WARN(trace, "flight recorder ({}): wrote {}; read every rank's with chorus-trace {}",

@@ -1,12 +1,22 @@
 // SPDX-License-Identifier: BSD-3-Clause
 // FlightRecorder's ring and the dump format, and chorus-trace's analysis on hand-made dumps
 // (the real failing runs are in tests/tcp/trace_mp_test.cpp).
+#include <pwd.h>
+#include <stdlib.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <memory>
+#include <mutex>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 #include <catch2/catch.hpp>
 
 #include <chorus/errors.hpp>
+#include <chorus/logging.hpp>
 
 #include "core/flight_recorder.hpp"
 #include "core/trace_dump.hpp"
@@ -221,6 +231,109 @@ TEST_CASE("chorus-trace's report: first failure, missing ranks, ranks behind, mi
             "mismatch at seq 3: rank 2: allgather 4 x float32; rank 0: allreduce 4 x "
             "float32"));
   CHECK(has(report, "last 2 ops per rank"));
+}
+
+namespace {
+
+// A private folder standing in for the system temp directory, removed at the end.
+struct TempRoot {
+  std::string path;
+  TempRoot() {
+    char templ[] = "/tmp/chorus-trace-dir-test-XXXXXX";
+    REQUIRE(::mkdtemp(templ) != nullptr);
+    path = templ;
+  }
+  ~TempRoot() {
+    std::error_code ec;
+    std::filesystem::remove_all(path, ec);
+  }
+};
+
+}  // namespace
+
+TEST_CASE("the default trace directory is used only if it is this uid's own and private",
+          "[core][trace]") {
+  TempRoot root;
+  std::string why;
+  SECTION("made fresh: private, used") {
+    const std::string dir = root.path + "/fresh";
+    const int fd = trace::open_dump_directory(dir, true, why);
+    REQUIRE(fd >= 0);
+    ::close(fd);
+    struct stat st {};
+    REQUIRE(::stat(dir.c_str(), &st) == 0);
+    CHECK((st.st_mode & 0777) == 0700);
+  }
+  SECTION("already there with mode 0777: refused, naming the mode") {
+    const std::string dir = root.path + "/open";
+    REQUIRE(::mkdir(dir.c_str(), 0700) == 0);
+    REQUIRE(::chmod(dir.c_str(), 0777) == 0);
+    CHECK(trace::open_dump_directory(dir, true, why) < 0);
+    CHECK(has(why, "writable by every user (mode 0777)"));
+    // CHORUS_TRACE_DIR is the user's choice: used as it is.
+    const int fd = trace::open_dump_directory(dir, false, why);
+    CHECK(fd >= 0);
+    ::close(fd);
+  }
+  SECTION("a symlink planted where the directory goes: refused") {
+    const std::string target = root.path + "/elsewhere";
+    REQUIRE(::mkdir(target.c_str(), 0700) == 0);
+    const std::string dir = root.path + "/link";
+    REQUIRE(::symlink(target.c_str(), dir.c_str()) == 0);
+    CHECK(trace::open_dump_directory(dir, true, why) < 0);
+    CHECK(has(why, "symbolic link"));
+  }
+  SECTION("already there, owned by another user: refused, naming the owner") {
+    if (::geteuid() != 0) {
+      WARN(
+          "skipped: giving a directory to another user (chown) needs root; run as root (CI "
+          "does) to check the owner test");
+      return;
+    }
+    const passwd* nobody = ::getpwnam("nobody");
+    const uid_t other = nobody != nullptr ? nobody->pw_uid : 65534;
+    const std::string dir = root.path + "/theirs";
+    REQUIRE(::mkdir(dir.c_str(), 0700) == 0);
+    REQUIRE(::chown(dir.c_str(), other, static_cast<gid_t>(-1)) == 0);
+    CHECK(trace::open_dump_directory(dir, true, why) < 0);
+    CHECK(has(why, "belongs to uid " + std::to_string(other) + ", not to this process's uid 0"));
+  }
+}
+
+TEST_CASE("a refused default trace directory gets one WARN saying what, why and what to do",
+          "[core][trace]") {
+  TempRoot root;
+  const std::string run = "dir-test-" + std::to_string(::getpid());
+  ::setenv("TMPDIR", root.path.c_str(), 1);
+  ::setenv("CHORUS_RUN_ID", run.c_str(), 1);
+  ::unsetenv("CHORUS_TRACE_DIR");
+  const std::string dir = trace::directory();
+  REQUIRE(dir == root.path + "/chorus-trace-" + std::to_string(::getuid()) + "-" + run);
+  REQUIRE(::mkdir(dir.c_str(), 0700) == 0);
+  REQUIRE(::chmod(dir.c_str(), 0777) == 0);
+
+  std::vector<std::string> warnings;
+  std::mutex mu;
+  set_log_sink([&](LogLevel level, std::string_view line) {
+    if (level == LogLevel::warn && line.find("flight recorder") != std::string_view::npos) {
+      const std::lock_guard lock(mu);
+      warnings.emplace_back(line);
+    }
+  });
+  auto rec = std::make_shared<FlightRecorder>(TraceGroup{.name = "world"}, 8);
+  rec->issued(op(1));
+  trace::register_recorder(rec);
+  CHECK(trace::dump_all("test").empty());
+  CHECK(trace::dump_all("test again").empty());
+  set_log_sink(nullptr);
+  ::unsetenv("TMPDIR");
+  ::unsetenv("CHORUS_RUN_ID");
+  CHECK(std::filesystem::is_empty(dir));
+  REQUIRE(warnings.size() == 1);
+  CHECK(has(warnings[0], "not writing dumps into " + dir));
+  CHECK(has(warnings[0], "writable by every user (mode 0777)"));
+  CHECK(has(warnings[0], "another user could replace or remove them"));
+  CHECK(has(warnings[0], "Set CHORUS_TRACE_DIR"));
 }
 
 }  // namespace chorus
