@@ -165,3 +165,22 @@ TEST_CASE("the last owner of the callback thread may let go inside a callback", 
   work.reset();
   REQUIRE(eventually([&] { return done.load(); }));
 }
+
+TEST_CASE("a thread in wait() runs the callbacks itself, never the completing thread", "[core]") {
+  auto callbacks = std::make_shared<CallbackThread>("test");
+  for (int round = 0; round < 200; ++round) {
+    auto work = work_on(callbacks, static_cast<std::uint64_t>(round + 1));
+    std::atomic<bool> ran{false};
+    std::thread::id ran_on;
+    work->then([&](Work&) {
+      ran_on = std::this_thread::get_id();
+      ran = true;
+    });
+    std::thread completer([&] { work->complete(); });
+    const auto completer_id = completer.get_id();
+    work->wait();  // here (if this thread was waiting when it completed) or the callback thread
+    completer.join();
+    REQUIRE(eventually([&] { return ran.load(); }));
+    REQUIRE(ran_on != completer_id);
+  }
+}
