@@ -9,6 +9,7 @@ Moving a DDP script from gloo to chorus is two lines::
 Every torch group of backend "chorus" (the default group and ``new_group`` subgroups) is a
 chorus tcp group on CPU tensors, bootstrapped through the store torch's rendezvous made.
 """
+import atexit
 import inspect
 
 import torch.distributed as _dist
@@ -113,3 +114,6 @@ def _register():
 
 
 _register()
+# Before the interpreter finalizes: no chorus thread may take the GIL after that (see
+# quiesce_for_exit in python/src/torch_work.hpp).
+atexit.register(_C._quiesce_at_exit)

@@ -2,12 +2,13 @@
 // chorus._C: the torch.distributed backend class, for chorus/torch.py to register.
 // torch.distributed must be imported first, so that torch's ProcessGroup (Backend on 2.x) and
 // Store classes are known to pybind11 when this module names them as base and argument.
-#include <chorus/chorus.hpp>
 #include <pybind11/chrono.h>
 #include <torch/csrc/utils/pybind.h>
+#include <chorus/chorus.hpp>
 
 #include "process_group_chorus.hpp"
 #include "shared_storage.hpp"
+#include "torch_work.hpp"
 
 namespace py = pybind11;
 using chorus::torch_bridge::ProcessGroupChorus;
@@ -28,9 +29,8 @@ PYBIND11_MODULE(_C, m) {
            py::arg("name") = "world", py::call_guard<py::gil_scoped_release>(),
            "Connects a chorus tcp group of `size` ranks through torch's `store`; every rank "
            "calls it. Raises (naming the ranks that never showed up) after `timeout`.")
-      .def_property_readonly("group_name", [](const ProcessGroupChorus& pg) {
-        return pg.chorus_group()->name();
-      });
+      .def_property_readonly(
+          "group_name", [](const ProcessGroupChorus& pg) { return pg.chorus_group()->name(); });
 
   m.def("move_to_shared_buffer", &chorus::torch_bridge::move_to_shared_buffer, py::arg("tensor"),
         "Moves the tensor's storage into a SharedBuffer in place (chorus.torch.share_); false "
@@ -42,6 +42,14 @@ PYBIND11_MODULE(_C, m) {
       },
       py::arg("tensor"), "Whether the tensor's bytes lie in one SharedBuffer of this process.");
   m.attr("shared_buffer_min_bytes") = chorus::kSharedBufferMinOpBytes;
+  m.def(
+      "_quiesce_at_exit",
+      [] {
+        py::gil_scoped_release release;
+        chorus::torch_bridge::quiesce_for_exit(std::chrono::seconds(5));
+      },
+      "For atexit (chorus.torch registers it): chorus's threads stop touching Python objects, and "
+      "completions still running finish first (up to 5 s).");
 
   // The memory behind chorus.torch.shared_empty(): a Python buffer that torch.frombuffer wraps
   // (the tensor keeps the object, and so the memory, alive).

@@ -3,7 +3,42 @@
 
 #include <chorus/errors.hpp>
 
+#include <cstdio>
+#include <thread>
+
 namespace chorus::torch_bridge {
+namespace {
+
+// quiesce_for_exit(): completions on chorus threads enter this region (seq_cst on both sides,
+// so either the exit sees the entry and waits for it, or the entry sees the exit and backs out).
+std::atomic<bool> g_exiting{false};
+std::atomic<int> g_completing{0};
+
+bool enter_python_region() {
+  g_completing.fetch_add(1);
+  if (g_exiting.load()) {
+    g_completing.fetch_sub(1);
+    return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+void quiesce_for_exit(std::chrono::milliseconds bound) {
+  g_exiting.store(true);
+  const auto until = std::chrono::steady_clock::now() + bound;
+  while (g_completing.load() > 0) {
+    if (std::chrono::steady_clock::now() >= until) {
+      std::fprintf(stderr,
+                   "chorus: a torch Work's completion (its future's callbacks) still runs at "
+                   "interpreter exit after %lld ms; exiting anyway\n",
+                   static_cast<long long>(bound.count()));
+      return;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));  // polled, bounded, once
+  }
+}
 
 ChorusWork::ChorusWork(int rank, c10d::OpType type, std::string name,
                        std::vector<at::Tensor> outputs, int source_rank)
@@ -25,10 +60,21 @@ void ChorusWork::start(const c10::intrusive_ptr<ChorusWork>& work,
   // work before every callback is registered.
   work->remaining_.store(static_cast<int>(parts.size()) + 1, std::memory_order_relaxed);
   for (auto& part : parts) {
-    part->then([self = work](chorus::Work& w) { self->part_done(w.exception()); });
+    part->then(
+        [self = work](chorus::Work& w) mutable { part_arrived(std::move(self), w.exception()); });
   }
   work->parts_ = std::move(parts);  // before the Work is handed out
   work->part_done(nullptr);
+}
+
+void ChorusWork::part_arrived(c10::intrusive_ptr<ChorusWork> self, std::exception_ptr error) {
+  if (!enter_python_region()) {
+    (void)self.release();  // the interpreter is exiting: neither complete nor free (the GIL)
+    return;
+  }
+  self->part_done(std::move(error));
+  self.reset();  // may free tensors: inside the region
+  g_completing.fetch_sub(1);
 }
 
 void ChorusWork::part_done(std::exception_ptr error) {

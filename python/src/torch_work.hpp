@@ -48,6 +48,8 @@ class ChorusWork final : public c10d::Work {
   c10::intrusive_ptr<c10::ivalue::Future> getFuture() override;
 
  private:
+  // A chorus op of `self` completed (its then() callback, on a chorus thread).
+  static void part_arrived(c10::intrusive_ptr<ChorusWork> self, std::exception_ptr error);
   void part_done(std::exception_ptr error);
   // Completes the Work unless another thread already does (the callback thread and a waiter).
   void complete_once(std::exception_ptr error);
@@ -72,5 +74,14 @@ class ChorusWork final : public c10d::Work {
   // a small op's waiting thread drive the engine (chorus::WorkState::drive_with).
   std::vector<std::shared_ptr<chorus::Work>> parts_;
 };
+
+// Called once at interpreter exit (chorus.torch registers it with atexit), without the GIL:
+// from then on chorus's threads never touch a Python object (a Work completing later keeps its
+// future and tensors, leaked), and this waits up to `bound` for completions that are running
+// (their Python callbacks) to end. A thread that asks for the GIL once the interpreter
+// finalizes is ended by pthread_exit, and the unwinding aborts the process at the first
+// noexcept frame (torch's own, destroying a Python callback): "terminate called without an
+// active exception" at exit.
+void quiesce_for_exit(std::chrono::milliseconds bound);
 
 }  // namespace chorus::torch_bridge

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: BSD-3-Clause
 #include "core/callback_thread.hpp"
 
+#include <cxxabi.h>
 #include <pthread.h>
 
 #include <exception>
@@ -13,9 +14,14 @@
 namespace chorus {
 namespace {
 
-void run_task(std::function<void()>& task) noexcept {
+// Not noexcept, and lets abi::__forced_unwind through: a Python callback that asks for the GIL
+// after the interpreter began to finalize ends its thread with pthread_exit, whose unwinding
+// would call std::terminate at a noexcept frame (and abort the process at exit).
+void run_task(std::function<void()>& task) {
   try {
     task();
+  } catch (abi::__forced_unwind&) {
+    throw;
   } catch (const std::exception& e) {
     CHORUS_WARN(coll, "a Work callback threw and was ignored: {}", e.what());
   } catch (...) {
@@ -58,7 +64,7 @@ void CallbackThread::post(std::function<void()> task) noexcept {
   queue_->cv.notify_one();
 }
 
-void CallbackThread::run(const std::shared_ptr<Queue>& queue, const std::string& name) noexcept {
+void CallbackThread::run(const std::shared_ptr<Queue>& queue, const std::string& name) {
   log::set_thread_context(name + " callbacks");
   pthread_setname_np(pthread_self(), "chorus-callback");
   std::unique_lock lock(queue->mu);

@@ -54,7 +54,8 @@ class CallbackThread {
     bool closed = false;                      // guarded by mu
     bool ended = false;                       // guarded by mu: the thread has run its last task
   };
-  static void run(const std::shared_ptr<Queue>& queue, const std::string& name) noexcept;
+  // Not noexcept: see run_task() in the .cpp (a thread ended by pthread_exit unwinds through it).
+  static void run(const std::shared_ptr<Queue>& queue, const std::string& name);
 
   const std::string name_;
   const std::shared_ptr<Queue> queue_ = std::make_shared<Queue>();

@@ -2,6 +2,8 @@
 // WorkState: complete-once, waiters, then() callbacks.
 #include "core/work_state.hpp"
 
+#include <cxxabi.h>
+
 #include <new>
 #include <thread>
 #include <utility>
@@ -74,10 +76,12 @@ bool WorkState::complete(std::exception_ptr error) noexcept {
   return true;
 }
 
-void WorkState::run_callbacks(std::vector<std::function<void(Work&)>>& callbacks) noexcept {
+void WorkState::run_callbacks(std::vector<std::function<void(Work&)>>& callbacks) {
   for (auto& fn : callbacks) {
     try {
       fn(*this);
+    } catch (abi::__forced_unwind&) {
+      throw;  // the thread is being ended (pthread_exit): let it unwind
     } catch (const std::exception& e) {
       CHORUS_WARN(coll, "a then() callback of {} (seq {}) threw and was ignored: {}", op_name_,
                   seq_, e.what());

@@ -79,7 +79,8 @@ class WorkState : public Work, public std::enable_shared_from_this<WorkState> {
                                               std::exception_ptr error = nullptr);
 
  private:
-  void run_callbacks(std::vector<std::function<void(Work&)>>& callbacks) noexcept;
+  // Not noexcept: a callback's thread may be ended by pthread_exit (callback_thread.cpp).
+  void run_callbacks(std::vector<std::function<void(Work&)>>& callbacks);
 
   const char* op_name_;
   std::uint64_t seq_;

@@ -9,6 +9,7 @@
                    hosts torch's store, leaves first) or others; HOW=destroy
                    (destroy_process_group() then exit) or exit (interpreter exit with the group
                    alive). Ranks that leave second wait until the driver closes their stdin.
+  exit_in_callback rank 1 exits while a future callback of its sleeps: exit code 0, no abort
 Survivors print "RAISED <seconds> <message>"; every rank that finishes prints "EXITING"."""
 import os
 import signal
@@ -65,6 +66,21 @@ elif mode == "exit":
         sys.stdin.read()  # until the driver closes it: the first ones are gone
     if how == "destroy":
         dist.destroy_process_group()
+    say("EXITING")
+elif mode == "exit_in_callback":
+    # Rank 1's future callback is asleep (without the GIL) when the interpreter exits with the
+    # group alive: its thread must not ask for the GIL once the interpreter finalizes (that
+    # thread would be ended by pthread_exit, and the process abort at exit).
+    rank, n = init(60)
+    store = dist.distributed_c10d._get_default_store()
+    if rank == 0:
+        store.wait(["chained"])  # rank 1's callback is pending when the op completes
+    fut = dist.all_reduce(torch.ones(1000), async_op=True).get_future()
+    if rank == 1:
+        fut.then(lambda f: (time.sleep(1.0), f.value()[0])[1])
+        store.set("chained", "1")
+    fut.wait()
+    dist.barrier()
     say("EXITING")
 else:
     check(False, f"unknown mode {mode}")

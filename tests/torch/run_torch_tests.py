@@ -122,6 +122,23 @@ def case_exit(first, how):
     return f"rank {'0 (store host)' if first == 'store' else '1, 2'} left first, {how}: all exited"
 
 
+def case_exit_in_callback():
+    """The interpreter exits while a future callback sleeps, in four launches at once (whether
+    the group is destroyed before the callback wakes varies with the interpreter's teardown;
+    without the exit quiesce about a third of such launches aborted)."""
+    runs = [launch.by_hand(FAILURE, 2, args=["exit_in_callback"], deadline_s=60)
+            for _ in range(4)]
+    try:
+        for run in runs:
+            outputs = run.expect_success()
+            if ranks_reporting(outputs, "EXITING") != 2:
+                raise AssertionError("not every rank exited cleanly:\n" + run.report())
+    finally:
+        for run in runs:
+            run.kill_all()
+    return f"{len(runs)} launches exited 0 with a callback asleep"
+
+
 def case_liveness():
     """15 s callbacks, a 15 s GIL hold, a slow DDP hook, a 20 s SIGSTOP: under chorusrun at 2
     and 4 ranks at once (each launch is mostly asleep in its stalls)."""
@@ -233,6 +250,7 @@ CASES = {
     "killed_rank": lambda: case_failure("killed"),
     "stopped_rank": lambda: case_failure("stopped"),
     "liveness": case_liveness,
+    "exit_in_callback": case_exit_in_callback,
     "exit_store_first_destroy": lambda: case_exit("store", "destroy"),
     "exit_store_first_no_destroy": lambda: case_exit("store", "exit"),
     "exit_store_last_destroy": lambda: case_exit("others", "destroy"),
