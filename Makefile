@@ -12,10 +12,13 @@ DEB_PACKAGES := meson ninja-build pkg-config g++ libfmt-dev libssl-dev nlohmann-
 # backend, debootstrap for the torch 2.6 root, nftables for the liveness test's drop rule.
 # `make bench` does without them.
 TEST_PACKAGES := python3-torch libtorch-dev pybind11-dev python3-dev debootstrap nftables
+# `make test-pip` also needs pip's build backend (meson-python) and venv.
+PIP_TEST_PACKAGES := python3-mesonpy python3-venv
 test test-unit test-torch26: DEB_PACKAGES += $(TEST_PACKAGES)
+test-pip: DEB_PACKAGES += $(TEST_PACKAGES) $(PIP_TEST_PACKAGES)
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: all deps setup build test test-unit test-asan test-tsan test-torch26 format-check format bench clean
+.PHONY: all deps setup build test test-unit test-asan test-tsan test-torch26 test-pip format-check format bench clean
 
 all: build
 
@@ -100,6 +103,14 @@ test-tsan: $(TSAN_BUILD)/build.ninja
 # default leg ran them on the system's torch 1.13.
 test-torch26: | deps
 	$(SUDO) scripts/test_torch26.sh
+
+# `pip install --no-build-isolation .` into a virtual environment whose torch is not the
+# system's (a wheel-layout copy; as root the system's is hidden), then DDP under the
+# environment's chorusrun, python -m chorus.run and torchrun, `pip wheel`, `pip uninstall`
+# (scripts/test_pip.sh). A whole build of the library and the extension (about 6 minutes on 2
+# cores): not a leg of `make test`.
+test-pip: | deps
+	scripts/test_pip.sh
 
 # clang-format 14 with .clang-format over every C/C++ source; `make format` applies it.
 format-check: | deps

@@ -2,9 +2,10 @@
 """The torch backend's tests. usage: run_torch_tests.py CASE... (or "all")
 
 Environment: CHORUS_PYTHONPATH (the build's python/ directory), CHORUS_CHORUSRUN (the
-chorusrun binary), CHORUS_JOIN_PROBE (chorus_join_probe, for case "stranger"). Each case
-launches real ranks with a hard deadline; a hang is a failure. Prints one line per case (PASS,
-FAIL, or SKIP saying why it cannot run here) and exits non-zero if any failed."""
+chorusrun binary), CHORUS_JOIN_PROBE (chorus_join_probe, for case "stranger"), CHORUS_VERSION
+(meson.build's version, for case "package"). Each case launches real ranks with a hard
+deadline; a hang is a failure. Prints one line per case (PASS, FAIL, or SKIP saying why it
+cannot run here) and exits non-zero if any failed."""
 import os
 import pwd
 import re
@@ -26,6 +27,7 @@ SHARED = os.path.join(HERE, "shared_check.py")
 LIVENESS = os.path.join(HERE, "liveness_check.py")
 SECRET = os.path.join(HERE, "secret_check.py")
 STRANGER = os.path.join(HERE, "stranger.py")
+PACKAGE = os.path.join(HERE, "package_check.py")
 STRANGER_USER = "chorus-stranger"
 
 
@@ -57,6 +59,16 @@ def case_shared(n):
     if ranks_reporting(outputs, "OK shared:") != n:
         raise AssertionError("not every rank finished:\n" + "\n".join(outputs))
     return last_line(outputs, "OK shared:")
+
+
+def case_package():
+    """The package as the build tree holds it: __version__, _C.pyi against _C, py.typed,
+    python -m chorus.run (package_check.py; scripts/test_pip.sh runs it on a pip install)."""
+    r = subprocess.run([sys.executable, PACKAGE], env=launch.base_env(), capture_output=True,
+                       text=True, timeout=120)
+    if r.returncode != 0 or "PACKAGE_OK" not in r.stdout:
+        raise AssertionError(f"package_check.py: exit {r.returncode}\n{r.stdout}\n{r.stderr}")
+    return last_line([r.stdout], "PACKAGE_OK")
 
 
 def case_init(method):
@@ -243,6 +255,7 @@ CASES = {
     "init_tcp": lambda: case_init("tcp"),
     "init_file": lambda: case_init("file"),
     "init_store": lambda: case_init("store"),
+    "package": case_package,
     "ddp_torchrun_2": lambda: run_ddp("torchrun", 2),
     "ddp_torchrun_4": lambda: run_ddp("torchrun", 4),
     "ddp_chorusrun_2": lambda: run_ddp("chorusrun", 2),
