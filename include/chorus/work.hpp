@@ -31,13 +31,13 @@ class CHORUS_API Work {
   virtual bool is_success() const noexcept = 0;
   // The op's error; null while running or after success.
   virtual std::exception_ptr exception() const = 0;
-  // Runs fn exactly once when the op completes: on a thread blocked in this op's wait() if there
-  // is one, else on the group's callback thread (one per group, started by the first callback;
-  // it runs callbacks one at a time, in the order their ops completed); inline on the calling
-  // thread if the op is already done. Never on the thread that runs the group's ops and watches
-  // its peers: fn may block, sleep or wait on another op of the group, and that delays only the
-  // callbacks queued behind it, never liveness or other ops. (A callback that waits for a later
-  // callback of the same group waits for itself.)
+  // Runs fn exactly once when the op completes: on the group's callback thread (one per group,
+  // started by the first callback; it runs callbacks one at a time, in the order their ops
+  // completed), or inline on the calling thread if the op is already done. Never on a thread
+  // waiting for the op in wait(), whose return never waits for a callback. Never on the thread that
+  // runs the group's ops and watches its peers: fn may block, sleep or wait on another op of the
+  // group, and that delays only the callbacks queued behind it, never liveness or other ops. (A
+  // callback that waits for a later callback of the same group waits for itself.)
   virtual void then(std::function<void(Work&)> fn) = 0;
 
   virtual const char* op_name() const noexcept = 0;  // "allreduce", "barrier" ...

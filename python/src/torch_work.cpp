@@ -159,8 +159,17 @@ bool ChorusWork::wait(std::chrono::milliseconds timeout) {
       }
     }
     // Every op is done: finish here rather than wait for the callback thread to (it may be
-    // busy running a user's callback, or asleep: a wake-up costs more than a small op).
-    complete_once(first_error);
+    // busy running a user's callback). Not when a future was asked for: completing it would run
+    // its callbacks on this thread, and one that waits for what this thread does after wait()
+    // would wait for itself; the callback thread completes it.
+    bool has_future = false;
+    {
+      std::lock_guard<std::mutex> lock(future_mu_);
+      has_future = future_ != nullptr;
+    }
+    if (!has_future) {
+      complete_once(first_error);
+    }
   }
   std::unique_lock<std::mutex> lock(mutex_);
   if (timeout <= std::chrono::milliseconds::zero()) {

@@ -21,8 +21,9 @@ namespace chorus::torch_bridge {
 // own then() callbacks, which run on the group's callback thread, never on the engine thread
 // that heartbeats: the future's callbacks (DDP's, a comm hook's, the user's Python, which needs
 // the GIL) run there, and so does the release of tensors (which may need the GIL too). A thread
-// waiting in wait() completes the Work itself once its ops are done, without waiting for the
-// callback thread: whichever gets there first completes it, once. No thread per op, no polling.
+// waiting in wait() on a Work nobody asked the future of completes it itself once its ops are
+// done, without waiting for the callback thread: whichever gets there first completes it, once.
+// No thread per op, no polling.
 class ChorusWork final : public c10d::Work {
  public:
   ChorusWork(int rank, c10d::OpType type, std::string name, std::vector<at::Tensor> outputs,

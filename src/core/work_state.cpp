@@ -51,9 +51,6 @@ bool WorkState::complete(std::exception_ptr error) noexcept {
     finished_.store(true, std::memory_order_release);
     callbacks.swap(callbacks_);
     recorder.swap(trace_recorder_);
-    if (!callbacks.empty() && callback_thread_ && waiters_.load(std::memory_order_relaxed) > 0) {
-      unclaimed_.swap(callbacks);  // a waiter runs them once it wakes (wait())
-    }
   }
   if (recorder) {
     recorder->ended(trace_record_, error_);  // error_ is immutable once done_
@@ -92,7 +89,6 @@ void WorkState::run_callbacks(std::vector<std::function<void(Work&)>>& callbacks
 }
 
 void WorkState::wait() {
-  waiters_.fetch_add(1, std::memory_order_relaxed);
   if (t_callback_depth == 0 && driver_ && !finished_.load(std::memory_order_acquire)) {
     driver_->drive(*this);
   }
@@ -104,7 +100,6 @@ void WorkState::wait() {
   }
   std::unique_lock lock(mu_);
   if (!done_ && t_callback_depth > 0) {
-    waiters_.fetch_sub(1, std::memory_order_relaxed);
     throw InvalidArgument(fmt::format(
         "Work::wait() on {} (seq {}) called from a then() callback would deadlock; callbacks must not block",
         op_name_, seq_));
@@ -112,13 +107,6 @@ void WorkState::wait() {
   // No deadline here on purpose: the op itself carries one, enforced by its backend, which
   // completes this Work with a TimeoutError when it passes.
   cv_.wait(lock, [&] { return done_; });
-  waiters_.fetch_sub(1, std::memory_order_relaxed);
-  std::vector<std::function<void(Work&)>> callbacks;
-  callbacks.swap(unclaimed_);
-  lock.unlock();
-  // Left here by complete(): this thread is awake anyway, the callback thread would need a
-  // wake-up (tens of microseconds on a VM, per op). It runs no loop now (a drive has returned).
-  run_callbacks(callbacks);
   if (error_) {
     std::rethrow_exception(error_);
   }

@@ -1,9 +1,8 @@
 // SPDX-License-Identifier: BSD-3-Clause
 // WorkState: the shared Work implementation. Completes exactly once, with or without an error;
-// wakes waiters and runs then() callbacks: where the backend gave a CallbackThread, never on
-// the thread that completed it (which keeps the group alive) but on a thread blocked in wait()
-// for this Work if there is one (it is awake anyway: no hand-off), else on the CallbackThread;
-// without one, on the completing thread.
+// wakes waiters and runs then() callbacks: on the group's CallbackThread where the backend gave
+// one (never on the thread that completed it, which keeps the group alive), else on the
+// completing thread.
 #pragma once
 
 #include "core/private.hpp"
@@ -42,8 +41,8 @@ class WorkState : public Work, public std::enable_shared_from_this<WorkState> {
   WorkState(const char* op_name, std::uint64_t seq) noexcept : op_name_(op_name), seq_(seq) {}
 
   // Completes the work (error = nullptr for success). Only the first call has an effect;
-  // returns whether this call completed it. With a callback thread (and the Work owned by a
-  // shared_ptr), callbacks are left to a thread in wait() or posted; else they run here.
+  // returns whether this call completed it. Callbacks go to the callback thread (if any, and the
+  // Work is owned by a shared_ptr), else run on the calling thread.
   bool complete(std::exception_ptr error = nullptr) noexcept;
 
   // wait() looks at the op for up to `spin`, yielding the core between looks, before it
@@ -93,11 +92,6 @@ class WorkState : public Work, public std::enable_shared_from_this<WorkState> {
   std::shared_ptr<CallbackThread> callback_thread_;    // set before the Work is handed out
   std::exception_ptr error_;                           // guarded by mu_; immutable once done_
   std::vector<std::function<void(Work&)>> callbacks_;  // guarded by mu_
-  // Threads in wait(): incremented on entry, decremented under mu_ once they saw done_, so a
-  // complete() that reads it under mu_ and leaves the callbacks in unclaimed_ knows one of them
-  // will run them.
-  std::atomic<int> waiters_{0};
-  std::vector<std::function<void(Work&)>> unclaimed_;  // guarded by mu_
   std::shared_ptr<FlightRecorder> trace_recorder_;     // guarded by mu_
   std::uint64_t trace_record_ = 0;                     // guarded by mu_
 };

@@ -166,21 +166,26 @@ TEST_CASE("the last owner of the callback thread may let go inside a callback", 
   REQUIRE(eventually([&] { return done.load(); }));
 }
 
-TEST_CASE("a thread in wait() runs the callbacks itself, never the completing thread", "[core]") {
+TEST_CASE("wait() returns when the op is done, never after its callbacks", "[core]") {
+  // A callback that waits for what the waiting thread does after wait() (here: open the
+  // gate) must not run on that thread: it would wait for itself.
   auto callbacks = std::make_shared<CallbackThread>("test");
-  for (int round = 0; round < 200; ++round) {
+  for (int round = 0; round < 50; ++round) {
     auto work = work_on(callbacks, static_cast<std::uint64_t>(round + 1));
-    std::atomic<bool> ran{false};
-    std::thread::id ran_on;
+    Gate gate;
+    std::atomic<bool> opened{false};
+    std::atomic<bool> finished{false};
     work->then([&](Work&) {
-      ran_on = std::this_thread::get_id();
-      ran = true;
+      opened = gate.wait(2s);
+      finished = true;
     });
     std::thread completer([&] { work->complete(); });
-    const auto completer_id = completer.get_id();
-    work->wait();  // here (if this thread was waiting when it completed) or the callback thread
+    work->wait();
+    const bool before_callback = !finished.load();
+    gate.release();
     completer.join();
-    REQUIRE(eventually([&] { return ran.load(); }));
-    REQUIRE(ran_on != completer_id);
+    REQUIRE(eventually([&] { return finished.load(); }));
+    REQUIRE(before_callback);
+    REQUIRE(opened.load());
   }
 }
