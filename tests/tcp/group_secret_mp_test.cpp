@@ -21,6 +21,7 @@
 
 #include "net/address.hpp"
 #include "net/hmac.hpp"
+#include "net/socket.hpp"
 #include "tcp/group_key.hpp"
 #include "tcp/handshake.hpp"
 #include "tcp/membership.hpp"
@@ -96,27 +97,9 @@ int dial(const std::string& address) {
   return fd;
 }
 
-// Reads exactly n bytes within 20 s; false on EOF, an error or the deadline.
-bool read_exactly(int fd, std::uint8_t* out, std::size_t n) {
-  const Deadline deadline = Deadline::after(20s);
-  for (std::size_t got = 0; got < n;) {
-    pollfd p{fd, POLLIN, 0};
-    const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(deadline.remaining());
-    if (::poll(&p, 1, static_cast<int>(ms.count())) <= 0) {
-      return false;
-    }
-    const ssize_t k = ::read(fd, out + got, n - got);
-    if (k <= 0) {
-      return false;
-    }
-    got += static_cast<std::size_t>(k);
-  }
-  return true;
-}
-
 // One handshake as rank `claim` of the group, dialing rank `target`, with `secret` as the key.
 struct Attempt {
-  int fd = -1;
+  net::Socket socket;
   tcp::Open open{};
   std::array<std::uint8_t, tcp::kAnswerBytes> answer{};
 };
@@ -126,8 +109,9 @@ Attempt send_open(const std::string& address, const Record& r, int claim, int ta
   a.open = tcp::make_open({r.group_id, static_cast<std::uint32_t>(claim),
                            static_cast<std::uint32_t>(target), 0, 2,
                            static_cast<std::uint32_t>(r.size)});
-  a.fd = dial(address);
-  CHILD_CHECK(::write(a.fd, a.open.data(), a.open.size()) == static_cast<ssize_t>(a.open.size()));
+  a.socket = net::Socket(dial(address));
+  CHILD_CHECK(::write(a.socket.fd(), a.open.data(), a.open.size()) ==
+              static_cast<ssize_t>(a.open.size()));
   return a;
 }
 
@@ -141,11 +125,12 @@ bool accept_proof_valid(const Attempt& a, const tcp::GroupSecret& secret) {
 // without sending a byte (refused), false if anything arrives.
 bool refused_after_proof(const Attempt& a, const tcp::GroupSecret& secret) {
   const net::Mac mine = tcp::connect_proof(secret, a.open.data(), a.answer.data());
-  CHILD_CHECK(::write(a.fd, mine.data(), mine.size()) == static_cast<ssize_t>(mine.size()));
+  CHILD_CHECK(::write(a.socket.fd(), mine.data(), mine.size()) ==
+              static_cast<ssize_t>(mine.size()));
   std::uint8_t byte = 0;
-  pollfd p{a.fd, POLLIN, 0};
+  pollfd p{a.socket.fd(), POLLIN, 0};
   CHILD_CHECK(::poll(&p, 1, 20000) == 1);  // closed within the bound, or data
-  return ::read(a.fd, &byte, 1) <= 0;
+  return ::read(a.socket.fd(), &byte, 1) <= 0;
 }
 
 bool failed_with(const ChildResult& r, ErrorCode code, const std::string& part) {
@@ -226,7 +211,9 @@ TEST_CASE("with a job token, what the store holds does not let a reader join",
           }
           base->set("go", std::string_view("1"));  // rank 1 connects after the stranger
           for (auto& a : attempts) {
-            CHILD_CHECK(read_exactly(a.fd, a.answer.data(), a.answer.size()));
+            CHILD_CHECK(
+                net::recv_exact(a.socket, a.answer.data(), a.answer.size(), Deadline::after(20s))
+                    .ok());
           }
           const tcp::GroupSecret wrong =
               tcp::derive_group_secret(kOtherToken, r.stored, r.group_id);
@@ -239,10 +226,7 @@ TEST_CASE("with a job token, what the store holds does not let a reader join",
           CHILD_CHECK(!accept_proof_valid(attempts[1], wrong));
           CHILD_CHECK(refused_after_proof(attempts[1], wrong));
           CHILD_CHECK(accept_proof_valid(attempts[2], right));
-          for (auto& a : attempts) {
-            ::close(a.fd);
-          }
-          return;
+          return;  // the attempts' sockets close here
         }
         if (who == 1) {
           base->get("go", 60s);

@@ -28,6 +28,7 @@
 #include "net/address.hpp"
 #include "net/connect.hpp"
 #include "net/hmac.hpp"
+#include "net/socket.hpp"
 #include "tcp/group_key.hpp"
 #include "tcp/handshake.hpp"
 
@@ -36,23 +37,6 @@ namespace {
 using namespace chorus;
 
 constexpr auto kWait = std::chrono::seconds(10);
-
-// Reads exactly n bytes before `deadline`; false on EOF, an error or the deadline.
-bool read_exactly(int fd, std::uint8_t* out, std::size_t n, Deadline deadline) {
-  for (std::size_t got = 0; got < n;) {
-    pollfd p{fd, POLLIN, 0};
-    const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(deadline.remaining());
-    if (::poll(&p, 1, static_cast<int>(ms.count())) <= 0) {
-      return false;
-    }
-    const ssize_t k = ::read(fd, out + got, n - got);
-    if (k <= 0) {
-      return false;
-    }
-    got += static_cast<std::size_t>(k);
-  }
-  return true;
-}
 
 struct Record {
   int size = 0;
@@ -96,7 +80,7 @@ std::string attempt(const net::SocketAddress& target, const Record& r, int claim
     return "answered=no (send failed)";
   }
   std::array<std::uint8_t, tcp::kAnswerBytes> answer{};
-  if (!read_exactly(s.fd(), answer.data(), answer.size(), deadline)) {
+  if (!net::recv_exact(s, answer.data(), answer.size(), deadline).ok()) {
     return "answered=no";
   }
   net::Mac theirs{};
