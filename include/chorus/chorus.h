@@ -338,6 +338,9 @@ CHORUS_C_API chorus_result_t chorus_barrier(chorus_group_t* group,
 CHORUS_C_API chorus_result_t chorus_send(chorus_group_t* group, const chorus_tensor_t* tensor,
                                          int dst, uint32_t tag, const chorus_op_options_t* options,
                                          chorus_work_t** work);
+/* src may be CHORUS_ANY_SOURCE: the first message with this tag from any rank;
+ * chorus_work_source_rank() then names the sender (not on the nccl backend). */
+#define CHORUS_ANY_SOURCE (-1)
 CHORUS_C_API chorus_result_t chorus_recv(chorus_group_t* group, const chorus_tensor_t* tensor,
                                          int src, uint32_t tag, const chorus_op_options_t* options,
                                          chorus_work_t** work);
@@ -355,6 +358,9 @@ CHORUS_C_API chorus_result_t chorus_work_wait_for(chorus_work_t* work, int64_t t
 CHORUS_C_API chorus_result_t chorus_work_test(chorus_work_t* work, int* done);
 /* The op's sequence number in its group (0 for NULL). */
 CHORUS_C_API uint64_t chorus_work_seq(const chorus_work_t* work);
+/* For a completed recv: the rank its message came from; -1 for other ops, while running, or
+ * for NULL. */
+CHORUS_C_API int chorus_work_source_rank(const chorus_work_t* work);
 /* Releases the handle; an op still running completes on its own. */
 CHORUS_C_API void chorus_work_free(chorus_work_t* work);
 

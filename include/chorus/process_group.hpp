@@ -19,6 +19,9 @@
 
 namespace chorus {
 
+// recv()'s src for a message from any rank (MPI_ANY_SOURCE).
+inline constexpr int kAnySource = -1;
+
 // Identifies one call: its sequence number in the group, kind and deadline. Built by the
 // ProcessGroup base after argument checks and passed to the backend.
 struct OpCall {
@@ -89,7 +92,10 @@ class CHORUS_API ProcessGroup : public std::enable_shared_from_this<ProcessGroup
   std::shared_ptr<Work> barrier(const CollectiveOptions& options = {});
   // Tagged point-to-point. A send matches the recv on dst with the same tag and sender; the
   // counts and dtypes must match. Does not take a collective sequence number's place: p2p ops
-  // are not checked against other ranks' collectives.
+  // are not checked against other ranks' collectives. A recv's src may be kAnySource: it takes
+  // the first message with its tag from any rank (each sender's messages still in the order
+  // sent; of recvs that match a message, the one posted first takes it), and its Work's
+  // source_rank() names the sender. The nccl backend has no receive from any source.
   std::shared_ptr<Work> send(Tensor tensor, int dst, std::uint32_t tag = 0,
                              const CollectiveOptions& options = {});
   std::shared_ptr<Work> recv(Tensor tensor, int src, std::uint32_t tag = 0,

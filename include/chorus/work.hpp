@@ -42,6 +42,9 @@ class CHORUS_API Work {
 
   virtual const char* op_name() const noexcept = 0;  // "allreduce", "barrier" ...
   virtual std::uint64_t seq() const noexcept = 0;    // sequence number in its group (1-based)
+  // For a recv: the rank its message came from, once it completed successfully (how a recv
+  // from kAnySource learns its sender). -1 for other ops and before then.
+  virtual int source_rank() const noexcept { return -1; }
 };
 
 }  // namespace chorus

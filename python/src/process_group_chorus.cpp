@@ -512,17 +512,16 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupChorus::recv(std::vector<at::Tensor>&
     throw InvalidArgument(prefix(op) + "tag " + std::to_string(tag) + " is negative");
   }
   Staged t = stage(tensors[0], op);
-  auto work = make_work(c10d::OpType::RECV, op, tensors, src);
+  // From any source, the Work's sourceRank() asks the chorus op who sent it.
+  auto work = make_work(c10d::OpType::RECV, op, tensors, src == kAnySource ? -1 : src);
   Parts parts{group_->recv(t.view(), src, static_cast<std::uint32_t>(tag))};
   ChorusWork::start(work, std::move(parts), [t] { t.copy_back(); }, {t.buffer});
   return work;
 }
 
-c10::intrusive_ptr<c10d::Work> ProcessGroupChorus::recvAnysource(std::vector<at::Tensor>&,
-                                                                 int) {
-  throw InvalidArgument(
-      "chorus: recv: receiving from any source is not supported; pass the sender's rank "
-      "(dist.recv(tensor, src=...))");
+c10::intrusive_ptr<c10d::Work> ProcessGroupChorus::recvAnysource(std::vector<at::Tensor>& tensors,
+                                                                 int tag) {
+  return recv(tensors, kAnySource, tag);
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupChorus::barrier(const c10d::BarrierOptions& opts) {

@@ -20,8 +20,8 @@ namespace chorus::torch_bridge {
 // One chorus tcp group per torch group, bootstrapped through torch's store. Every op checks its
 // tensors (CPU, dtype, shapes) on the calling rank, stages non-contiguous tensors through a
 // contiguous copy, and returns a ChorusWork whose future completes from chorus's callbacks.
-// What torch allows but chorus cannot do (several tensors per call, recv from any source,
-// bitwise ReduceOps) throws a message that says so.
+// What torch allows but chorus cannot do (several tensors per call, bitwise ReduceOps) throws
+// a message that says so.
 class ProcessGroupChorus final : public TorchBackendBase {
  public:
   // Blocks until the group is connected (every rank calls it), within `timeout`.

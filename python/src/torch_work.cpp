@@ -133,6 +133,13 @@ void ChorusWork::complete_future(const c10::intrusive_ptr<c10::ivalue::Future>& 
   }
 }
 
+int ChorusWork::sourceRank() const {
+  if (source_rank_ >= 0 || parts_.empty()) {
+    return source_rank_;
+  }
+  return parts_.front()->source_rank();
+}
+
 c10::intrusive_ptr<c10::ivalue::Future> ChorusWork::getFuture() {
   static const auto tensor_list = c10::ListType::create(c10::TensorType::get());
   std::lock_guard<std::mutex> lock(future_mu_);

@@ -42,7 +42,8 @@ class ChorusWork final : public c10d::Work {
   // on this thread: the latency of a small blocking op).
   bool wait(std::chrono::milliseconds timeout) override;
   void synchronize() override {}
-  int sourceRank() const override { return source_rank_; }
+  // A recv's sender; for a recv from any source, known once its chorus op completed.
+  int sourceRank() const override;
   std::vector<at::Tensor> result() override { return outputs_; }
   // Made on the first call (most ops are only waited on: DDP's gradient buckets ask, a plain
   // dist.all_reduce does not), completed at once if the op already has.

@@ -200,6 +200,8 @@ chorus_result_t chorus_send(chorus_group_t* group, const chorus_tensor_t* tensor
   });
 }
 
+static_assert(CHORUS_ANY_SOURCE == chorus::kAnySource);
+
 chorus_result_t chorus_recv(chorus_group_t* group, const chorus_tensor_t* tensor, int src,
                             uint32_t tag, const chorus_op_options_t* options,
                             chorus_work_t** work) {
@@ -242,6 +244,10 @@ chorus_result_t chorus_work_test(chorus_work_t* work, int* done) {
 
 uint64_t chorus_work_seq(const chorus_work_t* work) {
   return work == nullptr ? 0 : work->work->seq();
+}
+
+int chorus_work_source_rank(const chorus_work_t* work) {
+  return work == nullptr ? -1 : work->work->source_rank();
 }
 
 void chorus_work_free(chorus_work_t* work) { delete work; }

@@ -399,8 +399,8 @@ std::shared_ptr<Work> ProcessGroup::send(Tensor tensor, int dst, std::uint32_t t
 std::shared_ptr<Work> ProcessGroup::recv(Tensor tensor, int src, std::uint32_t tag,
                                          const CollectiveOptions& options) {
   const PreCall call{"recv"};
-  CHORUS_ARG_CHECK(src >= 0 && src < size_ && src != rank_,
-                   "source {} is not another rank in [0, {})", src, size_);
+  CHORUS_ARG_CHECK(src == kAnySource || (src >= 0 && src < size_ && src != rank_),
+                   "source {} is not another rank in [0, {}) nor kAnySource", src, size_);
   check_device(tensor, "tensor", call.name);
   const std::lock_guard issue(issue_mu_);
   TraceEntry trace = op_trace(tensor, -1, src, tag);

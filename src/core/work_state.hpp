@@ -68,6 +68,9 @@ class WorkState : public Work, public std::enable_shared_from_this<WorkState> {
   void then(std::function<void(Work&)> fn) override;
   const char* op_name() const noexcept override { return op_name_; }
   std::uint64_t seq() const noexcept override { return seq_; }
+  int source_rank() const noexcept override { return source_rank_.load(std::memory_order_acquire); }
+  // A recv's sender; set before complete(), which publishes it to waiters.
+  void set_source_rank(int rank) noexcept { source_rank_.store(rank, std::memory_order_release); }
 
   // Notes this op's end in `recorder` (as `record`) when it completes, before waiters wake,
   // so that a dump taken after wait() returned shows it ended. Now if it already has.
@@ -87,6 +90,7 @@ class WorkState : public Work, public std::enable_shared_from_this<WorkState> {
   std::condition_variable cv_;
   bool done_ = false;                                  // guarded by mu_
   std::atomic<bool> finished_{false};                  // done_, readable without mu_
+  std::atomic<int> source_rank_{-1};                   // a recv's sender, once known
   std::chrono::microseconds wait_spin_{0};             // set before the Work is handed out
   std::shared_ptr<WorkDriver> driver_;                 // set before the Work is handed out
   std::shared_ptr<CallbackThread> callback_thread_;    // set before the Work is handed out

@@ -455,6 +455,12 @@ std::shared_ptr<Work> NcclProcessGroup::do_send(Tensor tensor, int dst, std::uin
 
 std::shared_ptr<Work> NcclProcessGroup::do_recv(Tensor tensor, int src, std::uint32_t /*tag*/,
                                                 const OpCall& call) {
+  if (src == kAnySource) {
+    throw InvalidArgument(fmt::format(
+        "{} (seq {}): the nccl backend cannot receive from any source (NCCL has no such "
+        "receive); pass the sender's rank",
+        call.name, call.seq));
+  }
   const ncclDataType_t type = nccl_type(tensor.dtype(), call);
   return launch(call, OpInfo{.bytes = tensor.nbytes(), .dtype = tensor.dtype(), .peer = src},
                 [&](cudaStream_t stream) {

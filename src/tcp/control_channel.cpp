@@ -67,22 +67,21 @@ void SocketTransport::send_p2p(int peer, std::uint32_t tag, const void* data, st
 
 void SocketTransport::recv_p2p(int peer, std::uint32_t tag, void* data, std::size_t bytes,
                                std::uint64_t token) {
+  if (peer == kAnyPeer) {
+    if (!recv_buffered_from_any(tag, data, bytes, token)) {
+      any_posted_.push_back({tag, static_cast<std::byte*>(data), bytes, token, ++p2p_posts_});
+    }
+    return;
+  }
   Peer& p = peers_[static_cast<std::size_t>(peer)];
   // A message that arrived before its recv is delivered even if its sender is gone since.
   if (p.control) {
     Control& c = *p.control;
-    for (auto it = c.unexpected.begin(); it != c.unexpected.end(); ++it) {
-      if (it->tag != tag) {
-        continue;
-      }
-      std::string error;
-      if (it->bytes.size() != bytes) {
-        error = size_mismatch(peer, it->bytes.size(), tag, bytes);
-      } else if (bytes > 0) {
-        std::memcpy(data, it->bytes.data(), bytes);
-      }
+    auto it = std::find_if(c.unexpected.begin(), c.unexpected.end(),
+                           [&](const Unexpected& u) { return u.tag == tag; });
+    if (it != c.unexpected.end()) {
+      deliver_buffered(peer, it->bytes, tag, data, bytes, token);
       c.unexpected.erase(it);
-      p2p_done(peer, token, std::move(error));
       return;
     }
   }
@@ -96,7 +95,62 @@ void SocketTransport::recv_p2p(int peer, std::uint32_t tag, void* data, std::siz
   }
   ensure_link(peer);
   p.last_used = ++uses_;
-  p.control->posted.push_back({tag, static_cast<std::byte*>(data), bytes, token});
+  p.control->posted.push_back({tag, static_cast<std::byte*>(data), bytes, token, ++p2p_posts_});
+}
+
+bool SocketTransport::recv_buffered_from_any(std::uint32_t tag, void* data, std::size_t bytes,
+                                             std::uint64_t token) {
+  int from = -1;
+  std::deque<Unexpected>::iterator first;
+  for (int peer = 0; peer < static_cast<int>(peers_.size()); ++peer) {
+    const auto& control = peers_[static_cast<std::size_t>(peer)].control;
+    if (!control) {
+      continue;
+    }
+    auto it = std::find_if(control->unexpected.begin(), control->unexpected.end(),
+                           [&](const Unexpected& u) { return u.tag == tag; });
+    if (it != control->unexpected.end() && (from < 0 || it->order < first->order)) {
+      from = peer;
+      first = it;
+    }
+  }
+  if (from < 0) {
+    return false;
+  }
+  deliver_buffered(from, first->bytes, tag, data, bytes, token);
+  peers_[static_cast<std::size_t>(from)].control->unexpected.erase(first);
+  return true;
+}
+
+void SocketTransport::deliver_buffered(int peer, std::vector<std::uint8_t>& message,
+                                       std::uint32_t tag, void* data, std::size_t bytes,
+                                       std::uint64_t token) {
+  std::string error;
+  if (message.size() != bytes) {
+    error = size_mismatch(peer, message.size(), tag, bytes);
+  } else if (bytes > 0) {
+    std::memcpy(data, message.data(), bytes);
+  }
+  p2p_done(peer, token, std::move(error));
+}
+
+std::optional<SocketTransport::P2pRecv> SocketTransport::take_posted(int peer, std::uint32_t tag) {
+  auto& own = peers_[static_cast<std::size_t>(peer)].control->posted;
+  const auto matches = [&](const P2pRecv& r) { return r.tag == tag; };
+  auto mine = std::find_if(own.begin(), own.end(), matches);
+  auto any = std::find_if(any_posted_.begin(), any_posted_.end(), matches);
+  const bool take_any = any != any_posted_.end() && (mine == own.end() || any->order < mine->order);
+  if (take_any) {
+    P2pRecv r = *any;
+    any_posted_.erase(any);
+    return r;
+  }
+  if (mine == own.end()) {
+    return std::nullopt;
+  }
+  P2pRecv r = *mine;
+  own.erase(mine);
+  return r;
 }
 
 void SocketTransport::send_control(int peer, FrameType type, std::vector<std::uint8_t> payload) {
@@ -198,19 +252,16 @@ bool SocketTransport::start_frame(int peer) {
       c.msg_error.clear();
       c.msg_buf.clear();
       std::byte* dst = nullptr;
-      auto it = std::find_if(c.posted.begin(), c.posted.end(),
-                             [&](const P2pRecv& p) { return p.tag == c.frame.tag; });
-      if (it == c.posted.end()) {
+      const std::optional<P2pRecv> recv = take_posted(peer, c.frame.tag);
+      if (!recv) {
         c.msg_buf.assign(c.frame.length, 0);
         dst = reinterpret_cast<std::byte*>(c.msg_buf.data());
-      } else if (it->bytes != c.frame.length) {
-        c.msg_error = size_mismatch(peer, c.frame.length, c.frame.tag, it->bytes);
-        c.msg_token = it->token;
-        c.posted.erase(it);
+      } else if (recv->bytes != c.frame.length) {
+        c.msg_error = size_mismatch(peer, c.frame.length, c.frame.tag, recv->bytes);
+        c.msg_token = recv->token;
       } else {
-        dst = it->data;
-        c.msg_token = it->token;
-        c.posted.erase(it);
+        dst = recv->data;
+        c.msg_token = recv->token;
       }
       c.body_len = std::min<std::size_t>(c.frame.length, kP2pChunkBytes);
       c.msg_left = c.frame.length - c.body_len;
@@ -350,21 +401,12 @@ void SocketTransport::control_frame_complete(int peer) {
       return;  // its recv was dropped with the group
     }
     // Unexpected: a recv may have been posted while the body was arriving.
-    auto it = std::find_if(c.posted.begin(), c.posted.end(),
-                           [&](const P2pRecv& r) { return r.tag == c.msg_tag; });
-    if (it == c.posted.end()) {
-      c.unexpected.push_back({c.msg_tag, std::move(c.msg_buf)});
+    const std::optional<P2pRecv> recv = take_posted(peer, c.msg_tag);
+    if (!recv) {
+      c.unexpected.push_back({c.msg_tag, std::move(c.msg_buf), ++p2p_arrivals_});
       return;
     }
-    std::string error;
-    if (it->bytes != c.msg_buf.size()) {
-      error = size_mismatch(peer, c.msg_buf.size(), c.msg_tag, it->bytes);
-    } else if (it->bytes > 0) {
-      std::memcpy(it->data, c.msg_buf.data(), it->bytes);
-    }
-    const std::uint64_t token = it->token;
-    c.posted.erase(it);
-    p2p_done(peer, token, std::move(error));
+    deliver_buffered(peer, c.msg_buf, c.msg_tag, recv->data, recv->bytes, recv->token);
     return;
   }
   if (c.frame.type == FrameType::heartbeat) {

@@ -596,6 +596,9 @@ void Engine::on_event(TransportEvent& ev) {
       std::unique_ptr<Op> op = std::move(it->second);
       p2p_.erase(it);
       untrack_deadline(*op);
+      if (op->kind == Op::Kind::recv) {
+        op->work->set_source_rank(ev.peer);  // says who sent it, for a recv from any rank
+      }
       if (probe_ && probe_->op == op.get()) {
         probe_.reset();
       }
@@ -817,7 +820,7 @@ void Engine::start_probe(Op* op) {
   probe.replies.resize(static_cast<std::size_t>(config_.size));
   probe.asked.resize(static_cast<std::size_t>(config_.size), false);
   for (int p = 0; p < config_.size; ++p) {
-    const bool relevant = op->kind == Op::Kind::collective || p == op->peer;
+    const bool relevant = op->kind == Op::Kind::collective || op->peer == kAnyPeer || p == op->peer;
     if (p != config_.rank && relevant && transport_->peer_connected(p)) {
       transport_->send_control(p, FrameType::status_request, encode_u64(op->call.seq));
       probe.asked[static_cast<std::size_t>(p)] = true;
@@ -846,6 +849,8 @@ void Engine::conclude_probe() {
       direct = executor_->waiting_for_send();
       waiting = direct.empty() ? "" : " waiting for these ranks to read what it sent: ";
     }
+  } else if (op->peer == kAnyPeer) {
+    waiting = " waiting for a message from any rank";
   } else if (op->kind != Op::Kind::collective) {
     direct = {op->peer};
     waiting = op->kind == Op::Kind::recv ? " waiting for a message from "

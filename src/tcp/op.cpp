@@ -5,13 +5,16 @@
 #include <fmt/format.h>
 
 #include "core/format.hpp"
+#include "tcp/transport.hpp"
 
 namespace chorus::tcp {
 
 std::string Op::what() const {
   if (kind != Kind::collective) {
-    return fmt::format("{} (p2p seq {}, tag {}, {} x {}, {} rank {})", call.name, call.seq, tag,
-                       args.count, to_string(args.dtype), kind == Kind::send ? "to" : "from", peer);
+    const std::string other = peer == kAnyPeer ? "any rank" : fmt::format("rank {}", peer);
+    return fmt::format("{} (p2p seq {}, tag {}, {} x {}, {} {})", call.name, call.seq, tag,
+                       args.count, to_string(args.dtype), kind == Kind::send ? "to" : "from",
+                       other);
   }
   std::string text = describe(sig);
   if (sig.kind != OpKind::barrier) {

@@ -26,7 +26,7 @@ struct Op {
   OpSignature sig;             // collective
   bool on_board = false;       // a small allreduce through the group's SlotBoard (slot_board.hpp)
   bool board_started = false;  // published there by the caller's thread (Engine::run_on_board)
-  int peer = -1;               // send/recv
+  int peer = -1;               // send/recv (a recv's may be kAnyPeer)
   std::uint32_t tag = 0;
   void* data = nullptr;
   std::size_t bytes = 0;  // payload bytes of this rank (for messages)

@@ -450,6 +450,7 @@ void SocketTransport::drop_all() noexcept {
       }
     }
   }
+  any_posted_.clear();
   reqs_.clear();
   free_reqs_.clear();
   completed_.clear();

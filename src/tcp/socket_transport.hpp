@@ -25,6 +25,7 @@
 #include <deque>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -117,10 +118,12 @@ class SocketTransport final : public EngineTransport {
     std::byte* data;
     std::size_t bytes;
     std::uint64_t token;
+    std::uint64_t order;  // p2p_posts_ when posted: an earlier recv matches first
   };
   struct Unexpected {
     std::uint32_t tag;
     std::vector<std::uint8_t> bytes;
+    std::uint64_t order;  // p2p_arrivals_ when it arrived: a recv from any peer takes the first
   };
   struct Control {
     net::Socket sock;
@@ -204,6 +207,15 @@ class SocketTransport final : public EngineTransport {
   // readiness event that finds nothing posted (on_stream() then turns EPOLLIN off).
   void update_interest(Stream& s, bool keep_reading = true);
   void update_control_interest(int peer);
+  // The earliest posted recv for a message with `tag` from `peer` (its own or one from any
+  // peer), removed from its queue; nullopt if none.
+  std::optional<P2pRecv> take_posted(int peer, std::uint32_t tag);
+  // A recv from any peer: the earliest buffered message with `tag`, delivered; false if none.
+  bool recv_buffered_from_any(std::uint32_t tag, void* data, std::size_t bytes,
+                              std::uint64_t token);
+  // Copies a buffered message into a recv's buffer (or reports the size mismatch).
+  void deliver_buffered(int peer, std::vector<std::uint8_t>& message, std::uint32_t tag, void* data,
+                        std::size_t bytes, std::uint64_t token);
   void stream_failed(Stream& s, const std::string& what, int os_error);
   void peer_failed(int peer, const std::string& what, int os_error);
   void close_peer(int peer) noexcept;
@@ -255,10 +267,15 @@ class SocketTransport final : public EngineTransport {
   std::size_t open_links_ = 0;    // links up that may be released (not pinned)
   std::size_t pinned_links_ = 0;  // setup links
   std::vector<int> to_drop_;      // agreed releases, done at the end of poll()
-  std::vector<int> posted_to_;    // peers with a Stream::send_posted/recv_posted set
-  std::vector<int> moving_;       // move_posted()'s copy of posted_to_ (kept for its memory)
-  std::uint64_t uses_ = 0;        // counts posts; Peer::last_used (no clock read per post)
-  std::vector<int> lost_;         // peers whose control socket ended (reported next poll)
+  // Tagged receives from any peer (kAnyPeer), in post order. A message takes the earliest
+  // posted recv that matches it, from its peer's `posted` or from here.
+  std::deque<P2pRecv> any_posted_;
+  std::uint64_t p2p_posts_ = 0;
+  std::uint64_t p2p_arrivals_ = 0;
+  std::vector<int> posted_to_;  // peers with a Stream::send_posted/recv_posted set
+  std::vector<int> moving_;     // move_posted()'s copy of posted_to_ (kept for its memory)
+  std::uint64_t uses_ = 0;      // counts posts; Peer::last_used (no clock read per post)
+  std::vector<int> lost_;       // peers whose control socket ended (reported next poll)
   // A peer's failure news (abort notice, goodbye) is handed over one poll later, like a
   // control socket's end: data that peer sent before it, on a data socket whose receive the
   // engine posts only once this poll's completions are in, still completes the op here.

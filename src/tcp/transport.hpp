@@ -94,12 +94,16 @@ struct TransportEvent {
   bool left = false;  // peer_failed: the peer had said goodbye (left the group)
 };
 
+// recv_p2p's peer for a message from any peer (the public kAnySource).
+inline constexpr int kAnyPeer = -1;
+
 // Every method except wakeup() runs on the engine's thread.
 class EngineTransport : public Transport {
  public:
   // Tagged point-to-point on the control channel. The recv matches the first frame from
-  // `peer` with `tag`; a frame that arrives before its recv is buffered. Completion (or a
-  // failure of this message alone, e.g. a size mismatch) comes back as a p2p_done event.
+  // `peer` with `tag` (`peer` kAnyPeer: from any peer, the first to arrive); a frame that
+  // arrives before its recv is buffered. Completion (or a failure of this message alone, e.g. a
+  // size mismatch) comes back as a p2p_done event naming the peer the message came from.
   virtual void send_p2p(int peer, std::uint32_t tag, const void* data, std::size_t bytes,
                         std::uint64_t token) = 0;
   virtual void recv_p2p(int peer, std::uint32_t tag, void* data, std::size_t bytes,

@@ -86,9 +86,10 @@ TEST_CASE("C ABI on 2 ranks: allreduce, broadcast, allgather, send/recv, barrier
         if (rank == 0) {
           C_CHECK(chorus_send(w.group, &tv, 1, 9, nullptr, &work));
         } else {
-          C_CHECK(chorus_recv(w.group, &tv, 0, 9, nullptr, &work));
+          C_CHECK(chorus_recv(w.group, &tv, CHORUS_ANY_SOURCE, 9, nullptr, &work));
         }
         C_CHECK(chorus_work_wait(work));
+        CHILD_CHECK(chorus_work_source_rank(work) == (rank == 0 ? -1 : 0));
         chorus_work_free(work);
         CHILD_CHECK(v == 7.5f);
 

@@ -310,6 +310,111 @@ TEST_CASE("tagged send/recv: matching by tag, early arrivals, size mismatch, nex
   REQUIRE_ALL_OK(results);
 }
 
+TEST_CASE("tagged recv from any source: the sender named, post order, arrival order, errors",
+          "[tcp][mp]") {
+  StoreServerProcess server;
+  const auto results = run_processes(
+      3,
+      [&](int rank) {
+        auto pg = make_tcp_group(child_store(server.port()), rank, 3, loopback_options());
+        double v = 0;
+        int go = 0;
+        if (rank == 0) {
+          // Two senders, one tag: each message goes to one of two any-source recvs, and each
+          // recv's Work names its sender.
+          double a = 0;
+          double b = 0;
+          auto wa = pg->recv(Tensor::of(&a, 1), kAnySource, 5);
+          auto wb = pg->recv(Tensor::of(&b, 1), kAnySource, 5);
+          wa->wait();
+          wb->wait();
+          CHILD_CHECK(wa->source_rank() + wb->source_rank() == 3);
+          CHILD_CHECK(a == 10.0 * wa->source_rank() && b == 10.0 * wb->source_rank());
+
+          // Of two recvs that match a message, the one posted first takes it: the any-source
+          // recv, posted before the recv from rank 2, gets rank 2's first message.
+          double first = 0;
+          double second = 0;
+          auto any = pg->recv(Tensor::of(&first, 1), kAnySource, 7);
+          auto from2 = pg->recv(Tensor::of(&second, 1), 2, 7);
+          pg->barrier()->wait();  // both recvs are posted before rank 2 sends
+          any->wait();
+          from2->wait();
+          CHILD_CHECK(first == 70.0 && second == 71.0 && any->source_rank() == 2);
+          CHILD_CHECK(from2->source_rank() == 2);
+
+          // Both messages already buffered: the one that arrived first is taken first. Rank 1's
+          // marker (tag 9, after its tag 8 message on the same connection) is received before
+          // rank 2 is told to send.
+          pg->recv(Tensor::of(&v, 1), 1, 9)->wait();
+          pg->send(Tensor::of(&go, 1), 2, 3)->wait();
+          pg->recv(Tensor::of(&v, 1), 2, 9)->wait();
+          auto early = pg->recv(Tensor::of(&v, 1), kAnySource, 8);
+          early->wait();
+          CHILD_CHECK(early->source_rank() == 1 && v == 1.0);
+          auto late = pg->recv(Tensor::of(&v, 1), kAnySource, 8);
+          late->wait();
+          CHILD_CHECK(late->source_rank() == 2 && v == 2.0);
+
+          // A message of the wrong size fails that recv only, naming the sender.
+          double two[2];
+          const Error e =
+              expect_error([&] { pg->recv(Tensor::of(two, 2), kAnySource, 11)->wait(); });
+          CHILD_CHECK(e.code() == ErrorCode::invalid_argument &&
+                      contains(e.what(), "rank 1 sent 8 bytes") &&
+                      contains(e.what(), "expects 16 bytes"));
+        } else {
+          v = 10.0 * rank;
+          pg->send(Tensor::of(&v, 1), 0, 5)->wait();
+          double m1 = 70.0;
+          double m2 = 71.0;
+          pg->barrier()->wait();
+          if (rank == 2) {
+            pg->send(Tensor::of(&m1, 1), 0, 7)->wait();
+            pg->send(Tensor::of(&m2, 1), 0, 7)->wait();
+            pg->recv(Tensor::of(&go, 1), 0, 3)->wait();
+          }
+          v = rank;
+          pg->send(Tensor::of(&v, 1), 0, 8)->wait();
+          pg->send(Tensor::of(&v, 1), 0, 9)->wait();
+          if (rank == 1) {
+            pg->send(Tensor::of(&v, 1), 0, 11)->wait();
+          }
+        }
+        int x = 1;
+        pg->allreduce(Tensor::of(&x, 1))->wait();
+        CHILD_CHECK(x == 3);
+        // An argument check: a source that is neither a rank nor kAnySource.
+        const Error bad = expect_error([&] { pg->recv(Tensor::of(&v, 1), -2, 1); });
+        CHILD_CHECK(bad.code() == ErrorCode::invalid_argument &&
+                    contains(bad.what(), "kAnySource"));
+      },
+      60s);
+  REQUIRE_ALL_OK(results);
+}
+
+TEST_CASE("a recv from any source that times out says so and fails the group", "[tcp][mp]") {
+  StoreServerProcess server;
+  const auto results = run_processes(
+      2,
+      [&](int rank) {
+        auto pg = make_tcp_group(child_store(server.port()), rank, 2, loopback_options());
+        double v = 0;
+        if (rank == 0) {
+          const Error e = expect_error(
+              [&] { pg->recv(Tensor::of(&v, 1), kAnySource, 4, {.timeout = 300ms})->wait(); });
+          CHILD_CHECK(e.code() == ErrorCode::timeout && contains(e.what(), "from any rank") &&
+                      contains(e.what(), "waiting for a message from any rank"));
+        } else {
+          // Rank 0's timeout fails the group here too; this barrier ends with it.
+          const Error e = expect_error([&] { pg->barrier({.timeout = 30s})->wait(); });
+          CHILD_CHECK(contains(e.what(), "rank 0"));
+        }
+      },
+      60s);
+  REQUIRE_ALL_OK(results);
+}
+
 TEST_CASE("large payloads: ring allreduce, several sockets per peer, pipelined broadcast",
           "[tcp][mp]") {
   StoreServerProcess server;

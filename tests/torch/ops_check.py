@@ -281,12 +281,24 @@ check(w.wait(), "work.wait() returned False")
 check(w.is_completed(), "work not completed after wait")
 same(chained.wait(), torch.full((1000,), 2.0 * n), "future.then")
 
+# recv without src: from any rank, and dist.recv returns the sender (rank 0 receives one
+# message from every other rank, in whatever order they arrive).
+if rank == 0:
+    senders = set()
+    for _ in range(n - 1):
+        got = torch.zeros(3)
+        src = dist.recv(got, tag=21)
+        check(torch.equal(got, torch.full((3,), float(src))), f"recv from any: {got} from {src}")
+        senders.add(src)
+    check(senders == set(range(1, n)), f"recv from any: senders {senders}")
+else:
+    dist.send(torch.full((3,), float(rank)), dst=0, tag=21)
+
 # What chorus cannot do says so.
 expect_error(lambda: dist.all_reduce(torch.ones(3, dtype=torch.int16)), ["int16", "not supported"],
              "int16 dtype")
 expect_error(lambda: dist.all_reduce(torch.ones(3, dtype=torch.int32), op=dist.ReduceOp.BAND),
              ["bitwise"], "BAND")
-expect_error(lambda: dist.recv(torch.ones(3)), ["any source"], "recv without src")
 expect_error(lambda: dist.all_gather([torch.zeros(2)] * n, torch.zeros(3)),
              ["output_tensor_list"], "all_gather size mismatch")
 expect_error(lambda: dist.all_to_all_single(torch.zeros(n + 1), torch.zeros(n + 1)),
