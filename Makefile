@@ -14,11 +14,11 @@ DEB_PACKAGES := meson ninja-build pkg-config g++ libfmt-dev libssl-dev nlohmann-
 TEST_PACKAGES := python3-torch libtorch-dev pybind11-dev python3-dev debootstrap nftables
 # `make test-pip` also needs pip's build backend (meson-python) and venv.
 PIP_TEST_PACKAGES := python3-mesonpy python3-venv
-test test-unit test-torch26: DEB_PACKAGES += $(TEST_PACKAGES)
+test test-unit test-torch26 test-torch-suite: DEB_PACKAGES += $(TEST_PACKAGES)
 test-pip: DEB_PACKAGES += $(TEST_PACKAGES) $(PIP_TEST_PACKAGES)
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: all deps setup build test test-unit test-asan test-tsan test-torch26 test-pip format-check format bench clean
+.PHONY: all deps setup build test test-unit test-asan test-tsan test-torch26 test-torch-suite test-pip format-check format bench clean
 
 all: build
 
@@ -103,6 +103,13 @@ test-tsan: $(TSAN_BUILD)/build.ninja
 # default leg ran them on the system's torch 1.13.
 test-torch26: | deps
 	$(SUDO) scripts/test_torch26.sh
+
+# torch's own distributed test suite, whole, gloo and chorus side by side at 2 and 3 ranks, on
+# torch 1.13 and 2.6 (scripts/test_torch_suite.sh; 8 runs of 1-2 minutes on 2 cores, plus the
+# builds). `make test` runs a subset of it (case suite_subset of tests/torch/run_torch_tests.py,
+# in both torch legs).
+test-torch-suite: setup
+	scripts/test_torch_suite.sh
 
 # `pip install --no-build-isolation .` into a virtual environment whose torch is not the
 # system's (a wheel-layout copy; as root the system's is hidden), then DDP under the

@@ -2,7 +2,10 @@
 # SPDX-License-Identifier: BSD-3-Clause
 # The torch 2.6 leg of `make test`: builds the library, chorusrun and the Python package inside
 # the Debian 13 root (scripts/torch26_root.sh, cached) into build-torch26/, then runs every case
-# of tests/torch/run_torch_tests.py there. Needs root (debootstrap, chroot, a mount namespace).
+# of tests/torch/run_torch_tests.py there, or the command given (run from the source tree, seen
+# as /chorus, with CHORUS_PYTHONPATH and CHORUS_CHORUSRUN set to that build's). Needs root
+# (debootstrap, chroot, a mount namespace).
+#   scripts/test_torch26.sh [COMMAND...]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 start=$SECONDS
@@ -13,6 +16,8 @@ echo "test-torch26: Debian 13 root ready at $root ($((SECONDS - start)) s)"
 # src/store/protocol.cpp); the default leg keeps every warning and werror. buildtype plain (no
 # optimization) compiles in about half the time: this leg checks torch 2.x's API and behaviour,
 # not speed. ccache's directory lives in the cached root.
+command=("$@")
+[ ${#command[@]} -gt 0 ] || command=(python3 tests/torch/run_torch_tests.py all)
 scripts/in_torch26_root.sh "$root" bash -c '
   set -e
   cd /chorus
@@ -27,6 +32,6 @@ scripts/in_torch26_root.sh "$root" bash -c '
   CHORUS_PYTHONPATH=/chorus/build-torch26/python \
     CHORUS_CHORUSRUN=/chorus/build-torch26/tools/chorusrun \
     CHORUS_TRACE_DIR=/chorus/build-torch26/trace-dumps \
-    python3 tests/torch/run_torch_tests.py all
-'
+    "$@"
+' bash "${command[@]}"
 echo "test-torch26: done in $((SECONDS - start)) s"

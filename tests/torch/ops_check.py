@@ -294,6 +294,17 @@ if rank == 0:
 else:
     dist.send(torch.full((3,), float(rank)), dst=0, tag=21)
 
+# batch_isend_irecv: a ring exchange (send to the next rank, receive from the previous), with
+# the default tag and with one, as torch's suite does for gloo only.
+for tag in (0, 7):
+    send_t = torch.full((4,), float(rank * 10 + tag))
+    recv_t = torch.zeros(4)
+    reqs = dist.batch_isend_irecv([dist.P2POp(dist.isend, send_t, (rank + 1) % n, tag=tag),
+                                   dist.P2POp(dist.irecv, recv_t, (rank - 1) % n, tag=tag)])
+    for req in reqs:
+        req.wait()
+    same(recv_t, torch.full((4,), float((rank - 1) % n * 10 + tag)), f"batch_isend_irecv {tag}")
+
 # What chorus cannot do says so.
 expect_error(lambda: dist.all_reduce(torch.ones(3, dtype=torch.int16)), ["int16", "not supported"],
              "int16 dtype")

@@ -28,6 +28,9 @@ LIVENESS = os.path.join(HERE, "liveness_check.py")
 SECRET = os.path.join(HERE, "secret_check.py")
 STRANGER = os.path.join(HERE, "stranger.py")
 PACKAGE = os.path.join(HERE, "package_check.py")
+SUITE = os.path.join(HERE, "suite", "run_suite.py")
+SUITE_SUBSET = os.path.join(HERE, "suite", "ci_subset.txt")
+SUITE_SUBSET_TORCH2 = os.path.join(HERE, "suite", "ci_subset_torch2.txt")
 STRANGER_USER = "chorus-stranger"
 
 
@@ -247,6 +250,47 @@ def case_stranger():
             "allreduce exact")
 
 
+def case_suite_subset():
+    """Part of torch's own distributed suite (tests/torch/suite/ci_subset*.txt: collectives,
+    groups, p2p, DDP, object collectives) against chorus at 2 ranks; each must pass (a skip
+    fails). The whole suite, next to gloo, is `make test-torch-suite`."""
+    out = tempfile.mkdtemp(prefix="chorus_suite_")
+    result = os.path.join(out, "result.json")
+    env = launch.base_env({"TEMP_DIR": out})
+    import torch
+
+    subsets = [SUITE_SUBSET] + ([SUITE_SUBSET_TORCH2] if int(torch.__version__[0]) >= 2 else [])
+    proc = subprocess.Popen([sys.executable, SUITE, "--backend", "chorus", "--world-size", "2",
+                             "--json", result] + [a for s in subsets for a in ("--tests", s)],
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            start_new_session=True)
+    try:
+        output, _ = proc.communicate(timeout=600)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)  # the suite's ranks with it
+        output, _ = proc.communicate()
+        raise AssertionError("the suite subset ran past 600 s:\n" + output[-4000:])
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    try:
+        import json
+
+        with open(result) as f:
+            summary = json.load(f)
+    except OSError:
+        raise AssertionError(f"the suite wrote no result (exit {proc.returncode}):\n"
+                             + output[-4000:]) from None
+    finally:
+        shutil.rmtree(out, ignore_errors=True)
+    not_passed = {k: v for k, v in summary["tests"].items() if v != "passed"}
+    if not_passed or proc.returncode != 0:
+        raise AssertionError("".join(f"{k}: {v}\n" for k, v in sorted(not_passed.items()))
+                             + output[-4000:])
+    return (f"{len(summary['tests'])} tests of torch {summary['torch']}'s distributed suite "
+            f"passed in {summary['seconds']} s")
+
+
 CASES = {
     "ops_2": lambda: case_ops(2),
     "ops_4": lambda: case_ops(4),
@@ -269,6 +313,7 @@ CASES = {
     "exit_store_last_destroy": lambda: case_exit("others", "destroy"),
     "exit_store_last_no_destroy": lambda: case_exit("others", "exit"),
     "stranger": case_stranger,
+    "suite_subset": case_suite_subset,
 }
 
 
