@@ -47,24 +47,105 @@ ChorusWork::ChorusWork(int rank, c10d::OpType type, std::string name,
       outputs_(std::move(outputs)),
       source_rank_(source_rank) {}
 
+namespace {
+
+// What a Work dropped with its ops in flight leaves behind: the copy into the user's tensors
+// and the tensors the ops read and write, until the last op completes.
+struct Leftover {
+  std::function<void()> finisher;
+  std::vector<at::Tensor> keep;
+  std::atomic<int> remaining{0};
+  std::atomic<bool> failed{false};
+};
+
+// An op of a dropped Work completed (its then() callback: on the callback thread, or inline on
+// the thread that dropped the Work if the op was done by then).
+void leftover_arrived(std::shared_ptr<Leftover> left, bool failed) {
+  if (!enter_python_region()) {
+    (void)new std::shared_ptr<Leftover>(std::move(left));  // exiting: leak the tensors (GIL)
+    return;
+  }
+  if (failed) {
+    left->failed.store(true, std::memory_order_relaxed);
+  }
+  if (left->remaining.fetch_sub(1, std::memory_order_acq_rel) == 1) {
+    if (!left->failed.load(std::memory_order_relaxed) && left->finisher) {
+      try {
+        left->finisher();
+      } catch (...) {
+        // Nobody holds the Work to hear of it; gloo drops a dropped Work's errors too.
+      }
+    }
+    left->finisher = nullptr;
+    left->keep.clear();
+  }
+  left.reset();  // may free tensors: inside the region
+  g_completing.fetch_sub(1);
+}
+
+}  // namespace
+
+ChorusWork::~ChorusWork() {
+  // An armed Work's callbacks hold it until they have run, and the last one completes it, so
+  // only a Work that nobody armed gets here uncompleted. Nothing else holds it: no race.
+  if (completing_.load(std::memory_order_acquire) || (!finisher_ && keep_.empty())) {
+    return;
+  }
+  auto left = std::make_shared<Leftover>();
+  left->finisher = std::move(finisher_);
+  left->keep = std::move(keep_);
+  left->remaining.store(static_cast<int>(parts_.size()), std::memory_order_relaxed);
+  for (const auto& part : parts_) {
+    part->then([left](chorus::Work& w) mutable {
+      leftover_arrived(std::move(left), w.exception() != nullptr);
+    });
+  }
+}
+
 void ChorusWork::start(const c10::intrusive_ptr<ChorusWork>& work,
                        std::vector<std::shared_ptr<chorus::Work>> parts,
                        std::function<void()> finisher, std::vector<at::Tensor> keep) {
   work->finisher_ = std::move(finisher);
   work->keep_ = std::move(keep);
-  if (parts.empty()) {
-    work->complete_once(nullptr);
+  work->parts_ = std::move(parts);  // before the Work is handed out
+  // Ops already done (world size 1, an allreduce through the board): complete now, the Work is
+  // nobody else's yet.
+  if (work->parts_done()) {
+    work->complete_once(work->parts_error());
+  }
+}
+
+bool ChorusWork::parts_done() const {
+  for (const auto& part : parts_) {
+    if (!part->is_completed()) {
+      return false;
+    }
+  }
+  return true;
+}
+
+std::exception_ptr ChorusWork::parts_error() const {
+  for (const auto& part : parts_) {
+    if (auto error = part->exception()) {
+      return error;
+    }
+  }
+  return nullptr;
+}
+
+void ChorusWork::arm() {
+  if (completing_.load(std::memory_order_acquire) ||
+      armed_.exchange(true, std::memory_order_acq_rel)) {
     return;
   }
-  // One extra count held while arming, so a part that is already done cannot complete the
-  // work before every callback is registered.
-  work->remaining_.store(static_cast<int>(parts.size()) + 1, std::memory_order_relaxed);
-  for (auto& part : parts) {
-    part->then(
-        [self = work](chorus::Work& w) mutable { part_arrived(std::move(self), w.exception()); });
+  // One extra count held while arming, so a part that is already done (its callback runs here,
+  // inline) cannot complete the Work before every callback is registered.
+  remaining_.store(static_cast<int>(parts_.size()) + 1, std::memory_order_relaxed);
+  for (const auto& part : parts_) {
+    part->then([self = c10::intrusive_ptr<ChorusWork>::unsafe_reclaim_from_nonowning(this)](
+                   chorus::Work& w) mutable { part_arrived(std::move(self), w.exception()); });
   }
-  work->parts_ = std::move(parts);  // before the Work is handed out
-  work->part_done(nullptr);
+  part_done(nullptr);
 }
 
 void ChorusWork::part_arrived(c10::intrusive_ptr<ChorusWork> self, std::exception_ptr error) {
@@ -93,6 +174,16 @@ void ChorusWork::part_done(std::exception_ptr error) {
     first = first_error_;
   }
   complete_once(first);
+}
+
+void ChorusWork::complete_unless_future(std::exception_ptr error) {
+  {
+    std::lock_guard<std::mutex> lock(future_mu_);
+    if (future_) {
+      return;
+    }
+  }
+  complete_once(std::move(error));
 }
 
 void ChorusWork::complete_once(std::exception_ptr error) {
@@ -142,15 +233,32 @@ int ChorusWork::sourceRank() const {
 
 c10::intrusive_ptr<c10::ivalue::Future> ChorusWork::getFuture() {
   static const auto tensor_list = c10::ListType::create(c10::TensorType::get());
-  std::lock_guard<std::mutex> lock(future_mu_);
-  if (!future_) {
-    future_ = c10::make_intrusive<c10::ivalue::Future>(tensor_list);
-    if (done_) {
-      // Nobody else holds this future yet, so no callback runs under the lock.
-      complete_future(future_, done_error_);
+  c10::intrusive_ptr<c10::ivalue::Future> future;
+  {
+    std::lock_guard<std::mutex> lock(future_mu_);
+    if (!future_) {
+      future_ = c10::make_intrusive<c10::ivalue::Future>(tensor_list);
+      if (done_) {
+        // Nobody else holds this future yet, so no callback runs under the lock.
+        complete_future(future_, done_error_);
+      }
     }
+    future = future_;
   }
-  return future_;
+  // From now on only the callbacks complete the Work (a thread in wait() or isCompleted() no
+  // longer does). Ops already done run their callback here, before anyone else has the future.
+  arm();
+  return future;
+}
+
+bool ChorusWork::isCompleted() {
+  if (c10d::Work::isCompleted()) {
+    return true;
+  }
+  if (!completing_.load(std::memory_order_acquire) && parts_done()) {
+    complete_unless_future(parts_error());
+  }
+  return c10d::Work::isCompleted();
 }
 
 bool ChorusWork::wait(std::chrono::milliseconds timeout) {
@@ -169,14 +277,9 @@ bool ChorusWork::wait(std::chrono::milliseconds timeout) {
     // busy running a user's callback). Not when a future was asked for: completing it would run
     // its callbacks on this thread, and one that waits for what this thread does after wait()
     // would wait for itself; the callback thread completes it.
-    bool has_future = false;
-    {
-      std::lock_guard<std::mutex> lock(future_mu_);
-      has_future = future_ != nullptr;
-    }
-    if (!has_future) {
-      complete_once(first_error);
-    }
+    complete_unless_future(first_error);
+  } else {
+    arm();  // the callbacks complete it; this thread only waits, up to the bound
   }
   std::unique_lock<std::mutex> lock(mutex_);
   if (timeout <= std::chrono::milliseconds::zero()) {

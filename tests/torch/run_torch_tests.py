@@ -24,6 +24,7 @@ DDP = os.path.join(HERE, "ddp_check.py")
 FAILURE = os.path.join(HERE, "failure_check.py")
 INIT = os.path.join(HERE, "init_check.py")
 SHARED = os.path.join(HERE, "shared_check.py")
+WORK = os.path.join(HERE, "work_check.py")
 LIVENESS = os.path.join(HERE, "liveness_check.py")
 SECRET = os.path.join(HERE, "secret_check.py")
 STRANGER = os.path.join(HERE, "stranger.py")
@@ -62,6 +63,15 @@ def case_shared(n):
     if ranks_reporting(outputs, "OK shared:") != n:
         raise AssertionError("not every rank finished:\n" + "\n".join(outputs))
     return last_line(outputs, "OK shared:")
+
+
+def case_work(n):
+    """Works that are never waited on without a bound: dropped in flight (the result still
+    lands), polled with is_completed(), followed through get_future(), waited on with a bound."""
+    outputs = launch.by_hand(WORK, n, deadline_s=180).expect_success()
+    if ranks_reporting(outputs, "OK work:") != n:
+        raise AssertionError("not every rank finished:\n" + "\n".join(outputs))
+    return last_line(outputs, "OK work:")
 
 
 def case_package():
@@ -294,6 +304,8 @@ def case_suite_subset():
 CASES = {
     "ops_2": lambda: case_ops(2),
     "ops_4": lambda: case_ops(4),
+    "work_2": lambda: case_work(2),
+    "work_4": lambda: case_work(4),
     "shared_2": lambda: case_shared(2),
     "shared_4": lambda: case_shared(4),
     "init_tcp": lambda: case_init("tcp"),
