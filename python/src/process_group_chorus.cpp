@@ -72,6 +72,32 @@ void split_rows(const at::Tensor& t, const std::vector<std::int64_t>& splits, in
   }
 }
 
+#if TORCH_VERSION_MAJOR >= 2
+// The list forms of the coalesced tensor ops: one dtype for all (they travel as one buffer),
+// and each output `factor` times its input's elements or the other way round.
+void require_coalesced_pairs(const std::vector<at::Tensor>& small,
+                             const std::vector<at::Tensor>& large, std::int64_t factor,
+                             const char* small_name, const char* large_name, const char* op) {
+  if (small.empty() || small.size() != large.size()) {
+    throw InvalidArgument(prefix(op) + "expects as many " + large_name + " as " + small_name +
+                          " (at least one); got " + std::to_string(large.size()) + " and " +
+                          std::to_string(small.size()));
+  }
+  for (std::size_t i = 0; i < small.size(); ++i) {
+    stage(small[i], op);
+    stage(large[i], op);
+    require_same_dtype(small[0], small[i], op);
+    require_same_dtype(small[0], large[i], op);
+    if (large[i].numel() != factor * small[i].numel()) {
+      throw InvalidArgument(prefix(op) + large_name + "[" + std::to_string(i) + "] has " +
+                            std::to_string(large[i].numel()) + " elements; expected group size " +
+                            std::to_string(factor) + " x " + small_name + "[" +
+                            std::to_string(i) + "]'s " + std::to_string(small[i].numel()));
+    }
+  }
+}
+#endif
+
 }  // namespace
 
 ProcessGroupChorus::ProcessGroupChorus(const c10::intrusive_ptr<c10d::Store>& store, int rank,
@@ -216,6 +242,65 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupChorus::_allgather_base(
   ChorusWork::start(work, std::move(parts), [out] { out.copy_back(); }, {in.buffer, out.buffer});
   return work;
 }
+
+#if TORCH_VERSION_MAJOR >= 2
+c10::intrusive_ptr<c10d::Work> ProcessGroupChorus::allgather_into_tensor_coalesced(
+    std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
+    const c10d::AllgatherOptions& opts) {
+  const char* op = "allgather_into_tensor_coalesced";
+  const int size = getSize();
+  require_coalesced_pairs(inputs, outputs, size, "inputs", "outputs", op);
+  // One allgather of the inputs laid end to end: rank r's block of the result holds its
+  // inputs in order, and output i takes input i's piece of every rank's block.
+  at::Tensor flat_in = flatten(inputs);
+  at::Tensor flat_out = at::empty({size * flat_in.numel()}, flat_in.options());
+  Staged in = stage(flat_in, op);
+  Staged out = stage(flat_out, op);
+  auto work = make_work(c10d::OpType::COALESCED, op, outputs);
+  Parts parts{
+      group_->allgather(in.view(), out.view(), {.timeout = chorus_timeout(opts.timeout)})};
+  const std::int64_t total = flat_in.numel();
+  ChorusWork::start(
+      work, std::move(parts),
+      [flat_out, outputs, size, total] {
+        const at::Tensor blocks = flat_out.view({size, total});
+        std::int64_t offset = 0;
+        for (const auto& out : outputs) {
+          const std::int64_t n = out.numel() / size;
+          out.copy_(blocks.narrow(1, offset, n).reshape(out.sizes()));
+          offset += n;
+        }
+      },
+      {flat_in, flat_out});
+  return work;
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupChorus::reduce_scatter_tensor_coalesced(
+    std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
+    const c10d::ReduceScatterOptions& opts) {
+  const char* op = "reduce_scatter_tensor_coalesced";
+  const int size = getSize();
+  require_coalesced_pairs(outputs, inputs, size, "outputs", "inputs", op);
+  const ReduceOp rop = chorus_reduce_op(opts.reduceOp, outputs[0].scalar_type(), op);
+  // Rank r's block of the reduce_scatter input is block r of every input, in order; the
+  // output it receives is then the outputs laid end to end.
+  std::vector<at::Tensor> columns;
+  for (const auto& in : inputs) {
+    columns.push_back(in.reshape({size, in.numel() / size}));
+  }
+  at::Tensor flat_in = at::cat(columns, 1).reshape({-1});
+  at::Tensor flat_out = at::empty({flat_in.numel() / size}, flat_in.options());
+  Staged in = stage(flat_in, op);
+  Staged out = stage(flat_out, op);
+  auto work = make_work(c10d::OpType::COALESCED, op, outputs);
+  Parts parts{group_->reduce_scatter(in.view(), out.view(),
+                                     {.op = rop, .timeout = chorus_timeout(opts.timeout)})};
+  ChorusWork::start(
+      work, std::move(parts), [flat_out, outputs] { unflatten_into(flat_out, outputs); },
+      {flat_in, flat_out});
+  return work;
+}
+#endif
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupChorus::allgather_coalesced(
     std::vector<std::vector<at::Tensor>>& outputs, std::vector<at::Tensor>& inputs,

@@ -305,6 +305,33 @@ for tag in (0, 7):
         req.wait()
     same(recv_t, torch.full((4,), float((rank - 1) % n * 10 + tag)), f"batch_isend_irecv {tag}")
 
+# torch 2.x's coalescing manager: several all_reduce / all_gather_into_tensor /
+# reduce_scatter_tensor calls become one op of the backend (allreduce_coalesced,
+# allgather_into_tensor_coalesced, reduce_scatter_tensor_coalesced), against gloo's results.
+if hasattr(dist, "_coalescing_manager"):
+    def coalesced(group):
+        a, b = torch.arange(3.0) + rank, torch.arange(5.0) * (rank + 1)
+        with dist._coalescing_manager(group=group, async_ops=True) as cm:
+            dist.all_reduce(a, group=group)
+            dist.all_reduce(b, group=group)
+        cm.wait()
+        gathered = [torch.zeros(2 * n), torch.zeros(3 * n)]
+        with dist._coalescing_manager(group=group, async_ops=True) as cm:
+            dist.all_gather_into_tensor(gathered[0], torch.full((2,), float(rank)), group=group)
+            dist.all_gather_into_tensor(gathered[1], torch.arange(3.0) + 10 * rank, group=group)
+        cm.wait()
+        scattered = [torch.zeros(2), torch.zeros(3)]
+        with dist._coalescing_manager(group=group, async_ops=True) as cm:
+            dist.reduce_scatter_tensor(scattered[0], torch.arange(2.0 * n) * (rank + 1),
+                                       group=group)
+            dist.reduce_scatter_tensor(scattered[1], torch.arange(3.0 * n) + rank, group=group)
+        cm.wait()
+        return [a, b] + gathered + scattered
+
+    for i, (mine, theirs) in enumerate(zip(coalesced(None), coalesced(gloo))):
+        same(mine, theirs, f"coalescing manager, tensor {i}, vs gloo")
+    counts["vs_gloo"] += 1
+
 # What chorus cannot do says so.
 expect_error(lambda: dist.all_reduce(torch.ones(3, dtype=torch.int16)), ["int16", "not supported"],
              "int16 dtype")
