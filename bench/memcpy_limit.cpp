@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: BSD-3-Clause
 // The machine's memory-copy bandwidth: the limit that shared-memory collectives are measured
-// against (docs/architecture.md, "Algorithm choice"). Copies SIZE bytes between two buffers
+// against (docs/results.md, "tcp backend: loopback limit, latency and bandwidth"). Copies SIZE bytes between two buffers
 // ITERS times and prints the median GB/s (bytes copied per second), out of cache at large
 // sizes and in cache at small ones.
 //

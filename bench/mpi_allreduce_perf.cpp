@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: BSD-3-Clause
 // MPI_Allreduce (float32, sum) timed like all_reduce_perf, for the side-by-side tables in
-// docs/architecture.md: Open MPI's shared-memory path (`mpirun --oversubscribe -np N`) and its
+// docs/results.md: Open MPI's shared-memory path (`mpirun --oversubscribe -np N`) and its
 // TCP path (`--mca btl self,tcp`). Built only when an MPI is found (libopenmpi-dev).
 //
 //   mpirun -np N mpi_allreduce_perf SIZE [ITERS [WARMUP]]

@@ -43,7 +43,7 @@ netns_start_store "$store_bin" "$work"
 # run LABEL ALGO_ENV: one all_reduce_perf launch; appends the out-of-place busbw to LABEL's file.
 # Every launch is its own job, so it gets its own run id: launches that share one meet the
 # previous launch's keys in the store, and hierarchical runs after a flat run then stall for
-# about 0.2 s (docs/architecture.md, hierarchical allreduce).
+# about 0.2 s (docs/results.md, "Hierarchical allreduce on two namespaces").
 launches=0
 run() {
   local label=$1 algo=$2

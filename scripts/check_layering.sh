@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: BSD-3-Clause
-# Fails if any folder includes a layer above it (DESIGN.md: core <- net <- store <- tcp|nccl <- capi),
+# Fails if any folder includes a layer above it (docs/architecture.md, "Layers": core <- net <- store <- tcp|nccl <- capi),
 # if src/ddp includes any internal header (it uses the public API only),
 # if tcp and nccl include each other, if public headers include anything but std and chorus
 # public headers, or if tools/bench/examples reach past the public API.

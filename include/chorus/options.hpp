@@ -64,7 +64,7 @@ struct TcpGroupOptions {
   Duration hello_timeout = std::chrono::seconds(5);
   // allreduce payloads up to this many bytes use the latency algorithm (recursive doubling);
   // larger ones use the pipelined ring. Chosen by measurement (2 and 4 ranks on loopback:
-  // recursive doubling is faster up to 256-512 KiB, the ring from 1 MiB); see docs/architecture.md.
+  // recursive doubling is faster up to 256-512 KiB, the ring from 1 MiB); see docs/results.md.
   // Also the switch between tree and pipelined chain for broadcast and reduce.
   std::size_t small_allreduce_bytes = 256 * 1024;
   // Bytes per pipeline slice in ring algorithms (send, receive and reduce overlap per slice).
@@ -73,7 +73,7 @@ struct TcpGroupOptions {
   // when their collectives go over loopback tcp. Bounded, the bytes in flight between two
   // ranks stay in cache until the receiver copies them out; the kernel's autotuning lets them
   // grow to several MiB (64 MiB allreduce on loopback, 2 and 4 ranks: about 1.5x the busbw
-  // with the bound; see docs/architecture.md). Links to other hosts keep the autotuning, which
+  // with the bound; see docs/results.md). Links to other hosts keep the autotuning, which
   // sizes the buffer to the network path. 0: autotuning for these too.
   int local_send_buffer_bytes = 512 * 1024;
   // Peer liveness: each rank's progress thread sends a heartbeat to every peer a few times per

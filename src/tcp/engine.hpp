@@ -249,7 +249,7 @@ class Engine {
   // so a mismatched op is still found within about this (a rank whose sends wait for data a
   // mismatched peer never sends would otherwise show the peer nothing until the deadline).
   // Measured on 2 cores, 8 B allreduce, 4 ranks over loopback tcp, waiting for each op: 65
-  // against 54 us (docs/architecture.md, "Small ops over loopback tcp: headers held").
+  // against 54 us (docs/results.md, "Small ops over loopback tcp: headers held for their data").
   static constexpr Duration kHeaderHold = std::chrono::milliseconds(1);
   // A collective of up to kSpinMaxBytes in flight: the transport looks for its data for up to
   // kSpin before it sleeps (EngineTransport::spin_before_sleep). Measured on 2 cores over
@@ -294,7 +294,7 @@ class Engine {
   // op) and nothing of its own to do doubles its tick up to this. Each look wakes a thread on a
   // core where a rank spins; at 1 ms, an 8-byte allreduce stream over loopback tcp at 2 ranks
   // made 840-890 futex calls and 2,700-3,700 context switches in 40,000 ops, at this bound
-  // 270-280 and 1,100-2,400 (docs/architecture.md, "Small ops over loopback tcp: per-op work
+  // 270-280 and 1,100-2,400 (docs/results.md, "Small ops over loopback tcp: per-op work
   // and the parked engine's looks"). The price: a small op nobody waits on, issued just after
   // such a stream, starts up to this late.
   static constexpr std::chrono::milliseconds kParkTickBusy{4};

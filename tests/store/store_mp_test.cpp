@@ -320,7 +320,7 @@ TEST_CASE("bootstrap storm: 2,048 clients connecting at the same instant all get
 TEST_CASE("an idle server sleeps: no CPU after a burst of requests, with a watch parked",
           "[store][mp]") {
   // A store is idle most of the time and may live in rank 0's process: once nothing is ready
-  // the loop must block in epoll_wait (no busy polling, docs/architecture.md "Busy polling,
+  // the loop must block in epoll_wait (no busy polling, docs/results.md "Busy polling,
   // measured and not adopted"). A loop that spins (polling after traffic, a level-triggered fd left
   // ready, a timer re-armed in the past) burns a whole CPU, far above the bound below (5 % of a
   // CPU; the server's own CPU time, so the load of other processes does not count).

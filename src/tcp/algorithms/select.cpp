@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: BSD-3-Clause
 // Algorithm choice by (op, bytes, world size). The small/large switch for allreduce,
 // broadcast and reduce is TcpGroupOptions::small_allreduce_bytes (measured: see
-// docs/architecture.md); world size 1 is a local copy.
+// docs/results.md); world size 1 is a local copy.
 #include <algorithm>
 #include <string>
 #include <string_view>
@@ -59,7 +59,7 @@ const std::vector<OpAlgorithms>& algorithm_table() {
 }
 
 // The single-copy algorithms (direct.cpp) against the rings over shared memory, measured on
-// the 2-core machine (docs/architecture.md, "Single-copy algorithms against the rings"): the
+// the 2-core machine (docs/results.md, "Single-copy algorithms against the rings"): the
 // kernel's copy between address spaces runs at about a third of memcpy's speed there, while
 // the rings reduce straight out of shared memory and keep looking for data instead of
 // sleeping. The rings win every op at 1-8 MiB and every op but allreduce at 64 MiB; allreduce
@@ -69,7 +69,7 @@ const std::vector<OpAlgorithms>& algorithm_table() {
 constexpr int kDirectMinRanks = 3;
 constexpr std::size_t kDirectMinAllreduceBytes = std::size_t{64} << 20;
 
-// Halving-doubling against the ring, 4 and 8 ranks on the 2-core machine (docs/architecture.md,
+// Halving-doubling against the ring, 4 and 8 ranks on the 2-core machine (docs/results.md,
 // "Halving-doubling against the ring"): its 2 log2 n rounds beat the ring's 2(n-1) over
 // loopback sockets from 512 KiB to 1 MiB (1 MiB, 4 ranks: 1.22 against 0.72 GB/s busbw) and
 // tie from 2 MiB on; over shared memory they won at every size measured, 256 KiB to 64 MiB
@@ -133,7 +133,7 @@ const char* choose_algorithm(int size, const CollectiveArgs& a) {
   const std::size_t bytes = a.count * element_size(a.dtype);
   const bool small = bytes <= a.small_bytes;
   // SharedBuffers on every rank (the signature says so): the direct algorithms read and write
-  // them through mappings, and beat the rings (docs/architecture.md, "SharedBuffers").
+  // them through mappings, and beat the rings (docs/results.md, "SharedBuffers: the mapped single-copy path").
   const bool direct =
       a.shared_buffers || (a.kind == OpKind::allreduce && a.peer_memory &&
                            size >= kDirectMinRanks && bytes >= kDirectMinAllreduceBytes);
