@@ -820,6 +820,7 @@ void Engine::start_probe(Op* op) {
   probe.replies.resize(static_cast<std::size_t>(config_.size));
   probe.asked.resize(static_cast<std::size_t>(config_.size), false);
   for (int p = 0; p < config_.size; ++p) {
+    // A collective, or a recv from any rank, may wait for any peer.
     const bool relevant = op->kind == Op::Kind::collective || op->peer == kAnyPeer || p == op->peer;
     if (p != config_.rank && relevant && transport_->peer_connected(p)) {
       transport_->send_control(p, FrameType::status_request, encode_u64(op->call.seq));
@@ -849,7 +850,7 @@ void Engine::conclude_probe() {
       direct = executor_->waiting_for_send();
       waiting = direct.empty() ? "" : " waiting for these ranks to read what it sent: ";
     }
-  } else if (op->peer == kAnyPeer) {
+  } else if (op->kind == Op::Kind::recv && op->peer == kAnyPeer) {
     waiting = " waiting for a message from any rank";
   } else if (op->kind != Op::Kind::collective) {
     direct = {op->peer};
