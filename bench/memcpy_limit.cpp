@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: BSD-3-Clause
 // The machine's memory-copy bandwidth: the limit that shared-memory collectives are measured
-// against (docs/results.md, "tcp backend: loopback limit, latency and bandwidth"). Copies SIZE bytes between two buffers
-// ITERS times and prints the median GB/s (bytes copied per second), out of cache at large
-// sizes and in cache at small ones.
+// against (docs/results.md, "tcp backend: loopback limit, latency and bandwidth"). Copies SIZE
+// bytes between two buffers ITERS times and prints the median GB/s (bytes copied per second), out
+// of cache at large sizes and in cache at small ones.
 //
 //   memcpy_limit [SIZE [ITERS]]     SIZE with K/M/G suffixes (default 64M), ITERS default 20
 //

@@ -133,7 +133,8 @@ const char* choose_algorithm(int size, const CollectiveArgs& a) {
   const std::size_t bytes = a.count * element_size(a.dtype);
   const bool small = bytes <= a.small_bytes;
   // SharedBuffers on every rank (the signature says so): the direct algorithms read and write
-  // them through mappings, and beat the rings (docs/results.md, "SharedBuffers: the mapped single-copy path").
+  // them through mappings, and beat the rings (docs/results.md, "SharedBuffers: the mapped
+  // single-copy path").
   const bool direct =
       a.shared_buffers || (a.kind == OpKind::allreduce && a.peer_memory &&
                            size >= kDirectMinRanks && bytes >= kDirectMinAllreduceBytes);
