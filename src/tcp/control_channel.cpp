@@ -122,7 +122,7 @@ bool SocketTransport::recv_buffered_from_any(std::uint32_t tag, void* data, std:
   return true;
 }
 
-void SocketTransport::deliver_buffered(int peer, std::vector<std::uint8_t>& message,
+void SocketTransport::deliver_buffered(int peer, const std::vector<std::uint8_t>& message,
                                        std::uint32_t tag, void* data, std::size_t bytes,
                                        std::uint64_t token) {
   std::string error;

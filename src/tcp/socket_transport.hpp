@@ -214,8 +214,8 @@ class SocketTransport final : public EngineTransport {
   bool recv_buffered_from_any(std::uint32_t tag, void* data, std::size_t bytes,
                               std::uint64_t token);
   // Copies a buffered message into a recv's buffer (or reports the size mismatch).
-  void deliver_buffered(int peer, std::vector<std::uint8_t>& message, std::uint32_t tag, void* data,
-                        std::size_t bytes, std::uint64_t token);
+  void deliver_buffered(int peer, const std::vector<std::uint8_t>& message, std::uint32_t tag,
+                        void* data, std::size_t bytes, std::uint64_t token);
   void stream_failed(Stream& s, const std::string& what, int os_error);
   void peer_failed(int peer, const std::string& what, int os_error);
   void close_peer(int peer) noexcept;

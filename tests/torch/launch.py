@@ -95,6 +95,11 @@ def _popen(cmd, env, stdin=subprocess.DEVNULL):
                             stderr=subprocess.STDOUT, text=True, start_new_session=True)
 
 
+def command(cmd, env, deadline_s, what):
+    """One command (and every process it starts: its own session) under a deadline."""
+    return Launch([_popen(cmd, env)], deadline_s, what)
+
+
 def by_hand(script, n, args=(), env=None, deadline_s=120, stdin=subprocess.DEVNULL):
     """n ranks with env:// variables set by hand (as a user would without a launcher)."""
     port = free_port()

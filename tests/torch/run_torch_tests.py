@@ -6,6 +6,7 @@ chorusrun binary), CHORUS_JOIN_PROBE (chorus_join_probe, for case "stranger"), C
 (meson.build's version, for case "package"). Each case launches real ranks with a hard
 deadline; a hang is a failure. Prints one line per case (PASS, FAIL, or SKIP saying why it
 cannot run here) and exits non-zero if any failed."""
+import json
 import os
 import pwd
 import re
@@ -264,37 +265,27 @@ def case_suite_subset():
     """Part of torch's own distributed suite (tests/torch/suite/ci_subset*.txt: collectives,
     groups, p2p, DDP, object collectives) against chorus at 2 ranks; each must pass (a skip
     fails). The whole suite, next to gloo, is `make test-torch-suite`."""
-    out = tempfile.mkdtemp(prefix="chorus_suite_")
-    result = os.path.join(out, "result.json")
-    env = launch.base_env({"TEMP_DIR": out})
     import torch
 
     subsets = [SUITE_SUBSET] + ([SUITE_SUBSET_TORCH2] if int(torch.__version__[0]) >= 2 else [])
-    proc = subprocess.Popen([sys.executable, SUITE, "--backend", "chorus", "--world-size", "2",
-                             "--json", result] + [a for s in subsets for a in ("--tests", s)],
-                            env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            start_new_session=True)
+    out = tempfile.mkdtemp(prefix="chorus_suite_")
+    result = os.path.join(out, "result.json")
     try:
-        output, _ = proc.communicate(timeout=600)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)  # the suite's ranks with it
-        output, _ = proc.communicate()
-        raise AssertionError("the suite subset ran past 600 s:\n" + output[-4000:])
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-    try:
-        import json
-
-        with open(result) as f:
-            summary = json.load(f)
-    except OSError:
-        raise AssertionError(f"the suite wrote no result (exit {proc.returncode}):\n"
-                             + output[-4000:]) from None
+        run = launch.command([sys.executable, SUITE, "--backend", "chorus", "--world-size", "2",
+                              "--json", result] + [a for s in subsets for a in ("--tests", s)],
+                             launch.base_env({"TEMP_DIR": out}), 600, "torch suite subset")
+        code = run.wait(0)  # kills the suite and its ranks at the deadline
+        output = run.outputs[0]
+        try:
+            with open(result) as f:
+                summary = json.load(f)
+        except OSError:
+            raise AssertionError(f"the suite wrote no result (exit {code}):\n"
+                                 + output[-4000:]) from None
     finally:
         shutil.rmtree(out, ignore_errors=True)
     not_passed = {k: v for k, v in summary["tests"].items() if v != "passed"}
-    if not_passed or proc.returncode != 0:
+    if not_passed or code != 0:
         raise AssertionError("".join(f"{k}: {v}\n" for k, v in sorted(not_passed.items()))
                              + output[-4000:])
     return (f"{len(summary['tests'])} tests of torch {summary['torch']}'s distributed suite "
