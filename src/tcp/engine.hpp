@@ -24,6 +24,13 @@
 //
 // The engine receives its transport (EngineTransport): sockets in production, a fault
 // injecting decorator under CHORUS_FAULT, an in-memory fabric in tests.
+//
+// Where things are: engine.cpp runs ops (submit, one turn of the loop, the op queue, events);
+// engine_progress.cpp hands the loop between the engine thread and driving callers;
+// engine_board.cpp runs board ops; engine_failure.cpp ends ops that do not complete (deadlines,
+// probes, fail_group, news, shutdown). Pieces with their own state: FailureReport (the wording
+// of every failure), StatusProbe (the probe of a timed-out op), Liveness (heartbeats, silent
+// peers).
 #pragma once
 
 #include "core/private.hpp"
@@ -46,9 +53,12 @@
 #include <chorus/errors.hpp>
 
 #include "tcp/executor.hpp"
+#include "tcp/failure_report.hpp"
+#include "tcp/liveness.hpp"
 #include "tcp/op.hpp"
 #include "tcp/schedule.hpp"
 #include "tcp/slot_board.hpp"
+#include "tcp/status_probe.hpp"
 #include "tcp/transport.hpp"
 #include "tcp/wire.hpp"
 
@@ -108,13 +118,6 @@ class Engine {
   const std::string& local_address() const { return local_address_; }
 
  private:
-  struct Probe {
-    Op* op = nullptr;  // the op that timed out
-    Deadline until = Deadline::never();
-    std::vector<std::optional<StatusReply>> replies;
-    std::vector<bool> asked;
-  };
-
   // Caller-driven progress. One thread at a time runs the loop: whoever holds lease_, the
   // engine thread or a caller waiting for a small op's Work (drive()). A caller that drives
   // saves the hand-offs between its thread and the engine's (a submit's wake-up, the
@@ -168,7 +171,6 @@ class Engine {
   // The current op is a board op: finishes it if every rank has published, fails the group on
   // a mismatch.
   void settle_board();
-  std::exception_ptr board_mismatch(const Op& op, const SlotBoard::Mismatch& m) const;
   void on_completion(std::uint64_t token);
   // After the current executor ran: finishes the op if it is done, fails the group if it failed
   // (a failed call task only after kLocalFailureGrace: see held_failure_).
@@ -180,8 +182,6 @@ class Engine {
   void check_deadlines();
   // Sends due heartbeats; fails the group if a peer has been silent past the peer timeout.
   void tend_liveness();
-  // When tend_liveness() next has something to do (O(1): it runs on every loop iteration).
-  Deadline liveness_deadline() const;
   void start_probe(Op* op);
   void conclude_probe();
   // root_rank: where the failure began (this rank, a dead peer, a timeout's culprit, or the
@@ -192,19 +192,14 @@ class Engine {
                   std::string root_message = {}, int news_from = -1);
   // A peer's abort notice, or the cause in its goodbye: fail naming the root cause.
   void fail_from_news(int from, const AbortNotice& notice, bool left);
-  bool valid_rank(int r) const { return r >= 0 && r < config_.size; }
   Deadline nearest_deadline() const;
-  ErrorContext context(const Op* op, std::vector<int> peers) const;
-  std::string prefix(const Op* op) const;
-  std::string rank_name(int rank) const;
   void shutdown();
 
   EngineConfig config_;
   std::unique_ptr<EngineTransport> transport_;
   std::string local_address_;
-  // Peers' "host:port" for messages (engine thread; filled in as links are made).
-  mutable std::vector<std::string> addresses_;
-  const std::string& peer_address(int rank) const;
+  FailureReport report_;  // the wording of every failure (engine thread)
+  Liveness liveness_;     // heartbeats and the silent-peer watch (loop)
 
   std::mutex mu_;
   std::condition_variable cv_;
@@ -235,7 +230,7 @@ class Engine {
   // left out): the nearest is begin(), so thousands of queued ops cost no scan per loop.
   std::multiset<Clock::time_point> deadlines_;
   std::uint64_t next_p2p_token_ = 1;
-  std::optional<Probe> probe_;
+  std::optional<StatusProbe> probe_;
   // A call task that failed because of a peer (e.g. a single-copy read found the peer's process
   // gone). The peer's own news (its abort notice: why it exited; or its sockets closing) follows
   // within milliseconds and names the root cause better, so the failure waits for it, at most
@@ -267,9 +262,7 @@ class Engine {
   Deadline held_until_ = Deadline::never();
   // When the current op's held signature headers go alone (kHeaderHold); never when none.
   Deadline headers_until_ = Deadline::never();
-  Clock::time_point next_heartbeat_;      // a quarter of the peer timeout after the start
-  Clock::time_point next_silence_check_;  // no peer can pass the peer timeout before this
-  std::exception_ptr failure_;            // engine's copy of the first failure
+  std::exception_ptr failure_;  // engine's copy of the first failure
   AbortNotice failure_notice_;  // the same, as told to peers (in abort notices and goodbyes)
   std::vector<std::uint64_t> completed_;
   std::vector<TransportEvent> events_;
