@@ -513,4 +513,17 @@ bool decode_reply(Op op, std::span<const std::uint8_t> payload, Reply& p, Decode
   return finish(r, error);
 }
 
+std::string printable_prefix(const std::uint8_t* p, std::size_t n) {
+  std::string out;
+  for (std::size_t i = 0; i < n; ++i) {
+    const char c = static_cast<char>(p[i]);
+    if (c >= 32 && c < 127) {
+      out += c;
+    } else {
+      out += fmt::format("\\x{:02x}", p[i]);
+    }
+  }
+  return out;
+}
+
 }  // namespace chorus::store

@@ -54,6 +54,9 @@ enum class Op : std::uint8_t {
 };
 const char* to_string(Op op) noexcept;
 bool is_known_op(std::uint8_t op) noexcept;
+// The first `n` bytes of a client's input, printable ASCII as is and the rest as \xNN, for
+// messages that quote what a misbehaving client sent.
+std::string printable_prefix(const std::uint8_t* p, std::size_t n);
 
 enum class ReplyStatus : std::uint8_t { ok = 0, timeout = 1, error = 2 };
 enum class ErrorKind : std::uint8_t {

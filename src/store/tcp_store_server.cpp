@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: BSD-3-Clause
-// The epoll TcpStore server and the public TcpStoreServer wrapper.
+// The epoll TcpStore server: the loop and the connections (see tcp_store_server.hpp); and the
+// public TcpStoreServer wrapper.
 #include "store/tcp_store_server.hpp"
 
 #include <fcntl.h>
@@ -13,8 +14,6 @@
 #include <deque>
 #include <unordered_set>
 
-#include <malloc.h>
-
 #include <fmt/format.h>
 
 #include <chorus/errors.hpp>
@@ -22,7 +21,7 @@
 #include "core/bytes.hpp"
 #include "core/format.hpp"
 #include "core/logging.hpp"
-#include "store/store_auth.hpp"
+#include "store/server_connection.hpp"
 
 namespace chorus::store {
 namespace {
@@ -32,38 +31,11 @@ constexpr int kMaxReadsPerEvent = 16;  // fairness: 1 MiB per wakeup per client
 // buffered requests run after every other ready connection had its turn.
 constexpr int kMaxRequestsPerTurn = 64;
 constexpr std::size_t kMaxReplyBytesPerTurn = 4u << 20;
-// Small replies up to this much per connection are served even when the global budget is spent,
-// so that a good client's ping is answered while strangers hold the budget.
-constexpr std::size_t kConnectionReserve = 64u << 10;
-// A reply estimate for requests whose reply is a status and a few integers.
-constexpr std::size_t kSmallReply = 64;
-// Parked (waiting) requests per connection: one per client thread is the normal case.
-constexpr std::size_t kMaxParkedPerConnection = 4096;
 // Open fds kept for the process besides store connections (listener, epoll, logs, the rank).
 constexpr std::size_t kFdReserve = 64;
-// Released heap is returned to the OS (malloc_trim) after this much was freed.
-constexpr std::size_t kTrimAfterFreed = 32u << 20;
 constexpr int kMaxAcceptsPerEvent = 1024;
 constexpr int kWarnsPerWindow = 10;
 constexpr auto kWarnWindow = std::chrono::seconds(10);
-
-std::string printable_prefix(const std::uint8_t* p, std::size_t n) {
-  std::string out;
-  for (std::size_t i = 0; i < n; ++i) {
-    const char c = static_cast<char>(p[i]);
-    if (c >= 32 && c < 127) {
-      out += c;
-    } else {
-      out += fmt::format("\\x{:02x}", p[i]);
-    }
-  }
-  return out;
-}
-
-Duration clamp_ms(std::uint64_t ms) {
-  constexpr std::uint64_t kMax = std::uint64_t{1} << 60;
-  return Duration(static_cast<Duration::rep>(std::min(ms, kMax)));
-}
 
 }  // namespace
 
@@ -91,48 +63,6 @@ std::uint64_t raise_open_file_limit(std::uint64_t want) {
   return rl.rlim_cur;
 }
 
-struct Server::Parked {
-  std::uint64_t conn = 0;
-  std::uint32_t request_id = 0;
-  Op op = Op::get;
-  std::vector<std::string> keys;
-  net::EventLoop::TimerId timer = 0;
-  std::size_t bytes = 0;  // memory it holds (keys), counted in its connection's budget
-};
-
-struct Server::Conn {
-  explicit Conn(std::size_t max_frame) : in(max_frame) {}
-  std::uint64_t id = 0;
-  net::Socket socket;
-  std::string peer;
-  net::FrameReader in;
-  net::OutputQueue out;
-  bool hello_done = false;     // handshake complete (authenticated, if the server has a token)
-  bool awaiting_auth = false;  // challenge sent, the client's proof not read yet
-  Nonce challenge{};
-  bool member = false;       // counts toward wait_for_clients once the handshake is done
-  bool did_request = false;  // sent at least one frame after its hello
-  bool blocked = false;      // waiting for its replies to drain or for the global budget
-  bool serve_scheduled = false;
-  std::uint32_t interest = EPOLLIN;
-  Clock::time_point accepted_at{};
-  Clock::time_point last_input{};   // last byte received
-  Clock::time_point last_output{};  // last byte sent, or when output started waiting
-  std::size_t parked_bytes = 0;     // Parked::bytes of its watches and deferred deliveries
-  std::size_t accounted = 0;        // its share of Server::buffered_
-  std::unordered_set<KvTable::WatchId> watches;
-  std::unordered_set<std::uint64_t> client_waits;
-  std::deque<std::unique_ptr<Parked>> deferred;  // ready replies waiting for budget
-
-  std::size_t unread() const noexcept { return out.pending() + parked_bytes; }
-  // Idle strangers are evicted first at the connection limit: no hello yet, or a hello and
-  // nothing else (a port scanner, a health check, an attacker holding fds).
-  bool idle_stranger() const noexcept {
-    return !hello_done || (!did_request && watches.empty() && client_waits.empty() && out.empty() &&
-                           deferred.empty() && !in.mid_frame());
-  }
-};
-
 Server::Server(const TcpStoreServerOptions& options) : options_(options) {
   if (!options.token.empty()) {
     check_token(options.token, "TcpStoreServerOptions::token");
@@ -145,6 +75,7 @@ Server::Server(const TcpStoreServerOptions& options) : options_(options) {
   options_.max_unread_reply_bytes = std::max<std::size_t>(options_.max_unread_reply_bytes, 1);
   // Any single reply must fit in the global budget with room to spare.
   options_.max_buffered_bytes = std::max(options_.max_buffered_bytes, 2 * options_.max_reply_bytes);
+  budget_ = MemoryBudget(options_.max_buffered_bytes, options_.max_unread_reply_bytes);
   const std::uint64_t fd_limit = raise_open_file_limit(4096 + 64);
   max_connections_ = options.max_connections;
   if (max_connections_ == 0) {
@@ -375,33 +306,22 @@ void Server::close_conn(std::uint64_t id, const char* level, const std::string& 
   }
   loop_.remove(c.socket.fd());
   ++closes_;
-  buffered_ -= c.accounted;
-  freed_since_trim_ += c.accounted;
-  budget_waiters_.erase(id);
+  budget_.release(id, c.accounted);
   conns_.erase(it);
   num_clients_.fetch_sub(1, std::memory_order_relaxed);
-  if (freed_since_trim_ >= kTrimAfterFreed) {
-    freed_since_trim_ = 0;
-    ::malloc_trim(0);  // hand large freed buffers back to the OS: RSS follows the budget
-  }
-  if (!budget_waiters_.empty() && buffered_ <= wake_level_) {
+  budget_.trim_if_due();
+  if (budget_.should_wake()) {
     wake_budget_waiters();
   }
 }
 
 void Server::account(Conn& c) {
-  const std::size_t now = c.in.footprint() + c.out.pending() + c.parked_bytes;
-  if (now < c.accounted) {
-    freed_since_trim_ += c.accounted - now;
-  }
-  buffered_ = buffered_ - c.accounted + now;
-  c.accounted = now;
-  if (!budget_waiters_.empty() && buffered_ <= wake_level_) {
+  budget_.charge(c.accounted, c.in.footprint() + c.out.pending() + c.parked_bytes);
+  if (budget_.should_wake()) {
     wake_budget_waiters();
   }
-  if (freed_since_trim_ >= kTrimAfterFreed && c.out.empty()) {
-    freed_since_trim_ = 0;
-    ::malloc_trim(0);
+  if (c.out.empty()) {
+    budget_.trim_if_due();
   }
 }
 
@@ -412,10 +332,7 @@ void Server::wake_budget_waiters() {
   waiters_wake_posted_ = true;
   loop_.post([this] {
     waiters_wake_posted_ = false;
-    wake_level_ = 0;  // waiters that block again raise it to what they need
-    std::set<std::uint64_t> waiters;
-    waiters.swap(budget_waiters_);
-    for (std::uint64_t id : waiters) {
+    for (std::uint64_t id : budget_.take_waiters()) {
       auto it = conns_.find(id);
       if (it != conns_.end() && it->second->blocked && serve(*it->second)) {
         flush(*it->second);
@@ -425,30 +342,13 @@ void Server::wake_budget_waiters() {
 }
 
 Server::Afford Server::afford(const Conn& c, std::size_t cost) const {
-  const std::size_t unread = c.unread();
-  if (unread + cost <= kConnectionReserve) {
-    return Afford::yes;
-  }
-  // One reply larger than the per-connection cap is allowed when nothing else is unread (its
-  // size is bounded by max_reply_bytes).
-  if (c.out.pending() > 0 && unread + cost > options_.max_unread_reply_bytes) {
-    return Afford::connection_full;
-  }
-  if (buffered_ + cost > options_.max_buffered_bytes) {
-    return Afford::server_full;
-  }
-  return Afford::yes;
+  return budget_.afford(c.unread(), c.out.pending(), cost);
 }
 
 void Server::block(Conn& c, Afford why, std::size_t cost) {
   c.blocked = true;
   if (why == Afford::server_full) {
-    budget_waiters_.insert(c.id);
-    // Wake the waiters once the budget has room for this one (the cap is at least twice any
-    // single reply, so the level is reachable).
-    const std::size_t level =
-        options_.max_buffered_bytes - std::min(cost, options_.max_buffered_bytes / 2);
-    wake_level_ = std::max(wake_level_, level);
+    budget_.wait(c.id, cost);
   }
 }
 
@@ -492,7 +392,7 @@ bool Server::flush(Conn& c) {
     }
   }
   // Blocked on its own unread replies: resume once half of the cap drained.
-  if (c.blocked && !budget_waiters_.count(c.id) &&
+  if (c.blocked && !budget_.waiting(c.id) &&
       c.out.pending() <= options_.max_unread_reply_bytes / 2) {
     if (!serve(c)) {
       return false;
@@ -535,7 +435,7 @@ bool Server::read_conn(Conn& c) {
       // Requests are still waiting for their turn: run them instead of buffering more.
       return serve(c);
     }
-    if (c.in.buffered() >= kConnectionReserve && buffered_ >= options_.max_buffered_bytes) {
+    if (c.in.buffered() >= MemoryBudget::kConnectionReserve && budget_.full()) {
       block(c, Afford::server_full,
             options_.max_buffered_bytes / 4);  // a large upload waits until the global budget frees
       return true;
@@ -575,7 +475,7 @@ bool Server::read_conn(Conn& c) {
 bool Server::serve(Conn& c) {
   const std::uint64_t id = c.id;
   c.blocked = false;
-  budget_waiters_.erase(id);  // blocks again below if the budget still says no
+  budget_.stop_waiting(id);  // blocks again below if the budget still says no
   // Ready replies of parked requests first: they were asked before anything still buffered.
   while (!c.deferred.empty()) {
     const std::size_t cost = parked_cost(*c.deferred.front());
@@ -654,577 +554,26 @@ bool Server::serve(Conn& c) {
   return true;
 }
 
-Server::Simple Server::serve_simple(Conn& c, const SimpleRequest& s) {
-  // Each case: refuse the rare paths, pay for the reply (as serve() does), then pop the frame
-  // and answer. The views stay valid after pop(): the input buffer only moves when it is fed.
-  constexpr std::size_t kHeader = net::kFrameHeaderBytes + 5;  // length, status, request id
-  auto begin_reply = [&](std::size_t body) {
-    if (c.out.empty()) {
-      c.last_output = Clock::now();  // the stall clock starts with the first unsent reply
-    }
-    std::uint8_t* p = c.out.append(kHeader + body);
-    net::put_u32(p, static_cast<std::uint32_t>(5 + body));
-    p[4] = static_cast<std::uint8_t>(ReplyStatus::ok);
-    net::put_u32(p + 5, s.id);
-    return p + kHeader;
-  };
-  auto pay = [&](std::size_t cost) {
-    const Afford a = afford(c, cost);
-    if (a != Afford::yes) {
-      block(c, a, cost);
-      return false;
-    }
-    return true;
-  };
-  switch (s.op) {
-    case Op::set: {
-      Bytes* held = table_.find_slot(s.key);  // the one lookup of an overwrite
-      const std::size_t growth = held == nullptr
-                                     ? s.key.size() + s.value.size() + KvTable::kEntryOverhead
-                                     : s.value.size() - std::min(s.value.size(), held->size());
-      if (growth > 0 && table_.stored_bytes() + growth > options_.max_stored_bytes) {
-        return Simple::general;  // the "store is full" error
-      }
-      if (!pay(kSmallReply)) {
-        return Simple::blocked;
-      }
-      c.in.pop();
-      c.did_request = true;
-      if (held != nullptr) {
-        table_.overwrite(*held, s.value);  // an existing key: no watch can fire
-      } else {
-        table_.set_view(s.key, s.value);
-      }
-      begin_reply(0);
-      break;
-    }
-    case Op::get: {
-      const Bytes* v = table_.find(s.key);
-      if (v == nullptr || v->size() + 4 > net::OutputQueue::kCoalesceBytes) {
-        return Simple::general;  // parked or a timeout reply; large values as before
-      }
-      if (!pay(kSmallReply + 4 + v->size())) {
-        return Simple::blocked;
-      }
-      c.in.pop();
-      c.did_request = true;
-      std::uint8_t* p = begin_reply(4 + v->size());
-      net::put_u32(p, static_cast<std::uint32_t>(v->size()));
-      if (!v->empty()) {
-        std::memcpy(p + 4, v->data(), v->size());
-      }
-      return Simple::served;  // nothing changed: no watch to wake
-    }
-    default: {  // add
-      // The longest int64 has 20 digits; the lookup is needed only near the limit.
-      constexpr std::size_t kDigits = 20;
-      if (table_.stored_bytes() + s.key.size() + kDigits + KvTable::kEntryOverhead >
-          options_.max_stored_bytes) {
-        const std::size_t growth = table_.growth_if_set(s.key, kDigits);
-        if (growth > 0 && table_.stored_bytes() + growth > options_.max_stored_bytes) {
-          return Simple::general;
-        }
-      }
-      if (!pay(kSmallReply + 256 + s.key.size())) {
-        return Simple::blocked;
-      }
-      const KvTable::AddResult r = table_.add(s.key, s.delta);
-      if (r.status != KvTable::AddResult::Status::ok) {
-        return Simple::general;  // unchanged; handle_request words the error
-      }
-      c.in.pop();
-      c.did_request = true;
-      put_le(begin_reply(8), static_cast<std::uint64_t>(r.value), 8);
-      break;
-    }
-  }
-  if (table_.has_ready()) {
-    deliver_ready();
-  }
-  return Simple::served;
-}
-
-std::size_t Server::reply_cost(const Request& q) const {
-  std::size_t n = kSmallReply;
-  switch (q.op) {
-    case Op::get:
-    case Op::multi_get:
-    case Op::wait:
-    case Op::check:
-      // Present keys cost their value; missing ones their name (timeout reply, or parked).
-      for (const auto& k : q.keys) {
-        const Bytes* v = table_.find(k);
-        n += 4 + ((v != nullptr && q.op != Op::wait && q.op != Op::check) ? v->size() : k.size());
-      }
-      return n;
-    case Op::list_keys:
-      return n + table_.key_bytes() + 4 * table_.size();
-    case Op::compare_set: {
-      const Bytes* v = table_.find(q.keys[0]);
-      return n + std::max(v != nullptr ? v->size() : 0, q.values[1].size());
-    }
-    case Op::add:
-      return n + 256 + q.keys[0].size();
-    default:
-      return n;
-  }
-}
-
-std::size_t Server::parked_cost(const Parked& p) const {
-  std::size_t n = kSmallReply;
-  if (p.op != Op::wait) {
-    for (const auto& k : p.keys) {
-      const Bytes* v = table_.find(k);
-      n += 4 + (v != nullptr ? v->size() : 0);
-    }
-  }
-  return n;
-}
-
 bool Server::handle_hello(Conn& c) {
-  if (c.awaiting_auth) {
-    return handle_auth(c);
+  std::string why;
+  switch (c.handshake.advance(c.in, c.socket, c.out, options_.token, why)) {
+    case ServerHandshake::Step::need_more:
+      return true;
+    case ServerHandshake::Step::refused:
+      close_conn(c.id, "W", why);
+      return false;
+    case ServerHandshake::Step::done:
+      handshake_done(c);
+      return true;
   }
-  if (c.in.buffered() < kHelloBytes) {
-    return true;
-  }
-  std::uint8_t raw[kHelloBytes];
-  (void)c.in.take_raw(raw, kHelloBytes);
-  const auto hello = decode_hello(raw);
-  if (!hello) {
-    close_conn(c.id, "W",
-               fmt::format("wrong magic '{}' (expected 'CHST'): not a chorus store client, or an "
-                           "incompatible one",
-                           printable_prefix(raw, kHelloBytes)));
-    return false;
-  }
-  std::uint8_t answer[kHelloBytes];
-  if (hello->version != kProtocolVersion) {
-    encode_hello({kProtocolVersion, static_cast<std::uint16_t>(HelloStatus::unsupported_version)},
-                 answer);
-    (void)c.socket.write(answer, kHelloBytes);  // best effort: tell the client why
-    close_conn(c.id, "W",
-               fmt::format("client speaks store protocol version {}, this server speaks {}; use "
-                           "the same chorus version on both sides",
-                           hello->version, kProtocolVersion));
-    return false;
-  }
-  c.member = (hello->flags & kHelloFlagMember) != 0;
-  if (!options_.token.empty()) {
-    // No key operation before the client proves it knows the token (handle_auth).
-    encode_hello({kProtocolVersion, static_cast<std::uint16_t>(HelloStatus::auth_required)},
-                 answer);
-    c.challenge = random_nonce();
-    std::vector<std::uint8_t> out(answer, answer + kHelloBytes);
-    out.insert(out.end(), c.challenge.begin(), c.challenge.end());
-    c.out.push(std::move(out));
-    c.awaiting_auth = true;
-    return true;
-  }
-  encode_hello({kProtocolVersion, static_cast<std::uint16_t>(HelloStatus::accepted)}, answer);
-  c.out.push(std::vector<std::uint8_t>(answer, answer + kHelloBytes));
-  handshake_done(c);
-  return true;
-}
-
-bool Server::handle_auth(Conn& c) {
-  if (c.in.buffered() < kAuthAnswerBytes) {
-    return true;
-  }
-  std::uint8_t answer[kAuthAnswerBytes];
-  (void)c.in.take_raw(answer, kAuthAnswerBytes);
-  Nonce theirs{};
-  net::Mac proof{};
-  std::copy(answer, answer + kNonceBytes, theirs.begin());
-  std::copy(answer + kNonceBytes, answer + kAuthAnswerBytes, proof.begin());
-  if (!net::equal_macs(proof, client_proof(options_.token, c.challenge, theirs))) {
-    const std::uint8_t refused = 1;
-    (void)c.socket.write(&refused, 1);  // best effort: tell the client why
-    close_conn(c.id, "W",
-               "authentication failed: the client's proof does not match this server's job "
-               "token (a different CHORUS_STORE_TOKEN, or not a member of this job)");
-    return false;
-  }
-  const net::Mac ours = server_proof(options_.token, c.challenge, theirs);
-  std::vector<std::uint8_t> verdict{0};
-  verdict.insert(verdict.end(), ours.begin(), ours.end());
-  c.out.push(std::move(verdict));
-  c.awaiting_auth = false;
-  handshake_done(c);
   return true;
 }
 
 void Server::handshake_done(Conn& c) {
   c.hello_done = true;
-  if (c.member) {
+  if (c.handshake.member()) {
     ++members_joined_;
     check_client_waits();
-  }
-}
-
-void Server::reply(Conn& c, Op op, const Reply& r) {
-  if (c.out.empty()) {
-    c.last_output = Clock::now();  // the stall clock starts with the first unsent reply
-  }
-  // Encoded into a reused buffer and copied into the output queue, where the replies of one
-  // turn share a chunk (large ones keep their own buffer).
-  thread_local std::vector<std::uint8_t> scratch;
-  scratch.clear();
-  encode_reply(op, r, scratch);
-  if (scratch.size() <= net::OutputQueue::kCoalesceBytes) {
-    c.out.append(std::span<const std::uint8_t>(scratch));
-  } else {
-    c.out.push(std::move(scratch));
-    scratch = {};
-  }
-}
-
-void Server::deliver(Conn& c, const Parked& p) {
-  Reply r;
-  r.id = p.request_id;
-  if (p.op != Op::wait) {
-    std::size_t bytes = 0;
-    for (const auto& k : p.keys) {
-      const Bytes* v = table_.find(k);
-      bytes += 4 + (v != nullptr ? v->size() : 0);
-    }
-    if (bytes > options_.max_reply_bytes) {
-      r.status = ReplyStatus::error;
-      r.error = ErrorKind::too_large;
-      r.message = fmt::format(
-          "{} would return {} bytes, over this server's limit of {} per reply "
-          "(max_reply_bytes); ask for fewer keys per call",
-          to_string(p.op), bytes, options_.max_reply_bytes);
-      reply(c, p.op, r);
-      return;
-    }
-    for (const auto& k : p.keys) {
-      const Bytes* v = table_.find(k);
-      r.values.push_back(v != nullptr ? *v : Bytes{});
-    }
-  }
-  reply(c, p.op, r);
-}
-
-void Server::park(Conn& c, const Request& q, Op op) {
-  const KvTable::WatchId w = table_.add_watch(q.keys);
-  if (w == 0) {
-    // Cannot happen (callers check first), but answering is always safe.
-    Parked now;
-    now.request_id = q.id;
-    now.op = op;
-    now.keys = q.keys;
-    deliver(c, now);
-    return;
-  }
-  auto p = std::make_unique<Parked>();
-  p->conn = c.id;
-  p->request_id = q.id;
-  p->op = op;
-  p->keys = q.keys;
-  p->bytes = 128;
-  for (const auto& k : q.keys) {
-    p->bytes += k.size() + 64;
-  }
-  c.parked_bytes += p->bytes;
-  p->timer =
-      loop_.add_timer(Deadline::after(clamp_ms(q.timeout_ms)), [this, w] { on_watch_timeout(w); });
-  parked_.emplace(w, std::move(p));
-  c.watches.insert(w);
-}
-
-void Server::on_watch_timeout(KvTable::WatchId w) {
-  auto p = parked_.find(w);
-  if (p == parked_.end()) {
-    return;
-  }
-  std::unique_ptr<Parked> parked = std::move(p->second);
-  parked_.erase(p);
-  table_.remove_watch(w);
-  auto it = conns_.find(parked->conn);
-  if (it == conns_.end()) {
-    return;
-  }
-  Conn& c = *it->second;
-  c.watches.erase(w);
-  c.parked_bytes -= parked->bytes;
-  Reply r;
-  r.status = ReplyStatus::timeout;
-  r.id = parked->request_id;
-  r.keys = table_.missing(parked->keys);
-  reply(c, parked->op, r);  // small: the names of missing keys, already counted while parked
-  flush(c);
-}
-
-void Server::deliver_ready() {
-  for (KvTable::WatchId w : table_.take_ready()) {
-    auto p = parked_.find(w);
-    if (p == parked_.end()) {
-      continue;
-    }
-    std::unique_ptr<Parked> parked = std::move(p->second);
-    parked_.erase(p);
-    loop_.cancel_timer(parked->timer);
-    auto it = conns_.find(parked->conn);
-    if (it == conns_.end()) {
-      continue;
-    }
-    Conn& c = *it->second;
-    c.watches.erase(w);
-    if (!c.deferred.empty()) {
-      c.deferred.push_back(std::move(parked));  // behind earlier deferred replies; c is blocked
-      continue;
-    }
-    const std::size_t cost = parked_cost(*parked);
-    const Afford a = afford(c, cost);
-    if (a != Afford::yes) {
-      // The value is set but the reply is not affordable now: it goes out when budget frees.
-      c.deferred.push_back(std::move(parked));
-      block(c, a, cost);
-      update_interest(c);
-      continue;
-    }
-    c.parked_bytes -= parked->bytes;
-    deliver(c, *parked);
-    flush(c);
-  }
-}
-
-void Server::check_client_waits() {
-  std::vector<std::uint64_t> done;
-  for (const auto& [wid, cw] : client_waits_) {
-    if (members_joined_ >= static_cast<std::int64_t>(cw.count)) {
-      done.push_back(wid);
-    }
-  }
-  for (std::uint64_t wid : done) {
-    ClientWait cw = client_waits_.at(wid);
-    client_waits_.erase(wid);
-    loop_.cancel_timer(cw.timer);
-    auto it = conns_.find(cw.conn);
-    if (it == conns_.end()) {
-      continue;
-    }
-    it->second->client_waits.erase(wid);
-    Reply r;
-    r.id = cw.request_id;
-    r.integer = members_joined_;
-    reply(*it->second, Op::wait_clients, r);
-    flush(*it->second);
-  }
-}
-
-namespace {
-Reply error_reply(std::uint32_t id, ErrorKind kind, std::string message) {
-  Reply r;
-  r.id = id;
-  r.status = ReplyStatus::error;
-  r.error = kind;
-  r.message = std::move(message);
-  return r;
-}
-}  // namespace
-
-std::optional<Reply> Server::refuse_if_full(const Request& q) const {
-  std::size_t growth = 0;
-  switch (q.op) {
-    case Op::set:
-    case Op::multi_set:
-      for (std::size_t i = 0; i < q.keys.size() && i < q.values.size(); ++i) {
-        growth += table_.growth_if_set(q.keys[i], q.values[i].size());
-      }
-      break;
-    case Op::compare_set:
-      growth = table_.growth_if_set(q.keys[0], q.values[1].size());
-      break;
-    case Op::append: {
-      const Bytes* held = table_.find(q.keys[0]);
-      growth = table_.growth_if_set(q.keys[0],
-                                    (held != nullptr ? held->size() : 0) + q.values[0].size());
-      break;
-    }
-    case Op::add:
-      growth = table_.growth_if_set(q.keys[0], 20);  // the longest int64 in decimal
-      break;
-    default:
-      return std::nullopt;
-  }
-  if (growth == 0 || table_.stored_bytes() + growth <= options_.max_stored_bytes) {
-    return std::nullopt;
-  }
-  return error_reply(
-      q.id, ErrorKind::too_large,
-      fmt::format("the store is full: it holds {} bytes of keys and values and this {} would add "
-                  "{}, over this server's limit of {} (max_stored_bytes, chorus-store "
-                  "--max-stored-bytes); nothing was stored. Delete keys that are no longer needed "
-                  "(an earlier job's), or raise the limit",
-                  table_.stored_bytes(), to_string(q.op), growth, options_.max_stored_bytes));
-}
-
-void Server::handle_request(Conn& c, Request& q) {
-  if (auto refused = refuse_if_full(q)) {
-    reply(c, q.op, *refused);
-    return;
-  }
-  Reply r;
-  r.id = q.id;
-  bool mutated = false;
-  switch (q.op) {
-    case Op::set:
-      table_.set(q.keys[0], std::move(q.values[0]));
-      mutated = true;
-      break;
-    case Op::get:
-    case Op::multi_get:
-    case Op::wait: {
-      if (q.op != Op::wait) {
-        const std::size_t cost = reply_cost(q);
-        if (cost > options_.max_reply_bytes) {
-          r = error_reply(
-              q.id, ErrorKind::too_large,
-              fmt::format("{} of {} keys would return about {} bytes, over this "
-                          "server's limit of {} per reply (max_reply_bytes); ask for "
-                          "fewer keys per call",
-                          to_string(q.op), q.keys.size(), cost, options_.max_reply_bytes));
-          break;
-        }
-      }
-      const auto missing = table_.missing(q.keys);
-      if (!missing.empty()) {
-        if (q.timeout_ms == 0) {
-          r.status = ReplyStatus::timeout;
-          r.keys = missing;
-          break;
-        }
-        if (c.watches.size() >= kMaxParkedPerConnection) {
-          r = error_reply(q.id, ErrorKind::too_large,
-                          fmt::format("{} waiting requests on one connection, the limit; a "
-                                      "client thread waits for one at a time",
-                                      c.watches.size()));
-          break;
-        }
-        park(c, q, q.op);
-        return;
-      }
-      if (q.op != Op::wait) {
-        for (const auto& k : q.keys) {
-          r.values.push_back(*table_.find(k));
-        }
-      }
-      break;
-    }
-    case Op::add: {
-      const auto v = table_.add(q.keys[0], q.delta);
-      if (v.status == KvTable::AddResult::Status::not_integer) {
-        const Bytes* held = table_.find(q.keys[0]);
-        r = error_reply(
-            q.id, ErrorKind::not_integer,
-            fmt::format("add('{}'): the key holds '{}', not an integer counter; use a key only as "
-                        "a counter or only with set()",
-                        q.keys[0],
-                        printable_prefix(held->data(), std::min<std::size_t>(held->size(), 32))));
-      } else if (v.status == KvTable::AddResult::Status::overflow) {
-        r = error_reply(q.id, ErrorKind::bad_request,
-                        counter_overflow_message(q.keys[0], v.value, q.delta));
-      } else {
-        r.integer = v.value;
-        mutated = true;
-      }
-      break;
-    }
-    case Op::compare_set:
-      r.values.push_back(table_.compare_set(q.keys[0], q.values[0], std::move(q.values[1])));
-      mutated = true;
-      break;
-    case Op::check:
-      r.flag = table_.missing(q.keys).empty();
-      break;
-    case Op::delete_key:
-      r.flag = table_.erase(q.keys[0]);
-      break;
-    case Op::num_keys:
-      r.integer = static_cast<std::int64_t>(table_.size());
-      break;
-    case Op::multi_set:
-      for (std::size_t i = 0; i < q.keys.size(); ++i) {
-        table_.set(q.keys[i], std::move(q.values[i]));
-      }
-      mutated = true;
-      break;
-    case Op::append: {
-      const Bytes* held = table_.find(q.keys[0]);
-      const std::size_t total = (held != nullptr ? held->size() : 0) + q.values[0].size();
-      if (total > limits_.max_value_bytes) {
-        r = error_reply(q.id, ErrorKind::too_large,
-                        fmt::format("append('{}'): the value would grow to {} bytes, over the "
-                                    "limit of {} (max_value_bytes); nothing was appended",
-                                    q.keys[0], total, limits_.max_value_bytes));
-        break;
-      }
-      table_.append(q.keys[0], q.values[0]);
-      mutated = true;
-      break;
-    }
-    case Op::list_keys: {
-      const std::size_t cost = reply_cost(q);
-      if (cost > options_.max_reply_bytes) {
-        r = error_reply(q.id, ErrorKind::too_large,
-                        fmt::format("list_keys would return about {} bytes for {} keys, over this "
-                                    "server's limit of {} per reply (max_reply_bytes)",
-                                    cost, table_.size(), options_.max_reply_bytes));
-        break;
-      }
-      // Encoded once per key set: many list_keys calls on a large table cost a copy each,
-      // not a sort and an encode each.
-      if (!list_keys_cache_valid_ || list_keys_generation_ != table_.key_generation()) {
-        list_keys_cache_.clear();
-        encode_strings(table_.keys(), list_keys_cache_);
-        list_keys_generation_ = table_.key_generation();
-        list_keys_cache_valid_ = true;
-      }
-      r.encoded_body = &list_keys_cache_;
-      break;
-    }
-    case Op::ping:
-      break;
-    case Op::wait_clients:
-      if (members_joined_ >= static_cast<std::int64_t>(q.count)) {
-        r.integer = members_joined_;
-        break;
-      }
-      if (q.timeout_ms == 0) {
-        r.status = ReplyStatus::timeout;
-        r.message = fmt::format("{} of {} clients joined", members_joined_, q.count);
-        break;
-      }
-      {
-        const std::uint64_t wid = next_client_wait_++;
-        const std::uint64_t conn = c.id;
-        const std::uint32_t rid = q.id;
-        const std::uint32_t count = q.count;
-        const auto timer =
-            loop_.add_timer(Deadline::after(clamp_ms(q.timeout_ms)), [this, wid, conn, rid, count] {
-              client_waits_.erase(wid);
-              auto it = conns_.find(conn);
-              if (it == conns_.end()) {
-                return;
-              }
-              it->second->client_waits.erase(wid);
-              Reply t;
-              t.status = ReplyStatus::timeout;
-              t.id = rid;
-              t.message = fmt::format("{} of {} clients joined", members_joined_, count);
-              reply(*it->second, Op::wait_clients, t);
-              flush(*it->second);
-            });
-        client_waits_.emplace(wid, ClientWait{conn, rid, count, timer});
-        c.client_waits.insert(wid);
-      }
-      return;
-  }
-  reply(c, q.op, r);
-  if (mutated) {
-    deliver_ready();
   }
 }
 

@@ -2,6 +2,13 @@
 // The TcpStore server: one thread running one epoll loop over non-blocking sockets (no thread
 // per client). Waiting get/wait/multi_get calls are parked in KvTable as watches with their own
 // deadline timers. Malformed input closes only the offending connection, with a logged reason.
+//
+// Where things are: tcp_store_server.cpp runs the loop and the connections (accept, eviction,
+// timeouts, reading, turns, writing); tcp_store_server_requests.cpp does what each request asks
+// (dispatch, the fast path, parked requests and their replies). Pieces with their own state:
+// ServerHandshake (hello and authentication of a connection), MemoryBudget (the bytes clients
+// make the server hold), both owned by the server; server_connection.hpp defines the
+// per-connection state those files share.
 #pragma once
 
 #include "core/private.hpp"
@@ -21,6 +28,7 @@
 #include "net/listener.hpp"
 #include "store/kv_table.hpp"
 #include "store/protocol.hpp"
+#include "store/server_budget.hpp"
 
 namespace chorus::store {
 
@@ -50,15 +58,14 @@ class Server {
  private:
   struct Conn;
   struct Parked;
-  enum class Afford { yes, connection_full, server_full };
+  using Afford = MemoryBudget::Afford;
 
   void on_accept();
   bool accept_one();  // false: nothing more to accept now
   bool evict_idle_stranger(const char* why);
   void on_conn_event(Conn& c, std::uint32_t events);
   bool read_conn(Conn& c);     // false: the connection was closed
-  bool handle_hello(Conn& c);  // false: closed
-  bool handle_auth(Conn& c);   // the client's proof after a challenge; false: closed
+  bool handle_hello(Conn& c);  // one handshake step; false: closed
   void handshake_done(Conn& c);
   bool serve(Conn& c);  // runs buffered work the budget allows; false: closed
   void schedule_serve(Conn& c);
@@ -111,11 +118,8 @@ class Server {
   std::uint64_t next_conn_ = 1;
   std::uint64_t closes_ = 0;  // connections closed so far (a cheap "was anything closed?" check)
   std::atomic<std::size_t> num_clients_{0};
-  std::size_t buffered_ = 0;                // sum of Conn::accounted (loop thread only)
-  std::set<std::uint64_t> budget_waiters_;  // connections blocked on the global budget
+  MemoryBudget budget_{0, 0};  // loop thread only; sized in the constructor
   bool waiters_wake_posted_ = false;
-  std::size_t wake_level_ = 0;  // wake budget waiters once buffered_ is this low
-  std::size_t freed_since_trim_ = 0;
   std::vector<std::uint8_t> list_keys_cache_;  // encoded list_keys body (loop thread only)
   std::uint64_t list_keys_generation_ = 0;
   bool list_keys_cache_valid_ = false;  // bytes released since the last malloc_trim
