@@ -10,15 +10,11 @@
 
 #include <algorithm>
 #include <cerrno>
-#include <cstring>
-#include <deque>
-#include <unordered_set>
 
 #include <fmt/format.h>
 
 #include <chorus/errors.hpp>
 
-#include "core/bytes.hpp"
 #include "core/format.hpp"
 #include "core/logging.hpp"
 #include "store/server_connection.hpp"

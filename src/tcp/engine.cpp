@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: BSD-3-Clause
-// Engine: the progress loop, deadlines and the failure protocol (see engine.hpp).
+// Engine: submit, one turn of the loop, the op queue, completions and events (see engine.hpp for
+// the model and where the rest lives).
 #include "tcp/engine.hpp"
 
 #include <algorithm>
@@ -7,10 +8,6 @@
 #include <fmt/format.h>
 
 #include <chorus/errors.hpp>
-
-#include "core/format.hpp"
-#include "core/logging.hpp"
-#include "tcp/futex.hpp"
 
 namespace chorus::tcp {
 namespace {
