@@ -122,7 +122,7 @@ class Server {
   bool waiters_wake_posted_ = false;
   std::vector<std::uint8_t> list_keys_cache_;  // encoded list_keys body (loop thread only)
   std::uint64_t list_keys_generation_ = 0;
-  bool list_keys_cache_valid_ = false;  // bytes released since the last malloc_trim
+  bool list_keys_cache_valid_ = false;  // list_keys_cache_ is of list_keys_generation_
   // Rate limit for "closed a misbehaving connection" warnings (loop thread only).
   Clock::time_point warn_window_{};
   int warns_in_window_ = 0;

@@ -11,7 +11,6 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <array>
 #include <cerrno>
 #include <cstring>
 
@@ -21,8 +20,6 @@
 
 #include "core/format.hpp"
 #include "core/logging.hpp"
-#include "net/address.hpp"
-#include "net/connect.hpp"
 #include "tcp/link_handshakes.hpp"
 
 namespace chorus::tcp {

@@ -8,16 +8,12 @@
 
 #include <algorithm>
 #include <cstdlib>
-#include <map>
-#include <random>
-#include <sstream>
 #include <thread>
 
 #include <fmt/format.h>
 
 #include <chorus/errors.hpp>
 
-#include "core/env.hpp"
 #include "core/format.hpp"
 #include "core/logging.hpp"
 #include "net/address.hpp"
