@@ -157,7 +157,7 @@ TEST_CASE("hierarchical allreduce over hosts with several ranks", "[tcp][selecti
   CHECK(choose(OpKind::allreduce, 4, 8) == AlgorithmId::recursive_doubling);
 }
 
-TEST_CASE("direct: SharedBuffers from 256 KiB; private buffers: allreduce, when cheaper",
+TEST_CASE("direct: the default between SharedBuffers from 256 KiB, never with private ones",
           "[tcp][selection]") {
   Chooser choose;
   choose.a.peer_memory = true;
@@ -172,15 +172,14 @@ TEST_CASE("direct: SharedBuffers from 256 KiB; private buffers: allreduce, when 
     // Below 256 KiB it is never the default, however cheap the model says it is.
     CHECK(choose(kind, 4, tcp::kSharedBufferMinBytes - 1) != AlgorithmId::direct);
   }
-  // Private buffers: process_vm_readv at 0.5 GB/s loses to the rings at 1 GB/s ...
+  // Private buffers: never the default (what the probe's figure misses: results.md), however
+  // fast the probe says process_vm_readv is.
   choose.a.shared_buffers = false;
+  choose.costs.peer_copy_gbps = 1000;
+  for (OpKind kind : {OpKind::allreduce, OpKind::allgather, OpKind::broadcast}) {
+    CHECK(choose(kind, 3, std::size_t{64} << 20) != AlgorithmId::direct);
+  }
   CHECK(choose(OpKind::allreduce, 3, std::size_t{64} << 20) == AlgorithmId::ring);
-  // ... and wins where it is the faster copy; for the other ops the rings won wherever it was
-  // measured, so private buffers never make it their default.
-  choose.costs.peer_copy_gbps = 8;
-  CHECK(choose(OpKind::allreduce, 3, std::size_t{64} << 20) == AlgorithmId::direct);
-  CHECK(choose(OpKind::allgather, 3, std::size_t{64} << 20) == AlgorithmId::ring);
-  CHECK(choose(OpKind::broadcast, 3, std::size_t{64} << 20) == AlgorithmId::chain);
   // Without peer memory it never runs, forced or not.
   choose.a.peer_memory = false;
   CHECK(choose(OpKind::allreduce, 3, std::size_t{64} << 20) == AlgorithmId::ring);

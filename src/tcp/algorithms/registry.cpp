@@ -70,6 +70,11 @@ bool reduces(OpKind kind) {
 double reduce_us(const Selection& s, double bytes) {
   return reduces(s.kind) ? bytes / (s.costs->reduce_gbps * 1e3) : 0;
 }
+// A pipelined step hides its reductions behind its transfers, all but the last slice's: what
+// one step of `block` bytes adds.
+double last_slice_reduce_us(const Selection& s, double block) {
+  return reduce_us(s, std::min(block, s.slice_bytes));
+}
 
 bool always(const Selection&) { return true; }
 double free_of_choice(const Selection&) { return 0; }  // the op's only algorithm
@@ -88,16 +93,19 @@ Phase phase(const LinkCost& link, double rounds, double bytes, double extra_us =
 
 // ---- allreduce ----
 
-// Each round exchanges the whole buffer with one partner, then reduces it.
+// Each round exchanges the whole buffer with one partner, then reduces it; folding sends an
+// extra rank's buffer to its partner (one more reduction) and the result back.
 Phase recursive_doubling(const Selection& s, const LinkCost& link, int n) {
   const PowerOfTwo t = power_of_two_below(n);
   const double rounds = t.log2p + (t.folded ? 2 : 0);
-  return phase(link, rounds, rounds * s.bytes, t.log2p * reduce_us(s, s.bytes));
+  const double reductions = t.log2p + (t.folded ? 1 : 0);
+  return phase(link, rounds, rounds * s.bytes, reductions * reduce_us(s, s.bytes));
 }
 // Reduce-scatter then allgather around the ring: 2(n-1) rounds of 1/n of the buffer, the
 // reductions pipelined with the transfers slice by slice.
 Phase ring_allreduce(const Selection& s, const LinkCost& link, int n) {
-  return phase(link, 2.0 * (n - 1), 2.0 * (n - 1) / n * s.bytes);
+  return phase(link, 2.0 * (n - 1), 2.0 * (n - 1) / n * s.bytes,
+               (n - 1) * last_slice_reduce_us(s, s.bytes / n));
 }
 double recursive_doubling_us(const Selection& s) {
   return recursive_doubling(s, s.flat_link(), s.size).total();
@@ -111,7 +119,10 @@ double halving_doubling_us(const Selection& s) {
   const PowerOfTwo t = power_of_two_below(s.size);
   const double p = t.p;
   const double fold = t.folded ? 2 * s.bytes : 0;
-  return phase(s.flat_link(), 2 * t.log2p + (t.folded ? 2 : 0), 2 * (p - 1) / p * s.bytes + fold)
+  const double reductions =
+      t.log2p * last_slice_reduce_us(s, s.bytes / p) + (t.folded ? reduce_us(s, s.bytes) : 0);
+  return phase(s.flat_link(), 2 * t.log2p + (t.folded ? 2 : 0), 2 * (p - 1) / p * s.bytes + fold,
+               reductions)
       .total();
 }
 // Two rounds (addresses, then the done bytes); each rank moves its chunk from and to every
@@ -135,9 +146,11 @@ Phase tree(const Selection& s, const LinkCost& link, int n) {
   return phase(link, rounds, rounds * s.bytes, rounds * reduce_us(s, s.bytes));
 }
 Phase chain(const Selection& s, const LinkCost& link, int n) {
-  // k slices through n - 1 hops: n - 2 + k slice times, each slice reduced as it passes.
+  // k slices through n - 1 hops: n - 2 + k slice times, each a slice's transfer and, for a
+  // reduce, its reduction (one stage of the pipeline).
   const double k = std::max(1.0, std::ceil(s.bytes / s.slice_bytes));
-  return phase(link, n - 2 + k, (n - 2 + k) * s.bytes / k);
+  const double steps = n - 2 + k;
+  return phase(link, steps, steps * s.bytes / k, steps * reduce_us(s, s.bytes / k));
 }
 
 // Several hosts, several ranks on one of them; avg would divide in every phase.
@@ -165,7 +178,7 @@ double hierarchical_us(const Selection& s) {
 
 double ring_block_us(const Selection& s) {
   const double n = s.size;
-  return s.flat_link().us(n - 1, (n - 1) * s.bytes);
+  return s.flat_link().us(n - 1, (n - 1) * s.bytes) + (n - 1) * last_slice_reduce_us(s, s.bytes);
 }
 double direct_block_us(const Selection& s) {
   const double n = s.size;
@@ -180,14 +193,15 @@ double chain_us(const Selection& s) { return chain(s, s.flat_link(), s.size).tot
 double direct_broadcast_us(const Selection& s) { return direct_link(s).us(2, s.bytes); }
 
 // Where the single-copy algorithms may be the default (docs/results.md, "Single-copy
-// algorithms against the rings", "SharedBuffers: the mapped single-copy path"): from 256 KiB
-// (below, their system calls and address exchange cost more than a round's α says, and the
-// rings and the board won), and with private buffers only for allreduce (for the other ops
-// the rings won at every size measured: process_vm_readv pins every page, which the probe's
-// cached 1 MiB copy does not show). Forced, they run at any size.
+// algorithms against the rings", "SharedBuffers: the mapped single-copy path", "Algorithm
+// choice: the cost model"): between SharedBuffers from 256 KiB (below, the address exchange
+// costs more than a round's α says, and the rings and the board won). Never with private
+// buffers: process_vm_readv pins every page and its copies compete for the CPUs with every
+// other rank's, which the probe's one cached 1 MiB copy does not show (at 8 ranks and 512 KiB,
+// where the model preferred it, it took twice halving-doubling's time). Forced, they run at any
+// size.
 bool direct_may_be_default(const Selection& s) {
-  return s.bytes >= static_cast<double>(kSharedBufferMinBytes) &&
-         (s.shared_buffers || s.kind == OpKind::allreduce);
+  return s.shared_buffers && s.bytes >= static_cast<double>(kSharedBufferMinBytes);
 }
 
 using A = AlgorithmId;
