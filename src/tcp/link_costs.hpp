@@ -1,10 +1,10 @@
 // SPDX-License-Identifier: BSD-3-Clause
 // The α/β figures a group chooses its algorithms by (algorithms/cost_model.hpp), the same on
-// every rank: rank 0 measures its host's links once (a probe of about 20-50 ms, cached per
-// host) or reads them from the cache, and publishes what it uses under the group's formation
-// epoch; every other rank reads that. CHORUS_LINK_COSTS (read on rank 0): unset or "cached"
-// (the cache, else measure and cache), "measure" (measure again and replace the cache),
-// "default" (no measuring: default_link_costs()).
+// every rank: rank 0 measures its host's links once (a probe of about 0.1 s, cached per host) or
+// reads them from the cache, and publishes what it uses under the group's formation epoch; every
+// other rank reads that. CHORUS_LINK_COSTS (read on rank 0): unset or "cached" (the cache, else
+// measure and cache), "measure" (measure again and replace the cache), "default" (no measuring:
+// default_link_costs()).
 #pragma once
 
 #include <optional>

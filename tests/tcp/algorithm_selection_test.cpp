@@ -288,7 +288,7 @@ TEST_CASE("the probe measures every figure within bounds", "[tcp][selection]") {
   const double ms =
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   INFO(tcp::format_link_costs(m) << " in " << ms << " ms");
-  CHECK(ms < 2000);  // about 20-50 ms on an idle 2-core VM
+  CHECK(ms < 2000);  // about 0.1 s on the loaded 2-core VM
   for (double v : {m.shm.gbps, m.socket.gbps, m.memcpy_gbps, m.reduce_gbps, m.peer_copy_gbps}) {
     CHECK(v > 0.01);
   }
