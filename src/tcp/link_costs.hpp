@@ -30,7 +30,8 @@ std::string format_link_costs(const LinkCosts& costs);
 std::optional<LinkCosts> parse_link_costs(std::string_view text);
 
 // The figures this group uses. One store round trip per rank (rank 0 a set, the others a get
-// that waits up to `deadline`); a group of one rank (no epoch) uses rank 0's choice locally.
+// that waits up to `deadline`); a group of one rank (no epoch) takes the defaults: it runs no
+// algorithm that needs a choice.
 LinkCosts agree_on_link_costs(Store& store, const std::string& epoch, int rank, Deadline deadline);
 
 }  // namespace chorus::tcp

@@ -7,7 +7,6 @@
 #include <map>
 #include <memory>
 #include <mutex>
-#include <string_view>
 #include <vector>
 
 #include <fmt/format.h>

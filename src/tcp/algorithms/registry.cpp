@@ -234,6 +234,20 @@ constexpr AlgorithmSpec kRegistry[] = {
     {K::barrier, A::dissemination, always, always, false, free_of_choice, build_barrier},
 };
 
+// algorithms_of() hands out one op's rows as a span: they must be adjacent.
+constexpr bool each_op_adjacent() {
+  const std::size_t n = std::size(kRegistry);
+  for (std::size_t i = 1; i < n; ++i) {
+    for (std::size_t j = 0; j + 1 < i; ++j) {
+      if (kRegistry[j].kind == kRegistry[i].kind && kRegistry[i - 1].kind != kRegistry[i].kind) {
+        return false;
+      }
+    }
+  }
+  return true;
+}
+static_assert(each_op_adjacent(), "kRegistry: keep the rows of one op together");
+
 }  // namespace
 
 const char* algorithm_name(AlgorithmId id) noexcept {
