@@ -93,10 +93,11 @@ std::optional<double> peer_copy_gbps() {
   return kProbeBytes / s / 1e9;
 }
 
-// Half the round trip of two threads that each sleep on a futex word until the other wakes
-// them: what a round costs through shared memory when the waiting rank has gone to sleep.
+// Half the round trip (median of 40) of two threads that each sleep on a futex word until the
+// other wakes them: what a round costs through shared memory when the waiting rank has gone to
+// sleep.
 double futex_round_us() {
-  constexpr int kTrips = 200;
+  constexpr int kTrips = 40;
   std::atomic<int> turn{0};  // odd: the helper's move
   std::thread helper([&] {
     for (int i = 0; i < kTrips; ++i) {
@@ -189,14 +190,14 @@ bool move_all(int fd, std::byte* data, std::size_t bytes, bool write) {
   return true;
 }
 
-// Half a 1-byte round trip, and the throughput of a 1 MiB stream (the fastest of three),
-// over loopback tcp.
+// Half a 1-byte round trip (median of 30), and the throughput of a 1 MiB stream (the fastest
+// of three), over loopback tcp.
 std::optional<LinkCost> loopback_tcp() {
   SocketPair p;
   if (!make_loopback_pair(p)) {
     return std::nullopt;
   }
-  constexpr int kTrips = 100;
+  constexpr int kTrips = 30;
   constexpr std::size_t kStreamBytes = 1 << 20;
   constexpr int kStreams = 3;
   std::atomic<bool> helper_ok{true};
@@ -308,15 +309,32 @@ LinkCosts local_choice() {
 
 LinkCosts measure_link_costs() {
   LinkCosts c = default_link_costs();
+  // The round trips are taken in batches between the other parts, and the median batch counts:
+  // neither a moment when other work held the CPUs (a wake-up then waits for a time slice, 10x
+  // the figure) nor one when the waiting thread never went to sleep (a quarter of it) may set
+  // this host's rounds in its cache for good.
+  std::vector<double> futex_us{futex_round_us()};
   c.memcpy_gbps = memcpy_gbps();
+  futex_us.push_back(futex_round_us());
   c.reduce_gbps = reduce_gbps();
+  futex_us.push_back(futex_round_us());
   if (const auto pc = peer_copy_gbps()) {
     c.peer_copy_gbps = *pc;
   }
+  std::vector<double> tcp_alpha_us;
+  double tcp_gbps = 0;
+  for (int batch = 0; batch < 3; ++batch) {
+    futex_us.push_back(futex_round_us());
+    if (const auto t = loopback_tcp()) {
+      tcp_alpha_us.push_back(t->alpha_us);
+      tcp_gbps = std::max(tcp_gbps, t->gbps);
+    }
+  }
+  futex_us.push_back(futex_round_us());
   // A byte through the rings is copied in by the writer and out (or reduced out) by the reader.
-  c.shm = {futex_round_us(), c.memcpy_gbps / 2};
-  if (const auto tcp = loopback_tcp()) {
-    c.socket = *tcp;
+  c.shm = {median(futex_us), c.memcpy_gbps / 2};
+  if (!tcp_alpha_us.empty()) {
+    c.socket = {median(tcp_alpha_us), tcp_gbps};
   }
   c.host_cpus = std::max(1L, ::sysconf(_SC_NPROCESSORS_ONLN));
   return c;
