@@ -7,7 +7,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
-#include <string_view>
+#include <vector>
 
 #include <fmt/format.h>
 
@@ -23,6 +23,7 @@
 #include "tcp/algorithms/algorithms.hpp"
 #include "tcp/engine.hpp"
 #include "tcp/host_id.hpp"
+#include "tcp/link_costs.hpp"
 #include "tcp/mesh.hpp"
 #include "tcp/peer_buffers.hpp"
 #include "tcp/transport_stack.hpp"
@@ -53,6 +54,12 @@ constexpr int kMaxTcpWorldSize = 1 << 20;
 // the bandwidth from the ranks that move the data, so larger ops block at once.
 constexpr std::size_t kWaitSpinMaxBytes = std::size_t{64} << 10;
 constexpr std::chrono::microseconds kWaitSpin{50};
+
+// The sizes CHORUS_ALGO_SHOW lists the choice for: those of `make bench` (8 B to 32 MiB,
+// times 4), then 64 and 256 MiB.
+const std::vector<std::size_t> kChoiceTableSizes = {8,       32,       128,      512,      2048,
+                                                    8192,    32768,    131072,   524288,   2097152,
+                                                    8388608, 33554432, 67108864, 268435456};
 
 std::uint64_t next_group_index(const std::shared_ptr<Store>& store, int rank);
 void check_world_size_fits(int rank, int size);
@@ -85,6 +92,7 @@ class TcpProcessGroup final : public ProcessGroup {
     Mesh mesh = build_mesh(*store_, mo);
     membership_ = mesh.membership;
     hosts_ = make_host_map(host_ids(membership_));
+    link_costs_ = agree_on_link_costs(*store_, membership_.epoch, rank, mo.deadline);
     EngineConfig ec;
     ec.rank = rank;
     ec.size = size;
@@ -108,6 +116,11 @@ class TcpProcessGroup final : public ProcessGroup {
     }
     ec.board = std::move(stack.board);
     engine_ = std::make_unique<Engine>(std::move(ec), std::move(stack.transport));
+    if (rank == 0 && env::get("CHORUS_ALGO_SHOW")) {  // the choice table, for experiments
+      fmt::print(stderr, "chorus: tcp group [{}] of {}: {}\n{}", name(), size,
+                 format_link_costs(link_costs_),
+                 describe_choices(size, group_args(), kChoiceTableSizes));
+    }
   }
 
   ~TcpProcessGroup() override {
@@ -212,6 +225,7 @@ class TcpProcessGroup final : public ProcessGroup {
     o->kind = Op::Kind::collective;
     const DataType dtype =
         kind == OpKind::barrier ? DataType::uint8 : (in.count() ? in.dtype() : out.dtype());
+    o->args = group_args();
     o->args.kind = kind;
     o->args.in = in.data();
     o->args.out = out.data();
@@ -219,11 +233,6 @@ class TcpProcessGroup final : public ProcessGroup {
     o->args.dtype = dtype;
     o->args.op = op;
     o->args.root = root;
-    o->args.small_bytes = options_.small_allreduce_bytes;
-    o->args.slice_bytes = options_.slice_bytes;
-    o->args.hosts = &hosts_;
-    o->args.peer_memory = peer_memory_;
-    o->args.shared_memory = shared_memory_;
     o->args.forced = forced_[static_cast<std::size_t>(kind)];
     o->args.shared_buffers = takes_shared_buffers(o->args);
     o->args.peer_buffers = &peer_buffers_;
@@ -248,8 +257,8 @@ class TcpProcessGroup final : public ProcessGroup {
     // complete, and none can be handed over meanwhile (this runs under the issue lock). Never
     // on a thread that runs the engine's loop (a caller driving it): that thread must go back
     // to its loop. Done here, it returns a DoneWork: no WorkState, no driver.
-    o->on_board =
-        board_ && kind == OpKind::allreduce && !o->args.forced && SlotBoard::takes(o->bytes);
+    o->on_board = board_ && kind == OpKind::allreduce && o->args.forced == AlgorithmId::automatic &&
+                  SlotBoard::takes(o->bytes);
     if (o->on_board && (!last_engine_collective_ || last_engine_collective_->is_completed()) &&
         !engine_->on_engine_thread()) {
       trace_issued(call, "board");  // issued and started in one update
@@ -273,6 +282,18 @@ class TcpProcessGroup final : public ProcessGroup {
     return work;
   }
 
+  // The group-wide fields of every op's arguments: what its algorithm is chosen by.
+  CollectiveArgs group_args() const {
+    CollectiveArgs a;
+    a.small_bytes = options_.small_allreduce_bytes;
+    a.slice_bytes = options_.slice_bytes;
+    a.hosts = &hosts_;
+    a.peer_memory = peer_memory_;
+    a.shared_memory = shared_memory_;
+    a.costs = &link_costs_;
+    return a;
+  }
+
   // Whether the op maps its peers' SharedBuffers: the direct algorithms apply (every rank on
   // this host, in reach; a large enough op of a kind that has one; no other algorithm forced)
   // and the buffers its peers touch are SharedBuffers here. The last part may differ between
@@ -280,7 +301,7 @@ class TcpProcessGroup final : public ProcessGroup {
   bool takes_shared_buffers(const CollectiveArgs& a) const noexcept {
     const std::size_t bytes = a.count * element_size(a.dtype);
     if (!peer_memory_ || !maps_shared_buffers(a.kind) || bytes < kSharedBufferMinBytes ||
-        (a.forced != nullptr && std::string_view(a.forced) != "direct")) {
+        (a.forced != AlgorithmId::automatic && a.forced != AlgorithmId::direct)) {
       return false;
     }
     const auto n = static_cast<std::size_t>(size());
@@ -325,6 +346,7 @@ class TcpProcessGroup final : public ProcessGroup {
   Membership membership_;
   HostMap hosts_;                // which ranks share a host: picks the hierarchical algorithms
   AlgorithmOverrides forced_{};  // CHORUS_ALGO
+  LinkCosts link_costs_;         // the α/β figures every rank of the group chooses by
   bool peer_memory_ = false;     // every rank on this host, in reach: peer_memory.hpp
   bool shared_memory_ = false;   // every rank on this host, streams through shared memory
   bool board_ = false;           // every rank on this host, sharing a segment: slot_board.hpp

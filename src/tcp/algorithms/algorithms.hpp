@@ -15,6 +15,8 @@
 #include <chorus/shared_buffer.hpp>
 
 #include "core/signature.hpp"
+#include "tcp/algorithms/cost_model.hpp"
+#include "tcp/algorithms/registry.hpp"
 #include "tcp/schedule.hpp"
 
 namespace chorus::tcp {
@@ -40,12 +42,13 @@ struct CollectiveArgs {
   DataType dtype = DataType::uint8;
   ReduceOp op = ReduceOp::sum;
   int root = 0;
-  // Thresholds (TcpGroupOptions): latency algorithms up to small_bytes, pipelined rings above;
-  // slice_bytes per pipeline slice.
+  // TcpGroupOptions: the hierarchical allreduce's phases use their latency algorithms up to
+  // small_bytes; slice_bytes per pipeline slice.
   std::size_t small_bytes = 64 * 1024;
   std::size_t slice_bytes = 256 * 1024;
-  const HostMap* hosts = nullptr;  // the group's hosts (nullptr: treat as one host)
-  const char* forced = nullptr;    // CHORUS_ALGO's algorithm for this op, if any
+  const HostMap* hosts = nullptr;               // the group's hosts (nullptr: treat as one host)
+  AlgorithmId forced = AlgorithmId::automatic;  // CHORUS_ALGO's algorithm for this op, if any
+  const LinkCosts* costs = nullptr;             // the group's agreed figures (nullptr: defaults)
   // Every rank of the group runs on this host and reaches the others' memory
   // (peer_memory.hpp): the single-copy "direct" algorithms apply.
   bool peer_memory = false;
@@ -68,19 +71,26 @@ inline bool maps_shared_buffers(OpKind kind) noexcept {
 }
 
 // CHORUS_ALGO: "op=algorithm[,op=algorithm...]", e.g. "allreduce=ring,broadcast=tree".
-// Indexed by OpKind; nullptr where the default choice applies. Throws InvalidArgument naming
-// the variable, the entry and the algorithms that op has.
-using AlgorithmOverrides = std::array<const char*, 10>;
+// Indexed by OpKind; automatic where the cost model chooses. Throws InvalidArgument naming the
+// variable, the entry and the algorithms that op has.
+using AlgorithmOverrides = std::array<AlgorithmId, 10>;
 AlgorithmOverrides parse_algorithm_overrides(const std::string& text);
 
-// The algorithm for (op, bytes, world size, hosts): "ring", "recursive_doubling",
-// "halving_doubling", "hierarchical", "tree", "chain", "direct", "pairwise", "dissemination", or
-// "local" for one rank (a static string, for the flight recorder and logs). A forced one wins,
-// except where it does not apply ("hierarchical": one host, or avg; "direct" for allreduce,
-// reduce_scatter, allgather and broadcast: no peer_memory): then the default choice.
+// The selection inputs of an op (registry.hpp).
+Selection selection_of(int size, const CollectiveArgs& a);
+// The algorithm for the op: `local` for one rank; else the forced one where it runs; else the
+// cheapest that runs and may be the default at this size (ties: the registry's order). Every
+// input is group-wide, so every rank picks the same one.
+AlgorithmId select_algorithm(int size, const CollectiveArgs& a);
+// Its name (a static string, for the flight recorder and logs).
 const char* choose_algorithm(int size, const CollectiveArgs& a);
-// Builds the algorithm choose_algorithm() names into `s` (not finalized).
+// Builds the algorithm select_algorithm() picks into `s` (not finalized).
 void build_schedule(Schedule& s, const CollectiveArgs& a);
+// The choice for every op at each size in `sizes` (bytes), with the predicted time of each
+// algorithm that may be the default: "op bytes chosen (alg us, alg us, ...)" lines. `group`
+// carries the group-wide fields (hosts, peer_memory, shared_memory, costs).
+std::string describe_choices(int size, const CollectiveArgs& group,
+                             const std::vector<std::size_t>& sizes);
 
 void build_ring_allreduce(Schedule& s, const CollectiveArgs& a);
 void build_rd_allreduce(Schedule& s, const CollectiveArgs& a);

@@ -1,8 +1,9 @@
 // SPDX-License-Identifier: BSD-3-Clause
-// Algorithm choice by (op, bytes, world size). The small/large switch for allreduce,
-// broadcast and reduce is TcpGroupOptions::small_allreduce_bytes (measured: see
-// docs/results.md); world size 1 is a local copy.
+// Picking an algorithm: the forced one (CHORUS_ALGO, parsed once into ids), else the cheapest
+// of the op's registered algorithms that applies (registry.cpp) under the group's agreed α/β
+// figures (link_costs.hpp). World size 1 is a local copy.
 #include <algorithm>
+#include <limits>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -17,6 +18,10 @@
 
 namespace chorus::tcp {
 namespace {
+
+constexpr OpKind kAllOps[] = {OpKind::allreduce, OpKind::allgather,  OpKind::reduce_scatter,
+                              OpKind::broadcast, OpKind::reduce,     OpKind::gather,
+                              OpKind::scatter,   OpKind::all_to_all, OpKind::barrier};
 
 void build_single_rank(Schedule& s, const CollectiveArgs& a) {
   const std::size_t bytes = a.count * element_size(a.dtype);
@@ -37,52 +42,32 @@ void build_single_rank(Schedule& s, const CollectiveArgs& a) {
   }
 }
 
-struct OpAlgorithms {
-  OpKind kind;
-  std::vector<const char*> names;
-};
-
-const std::vector<OpAlgorithms>& algorithm_table() {
-  static const std::vector<OpAlgorithms> table = {
-      {OpKind::allreduce,
-       {"ring", "recursive_doubling", "halving_doubling", "hierarchical", "direct"}},
-      {OpKind::allgather, {"ring", "direct"}},
-      {OpKind::reduce_scatter, {"ring", "direct"}},
-      {OpKind::broadcast, {"tree", "chain", "direct"}},
-      {OpKind::reduce, {"tree", "chain"}},
-      {OpKind::gather, {"direct"}},
-      {OpKind::scatter, {"direct"}},
-      {OpKind::all_to_all, {"pairwise"}},
-      {OpKind::barrier, {"dissemination"}},
-  };
-  return table;
+bool may_be_default(const AlgorithmSpec& spec, const Selection& sel) {
+  return spec.may_be_default(sel) && (!spec.latency || sel.bytes <= sel.small_bytes) &&
+         spec.runs(sel);
 }
 
-// The single-copy algorithms (direct.cpp) against the rings over shared memory, measured on
-// the 2-core machine (docs/results.md, "Single-copy algorithms against the rings"): the
-// kernel's copy between address spaces runs at about a third of memcpy's speed there, while
-// the rings reduce straight out of shared memory and keep looking for data instead of
-// sleeping. The rings win every op at 1-8 MiB and every op but allreduce at 64 MiB; allreduce
-// at 64 MiB and 3 ranks is the one place direct won (3.64 against 3.21 GB/s; a tie at 4). So
-// direct is the default only there: allreduce, from 3 ranks and 64 MiB, where halving-doubling
-// does not apply (below). The other ops run it only when CHORUS_ALGO asks.
-constexpr int kDirectMinRanks = 3;
-constexpr std::size_t kDirectMinAllreduceBytes = std::size_t{64} << 20;
+// The cheapest default candidate; nullptr only for an op without algorithms.
+const AlgorithmSpec* cheapest(const Selection& sel) {
+  const AlgorithmSpec* best = nullptr;
+  double best_us = std::numeric_limits<double>::infinity();
+  for (const AlgorithmSpec& spec : algorithms_of(sel.kind)) {
+    if (!may_be_default(spec, sel)) {
+      continue;
+    }
+    const double us = spec.cost_us(sel);
+    if (best == nullptr || us < best_us) {
+      best = &spec;
+      best_us = us;
+    }
+  }
+  return best;
+}
 
-// Halving-doubling against the ring, 4 and 8 ranks on the 2-core machine (docs/results.md,
-// "Halving-doubling against the ring"): its 2 log2 n rounds beat the ring's 2(n-1) over
-// loopback sockets from 512 KiB to 1 MiB (1 MiB, 4 ranks: 1.22 against 0.72 GB/s busbw) and
-// tie from 2 MiB on; over shared memory they won at every size measured, 256 KiB to 64 MiB
-// (64 MiB, 4 ranks: 2.46 GB/s against 2.10 for direct). At 3 ranks (a folded pair) the ring
-// won. So: a power of two from 4 ranks, above the latency algorithms' sizes; up to 2 MiB over
-// sockets.
-constexpr int kHalvingDoublingMinRanks = 4;
-constexpr std::size_t kHalvingDoublingMaxSocketBytes = std::size_t{2} << 20;
-
-bool halving_doubling_pays(int size, std::size_t bytes, const CollectiveArgs& a) {
-  const bool power_of_two = (size & (size - 1)) == 0;
-  return power_of_two && size >= kHalvingDoublingMinRanks && bytes > a.small_bytes &&
-         (a.shared_memory || bytes <= kHalvingDoublingMaxSocketBytes);
+const AlgorithmSpec& spec_of(const CollectiveArgs& a, AlgorithmId id) {
+  const AlgorithmSpec* spec = find_algorithm(a.kind, id);
+  CHORUS_CHECK(spec != nullptr, "{} has no algorithm {}", to_string(a.kind), algorithm_name(id));
+  return *spec;
 }
 
 }  // namespace
@@ -97,112 +82,97 @@ AlgorithmOverrides parse_algorithm_overrides(const std::string& text) {
     const std::size_t eq = entry.find('=');
     const std::string op = entry.substr(0, eq);
     const std::string name = eq == std::string::npos ? "" : entry.substr(eq + 1);
-    const OpAlgorithms* row = nullptr;
-    for (const OpAlgorithms& r : algorithm_table()) {
-      if (op == to_string(r.kind)) {
-        row = &r;
-      }
-    }
-    if (row == nullptr) {
+    const auto kind = std::find_if(std::begin(kAllOps), std::end(kAllOps),
+                                   [&](OpKind k) { return op == to_string(k); });
+    if (kind == std::end(kAllOps)) {
       throw InvalidArgument(fmt::format(
           "CHORUS_ALGO='{}': '{}' names no collective; use op=algorithm entries separated by "
           "commas, e.g. allreduce=ring,broadcast=tree",
           text, entry));
     }
-    const auto it = std::find_if(row->names.begin(), row->names.end(),
-                                 [&](const char* n) { return name == n; });
-    if (it == row->names.end()) {
+    const AlgorithmSpec* spec = find_algorithm(*kind, name);
+    if (spec == nullptr) {
+      std::vector<const char*> names;
+      for (const AlgorithmSpec& a : algorithms_of(*kind)) {
+        names.push_back(algorithm_name(a.id));
+      }
       throw InvalidArgument(fmt::format("CHORUS_ALGO='{}': {} has no algorithm '{}'; it has {}",
-                                        text, op, name, fmt::join(row->names, ", ")));
+                                        text, op, name, fmt::join(names, ", ")));
     }
-    out[static_cast<std::size_t>(row->kind)] = *it;
+    out[static_cast<std::size_t>(*kind)] = spec->id;
   }
   return out;
 }
 
-const char* choose_algorithm(int size, const CollectiveArgs& a) {
+Selection selection_of(int size, const CollectiveArgs& a) {
+  static const LinkCosts defaults = default_link_costs();
+  Selection sel;
+  sel.kind = a.kind;
+  sel.op = a.op;
+  sel.size = size;
+  sel.bytes = static_cast<double>(a.count * element_size(a.dtype));
+  sel.slice_bytes = static_cast<double>(std::max<std::size_t>(1, a.slice_bytes));
+  sel.small_bytes = static_cast<double>(a.small_bytes);
+  sel.hosts = a.hosts;
+  sel.peer_memory = a.peer_memory;
+  sel.shared_memory = a.shared_memory;
+  sel.shared_buffers = a.shared_buffers;
+  sel.costs = a.costs != nullptr ? a.costs : &defaults;
+  return sel;
+}
+
+AlgorithmId select_algorithm(int size, const CollectiveArgs& a) {
   if (size == 1) {
-    return "local";
+    return AlgorithmId::local;
   }
-  const bool hierarchical_applies = a.hosts != nullptr && a.hosts->mixed() && a.op != ReduceOp::avg;
-  const std::string_view forced = a.forced == nullptr ? "" : a.forced;
-  if (!forced.empty() && (forced != "hierarchical" || hierarchical_applies) &&
-      (forced != "direct" || a.peer_memory)) {
-    return a.forced;
+  const Selection sel = selection_of(size, a);
+  if (a.forced != AlgorithmId::automatic) {
+    const AlgorithmSpec* forced = find_algorithm(a.kind, a.forced);
+    if (forced != nullptr && forced->runs(sel)) {
+      return a.forced;
+    }
   }
-  const std::size_t bytes = a.count * element_size(a.dtype);
-  const bool small = bytes <= a.small_bytes;
-  // SharedBuffers on every rank (the signature says so): the direct algorithms read and write
-  // them through mappings, and beat the rings (docs/results.md, "SharedBuffers: the mapped
-  // single-copy path").
-  const bool direct =
-      a.shared_buffers || (a.kind == OpKind::allreduce && a.peer_memory &&
-                           size >= kDirectMinRanks && bytes >= kDirectMinAllreduceBytes);
-  switch (a.kind) {
-    case OpKind::allreduce:
-      if (forced.empty() && hierarchical_applies) {
-        return "hierarchical";
-      }
-      return a.shared_buffers                        ? "direct"
-             : small                                 ? "recursive_doubling"
-             : halving_doubling_pays(size, bytes, a) ? "halving_doubling"
-             : direct                                ? "direct"
-                                                     : "ring";
-    case OpKind::allgather:
-    case OpKind::reduce_scatter:
-      return direct ? "direct" : "ring";
-    case OpKind::broadcast:
-      return direct ? "direct" : small ? "tree" : "chain";
-    case OpKind::reduce:
-      return small ? "tree" : "chain";
-    case OpKind::gather:
-    case OpKind::scatter:
-      return "direct";
-    case OpKind::all_to_all:
-      return "pairwise";
-    case OpKind::barrier:
-      return "dissemination";
-  }
-  CHORUS_CHECK(false, "unknown op kind {}", static_cast<int>(a.kind));
-  return "";
+  const AlgorithmSpec* best = cheapest(sel);
+  CHORUS_CHECK(best != nullptr, "no algorithm for {}", to_string(a.kind));
+  return best->id;
+}
+
+const char* choose_algorithm(int size, const CollectiveArgs& a) {
+  return algorithm_name(select_algorithm(size, a));
 }
 
 void build_schedule(Schedule& s, const CollectiveArgs& a) {
-  const std::string_view algorithm = choose_algorithm(s.size(), a);
-  if (algorithm == "local") {
+  const AlgorithmId id = select_algorithm(s.size(), a);
+  if (id == AlgorithmId::local) {
     return build_single_rank(s, a);
   }
-  if (algorithm == "hierarchical") {
-    return build_hierarchical_allreduce(s, a);
+  spec_of(a, id).build(s, a);
+}
+
+std::string describe_choices(int size, const CollectiveArgs& group,
+                             const std::vector<std::size_t>& sizes) {
+  std::string out;
+  for (OpKind kind : kAllOps) {
+    if (algorithms_of(kind).size() < 2) {
+      continue;  // one algorithm: nothing is chosen
+    }
+    for (std::size_t bytes : sizes) {
+      CollectiveArgs a = group;
+      a.kind = kind;
+      a.dtype = DataType::uint8;
+      a.count = bytes;
+      const Selection sel = selection_of(size, a);
+      std::vector<std::string> costs;
+      for (const AlgorithmSpec& spec : algorithms_of(kind)) {
+        if (may_be_default(spec, sel)) {
+          costs.push_back(fmt::format("{} {:.1f}", algorithm_name(spec.id), spec.cost_us(sel)));
+        }
+      }
+      out += fmt::format("{:<15} {:>10} {:<18} ({} us)\n", to_string(kind), bytes,
+                         choose_algorithm(size, a), fmt::join(costs, ", "));
+    }
   }
-  const bool latency = algorithm == "recursive_doubling" || algorithm == "tree";
-  const bool direct = algorithm == "direct";
-  switch (a.kind) {
-    case OpKind::allreduce:
-      return direct                            ? build_direct_allreduce(s, a)
-             : latency                         ? build_rd_allreduce(s, a)
-             : algorithm == "halving_doubling" ? build_hd_allreduce(s, a)
-                                               : build_ring_allreduce(s, a);
-    case OpKind::allgather:
-      return direct ? build_direct_allgather(s, a) : build_ring_allgather(s, a);
-    case OpKind::reduce_scatter:
-      return direct ? build_direct_reduce_scatter(s, a) : build_ring_reduce_scatter(s, a);
-    case OpKind::broadcast:
-      return direct    ? build_direct_broadcast(s, a)
-             : latency ? build_tree_broadcast(s, a)
-                       : build_chain_broadcast(s, a);
-    case OpKind::reduce:
-      return latency ? build_tree_reduce(s, a) : build_chain_reduce(s, a);
-    case OpKind::gather:
-      return build_gather(s, a);
-    case OpKind::scatter:
-      return build_scatter(s, a);
-    case OpKind::all_to_all:
-      return build_all_to_all(s, a);
-    case OpKind::barrier:
-      return build_barrier(s, a);
-  }
-  CHORUS_CHECK(false, "unknown op kind {}", static_cast<int>(a.kind));
+  return out;
 }
 
 }  // namespace chorus::tcp
