@@ -28,6 +28,7 @@
 #include "core/logging.hpp"
 #include "core/reduce.hpp"
 #include "tcp/host_id.hpp"
+#include "tcp/membership.hpp"
 
 namespace chorus::tcp {
 namespace {
@@ -379,7 +380,9 @@ LinkCosts agree_on_link_costs(Store& store, const std::string& epoch, int rank, 
   if (epoch.empty()) {
     return default_link_costs();  // one rank: nothing to choose, nothing to measure
   }
-  const std::string key = "link_costs/" + epoch;
+  // One of the formation's records: the last member out removes it with the others
+  // (leave_group), so no key outlives its group.
+  const std::string key = epoch_key(epoch, kLinkCostsRecord);
   if (rank == 0) {
     // What the others will parse, to the digit: a figure that differed in its last bit could
     // tip a choice at a crossover.

@@ -509,7 +509,8 @@ void leave_group(Store& store, const Membership& m, int rank) noexcept {
     if (read_current(store).epoch == m.epoch) {
       store.delete_key(kCurrentEpochKey);
     }
-    for (const char* name : {"joined", "state", "gone", "missing", "timeouts", "left"}) {
+    for (const char* name :
+         {"joined", "state", "gone", "missing", "timeouts", "left", kLinkCostsRecord}) {
       store.delete_key(epoch_key(m.epoch, name));
     }
   } catch (const std::exception& e) {

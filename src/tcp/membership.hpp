@@ -134,6 +134,8 @@ bool answers_at(const std::string& address, std::uint64_t group_id, int my_rank,
 std::string epoch_key(const std::string& epoch, const std::string& name);
 inline constexpr const char* kCurrentEpochKey = "current";
 inline constexpr const char* kClashKey = "clash";
+// Rank 0's link-cost figures for the formation (link_costs.hpp).
+inline constexpr const char* kLinkCostsRecord = "link_costs";
 
 // "<pid>@<hostname>" of this process (no spaces: a record field), and "process <pid>@<host>"
 // for messages that must tell processes apart.
