@@ -345,6 +345,25 @@ CHORUS_C_API chorus_result_t chorus_recv(chorus_group_t* group, const chorus_ten
                                          int src, uint32_t tag, const chorus_op_options_t* options,
                                          chorus_work_t** work);
 
+/* The variable-size collectives (C++: ProcessGroup::allgatherv ...). Each counts array has
+ * one entry per rank of the group: rank j's block has counts[j] elements, the blocks lie back
+ * to back in rank order. allgatherv: out (sum of counts) = every rank's in (counts[rank]).
+ * reduce_scatterv: out (counts[rank]) = this rank's block of the reduction of every rank's in
+ * (sum of counts); options->op is the operator. all_to_allv: block j of in (in_counts[j]) goes
+ * to rank j, block i of out (out_counts[i]) comes from rank i; out-of-place only. */
+CHORUS_C_API chorus_result_t chorus_allgatherv(chorus_group_t* group, const chorus_tensor_t* in,
+                                               const chorus_tensor_t* out, const size_t* counts,
+                                               const chorus_op_options_t* options,
+                                               chorus_work_t** work);
+CHORUS_C_API chorus_result_t chorus_reduce_scatterv(
+    chorus_group_t* group, const chorus_tensor_t* in, const chorus_tensor_t* out,
+    const size_t* counts, const chorus_op_options_t* options, chorus_work_t** work);
+CHORUS_C_API chorus_result_t chorus_all_to_allv(chorus_group_t* group, const chorus_tensor_t* in,
+                                                const chorus_tensor_t* out, const size_t* in_counts,
+                                                const size_t* out_counts,
+                                                const chorus_op_options_t* options,
+                                                chorus_work_t** work);
+
 /* ---- work handles ------------------------------------------------------------------------ */
 
 /* Blocks until the op is done and returns its result (for nccl: orders the caller's stream

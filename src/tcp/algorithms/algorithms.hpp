@@ -40,6 +40,10 @@ struct CollectiveArgs {
   DataType dtype = DataType::uint8;
   ReduceOp op = ReduceOp::sum;
   int root = 0;
+  // The variable-size collectives' elements per rank (OpDescriptor::in_counts/out_counts,
+  // size() entries; owned by the Op); null for the other ops.
+  const std::size_t* in_counts = nullptr;
+  const std::size_t* out_counts = nullptr;
   // Thresholds (TcpGroupOptions): latency algorithms up to small_bytes, pipelined rings above;
   // slice_bytes per pipeline slice.
   std::size_t small_bytes = 64 * 1024;
@@ -70,7 +74,7 @@ inline bool maps_shared_buffers(OpKind kind) noexcept {
 // CHORUS_ALGO: "op=algorithm[,op=algorithm...]", e.g. "allreduce=ring,broadcast=tree".
 // Indexed by OpKind; nullptr where the default choice applies. Throws InvalidArgument naming
 // the variable, the entry and the algorithms that op has.
-using AlgorithmOverrides = std::array<const char*, 10>;
+using AlgorithmOverrides = std::array<const char*, static_cast<std::size_t>(kLastOpKind) + 1>;
 AlgorithmOverrides parse_algorithm_overrides(const std::string& text);
 
 // The algorithm for (op, bytes, world size, hosts): "ring", "recursive_doubling",
@@ -103,6 +107,11 @@ void build_gather(Schedule& s, const CollectiveArgs& a);
 void build_scatter(Schedule& s, const CollectiveArgs& a);
 void build_all_to_all(Schedule& s, const CollectiveArgs& a);
 void build_barrier(Schedule& s, const CollectiveArgs& a);
+// The variable-size collectives (variable_size.cpp): every peer at once, one message each way.
+void build_pairwise_allgatherv(Schedule& s, const CollectiveArgs& a);
+void build_pairwise_reduce_scatterv(Schedule& s, const CollectiveArgs& a);
+void build_pairwise_all_to_allv(Schedule& s, const CollectiveArgs& a);
+void build_variable_single_rank(Schedule& s, const CollectiveArgs& a);
 
 // ---- helpers shared by the algorithm files ----
 

@@ -31,6 +31,10 @@ void build_single_rank(Schedule& s, const CollectiveArgs& a) {
       // avg over one rank is the value itself.
       s.copy(a.out, a.in, bytes);
       break;
+    case OpKind::allgatherv:
+    case OpKind::reduce_scatterv:
+    case OpKind::all_to_allv:
+      return build_variable_single_rank(s, a);
     case OpKind::broadcast:
     case OpKind::barrier:
       break;
@@ -54,6 +58,9 @@ const std::vector<OpAlgorithms>& algorithm_table() {
       {OpKind::scatter, {"direct"}},
       {OpKind::all_to_all, {"pairwise"}},
       {OpKind::barrier, {"dissemination"}},
+      {OpKind::allgatherv, {"pairwise"}},
+      {OpKind::reduce_scatterv, {"pairwise"}},
+      {OpKind::all_to_allv, {"pairwise"}},
   };
   return table;
 }
@@ -159,6 +166,9 @@ const char* choose_algorithm(int size, const CollectiveArgs& a) {
     case OpKind::scatter:
       return "direct";
     case OpKind::all_to_all:
+    case OpKind::allgatherv:
+    case OpKind::reduce_scatterv:
+    case OpKind::all_to_allv:
       return "pairwise";
     case OpKind::barrier:
       return "dissemination";
@@ -201,6 +211,12 @@ void build_schedule(Schedule& s, const CollectiveArgs& a) {
       return build_all_to_all(s, a);
     case OpKind::barrier:
       return build_barrier(s, a);
+    case OpKind::allgatherv:
+      return build_pairwise_allgatherv(s, a);
+    case OpKind::reduce_scatterv:
+      return build_pairwise_reduce_scatterv(s, a);
+    case OpKind::all_to_allv:
+      return build_pairwise_all_to_allv(s, a);
   }
   CHORUS_CHECK(false, "unknown op kind {}", static_cast<int>(a.kind));
 }
