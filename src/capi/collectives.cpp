@@ -95,6 +95,7 @@ std::vector<std::size_t> per_rank_counts(const size_t* counts, const ProcessGrou
 }  // namespace chorus::capi
 
 using chorus::capi::guarded;
+using chorus::capi::op_options;
 using chorus::capi::per_rank_counts;
 using chorus::capi::require;
 using chorus::capi::run_op;
@@ -280,6 +281,41 @@ chorus_result_t chorus_all_to_allv(chorus_group_t* group, const chorus_tensor_t*
     op.out = to_tensor(out, fn, "out");
     op.in_counts = per_rank_counts(in_counts, pg, fn, "in_counts");
     op.out_counts = per_rank_counts(out_counts, pg, fn, "out_counts");
+  });
+}
+
+static_assert(CHORUS_OP_ALL_TO_ALLV + 1 == chorus::kNumOpTypes &&
+                  static_cast<int>(chorus::OpType::all_to_allv) == CHORUS_OP_ALL_TO_ALLV &&
+                  static_cast<int>(chorus::OpType::send) == CHORUS_OP_SEND,
+              "chorus_op_type_t and chorus::OpType list the ops in the same order");
+
+chorus_result_t chorus_run(chorus_group_t* group, const chorus_op_t* op, chorus_work_t** work) {
+  static const char* fn = "chorus_run";
+  return run_op(fn, group, nullptr, work, [&](chorus::OpDescriptor& d, chorus::ProcessGroup& pg) {
+    require(op, fn, "op");
+    const chorus_op_t defaults = CHORUS_OP_INITIALIZER;
+    const auto c =
+        chorus::capi::read_config(op, defaults, sizeof(chorus_op_t), fn, "CHORUS_OP_INITIALIZER");
+    // The shared options, checked and converted as every op's are.
+    chorus_op_options_t shared = CHORUS_OP_OPTIONS_INITIALIZER;
+    shared.op = c.op;
+    shared.root = c.root;
+    shared.timeout_ms = c.timeout_ms;
+    const auto o = op_options(&shared, fn);
+    d.type = static_cast<chorus::OpType>(chorus::capi::c_enum_value(c.type));
+    d.in = to_tensor(&c.in, fn, "op->in");
+    d.out = to_tensor(&c.out, fn, "op->out");
+    if (c.in_counts != nullptr) {
+      d.in_counts = per_rank_counts(c.in_counts, pg, fn, "op->in_counts");
+    }
+    if (c.out_counts != nullptr) {
+      d.out_counts = per_rank_counts(c.out_counts, pg, fn, "op->out_counts");
+    }
+    d.op = o.op;
+    d.root = o.root;
+    d.timeout = o.timeout;
+    d.peer = c.peer;
+    d.tag = c.tag;
   });
 }
 

@@ -3,6 +3,7 @@
 // op, and a collective timeout reported as CHORUS_ERR_TIMEOUT with its message.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -143,6 +144,20 @@ TEST_CASE("C ABI on 2 ranks: allgatherv, reduce_scatterv, all_to_allv", "[capi][
         chorus_tensor_t tg = chorus_cpu_tensor(got.data(), got.size(), CHORUS_FLOAT64);
         C_CHECK(chorus_all_to_allv(w.group, &ts, &tg, in_counts[rank], out_counts[rank], nullptr,
                                    &work));
+        C_CHECK(chorus_work_wait(work));
+        chorus_work_free(work);
+        CHILD_CHECK(got ==
+                    (rank == 0 ? std::vector<double>{3.5} : std::vector<double>{1.5, 2.5, 4.5}));
+
+        // The same all_to_allv through the one entry, chorus_run.
+        chorus_op_t op = CHORUS_OP_INITIALIZER;
+        op.type = CHORUS_OP_ALL_TO_ALLV;
+        op.in = ts;
+        op.out = tg;
+        op.in_counts = in_counts[rank];
+        op.out_counts = out_counts[rank];
+        std::fill(got.begin(), got.end(), 0.0);
+        C_CHECK(chorus_run(w.group, &op, &work));
         C_CHECK(chorus_work_wait(work));
         chorus_work_free(work);
         CHILD_CHECK(got ==
