@@ -11,7 +11,7 @@ DEB_PACKAGES := meson ninja-build pkg-config g++ libfmt-dev libssl-dev nlohmann-
 # Only the tests need these: torch 1.13 with its C++ headers (about 830 MB) for the torch
 # backend, debootstrap for the torch 2.6 root, nftables for the liveness test's drop rule.
 # `make bench` does without them.
-TEST_PACKAGES := python3-torch libtorch-dev pybind11-dev python3-dev debootstrap nftables
+TEST_PACKAGES := python3-torch libtorch-dev pybind11-dev python3-dev debootstrap nftables abigail-tools
 # `make test-pip` also needs pip's build backend (meson-python) and venv.
 PIP_TEST_PACKAGES := python3-mesonpy python3-venv
 test test-unit test-torch26 test-torch-suite: DEB_PACKAGES += $(TEST_PACKAGES)

@@ -1,11 +1,12 @@
 // SPDX-License-Identifier: BSD-3-Clause
 #include "process_group_chorus.hpp"
 
+#include <algorithm>
 #include <numeric>
 #include <optional>
 
-#include <chorus/errors.hpp>
 #include <pybind11/pybind11.h>
+#include <chorus/errors.hpp>
 
 #include "torch_convert.hpp"
 #include "torch_store.hpp"
@@ -15,10 +16,6 @@ namespace chorus::torch_bridge {
 namespace {
 
 using Parts = std::vector<std::shared_ptr<chorus::Work>>;
-
-// Tags of the send/recv pairs that carry uneven all-to-all blocks: torch's own tags are
-// non-negative ints, below 2^31.
-constexpr std::uint32_t kExchangeTagBase = 0x80000000u;
 
 std::string prefix(const char* op) { return std::string("chorus: ") + op + ": "; }
 
@@ -36,10 +33,10 @@ void require_same_dtype(const at::Tensor& a, const at::Tensor& b, const char* op
   }
 }
 
-// Rows of dim 0 split into `splits` (empty: equal parts), as element offsets and counts.
-void split_rows(const at::Tensor& t, const std::vector<std::int64_t>& splits, int size,
-                const char* what, std::vector<std::int64_t>& offsets,
-                std::vector<std::int64_t>& counts) {
+// Rows of dim 0 split into `splits` (empty: equal parts), as element counts per rank (the
+// blocks lie back to back, as all_to_allv wants them).
+std::vector<std::size_t> split_rows(const at::Tensor& t, const std::vector<std::int64_t>& splits,
+                                    int size, const char* what) {
   const std::int64_t rows = t.dim() == 0 ? 1 : t.size(0);
   const std::int64_t row_elems = rows == 0 ? 0 : t.numel() / rows;
   std::vector<std::int64_t> row_splits = splits;
@@ -59,17 +56,23 @@ void split_rows(const at::Tensor& t, const std::vector<std::int64_t>& splits, in
     throw InvalidArgument(prefix("alltoall_base") + what + " split sizes do not add up to its " +
                           std::to_string(rows) + " rows");
   }
-  offsets.clear();
-  counts.clear();
-  std::int64_t offset = 0;
+  std::vector<std::size_t> counts;
   for (std::int64_t s : row_splits) {
     if (s < 0) {
       throw InvalidArgument(prefix("alltoall_base") + what + " has a negative split size");
     }
-    offsets.push_back(offset * row_elems);
-    counts.push_back(s * row_elems);
-    offset += s;
+    counts.push_back(static_cast<std::size_t>(s * row_elems));
   }
+  return counts;
+}
+
+// Element counts of each tensor of `list`.
+std::vector<std::size_t> numels(const std::vector<at::Tensor>& list) {
+  std::vector<std::size_t> counts;
+  for (const auto& t : list) {
+    counts.push_back(static_cast<std::size_t>(t.numel()));
+  }
+  return counts;
 }
 
 #if TORCH_VERSION_MAJOR >= 2
@@ -91,8 +94,8 @@ void require_coalesced_pairs(const std::vector<at::Tensor>& small,
     if (large[i].numel() != factor * small[i].numel()) {
       throw InvalidArgument(prefix(op) + large_name + "[" + std::to_string(i) + "] has " +
                             std::to_string(large[i].numel()) + " elements; expected group size " +
-                            std::to_string(factor) + " x " + small_name + "[" +
-                            std::to_string(i) + "]'s " + std::to_string(small[i].numel()));
+                            std::to_string(factor) + " x " + small_name + "[" + std::to_string(i) +
+                            "]'s " + std::to_string(small[i].numel()));
     }
   }
 }
@@ -124,8 +127,7 @@ ProcessGroupChorus::~ProcessGroupChorus() {
   group_.reset();
 }
 
-c10::intrusive_ptr<ChorusWork> ProcessGroupChorus::make_work(c10d::OpType type,
-                                                             const char* name,
+c10::intrusive_ptr<ChorusWork> ProcessGroupChorus::make_work(c10d::OpType type, const char* name,
                                                              std::vector<at::Tensor> outputs,
                                                              int source) {
   ops_issued_.fetch_add(1, std::memory_order_relaxed);
@@ -187,16 +189,16 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupChorus::reduce(std::vector<at::Tensor
   const bool root = opts.rootRank == getRank();
   auto work = make_work(c10d::OpType::REDUCE, op, tensors);
   Parts parts{group_->reduce(t.view(), t.view(),
-                             {.op = rop, .root = static_cast<int>(opts.rootRank),
+                             {.op = rop,
+                              .root = static_cast<int>(opts.rootRank),
                               .timeout = chorus_timeout(opts.timeout)})};
-  ChorusWork::start(
-      work, std::move(parts),
-      [t, root] {
-        if (root) {
-          t.copy_back();
-        }
-      },
-      {t.buffer});
+  ChorusWork::start(work, std::move(parts),
+                    [t, root] {
+                      if (root) {
+                        t.copy_back();
+                      }
+                    },
+                    {t.buffer});
   return work;
 }
 
@@ -212,14 +214,33 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupChorus::allgather(
     throw InvalidArgument(prefix(op) + "the output list has " + std::to_string(list.size()) +
                           " tensors; the group has " + std::to_string(getSize()) + " ranks");
   }
-  require_all_like(list, in.user, "output_tensor_list", op);
+  // Outputs of different sizes (torch passes them for uneven all_gather): each rank's block
+  // has its output's size, and this rank's input must have its own output's.
+  const std::vector<std::size_t> counts = numels(list);
+  // Uneven only when this rank's own output has the input's shape (else the list is simply
+  // wrong, and require_all_like() says how).
+  const bool uneven = list[static_cast<std::size_t>(getRank())].sizes() == in.user.sizes() &&
+                      std::any_of(counts.begin(), counts.end(), [&](std::size_t c) {
+                        return c != static_cast<std::size_t>(in.user.numel());
+                      });
+  if (uneven) {
+    for (const auto& t : list) {
+      require_same_dtype(in.user, t, op);
+    }
+  } else {
+    require_all_like(list, in.user, "output_tensor_list", op);
+  }
   for (const auto& t : list) {
     stage(t, op);
   }
-  at::Tensor flat = at::empty({getSize() * in.user.numel()}, in.user.options());
+  const auto total = std::accumulate(counts.begin(), counts.end(), std::size_t{0});
+  at::Tensor flat = at::empty({static_cast<std::int64_t>(total)}, in.user.options());
   Staged f = stage(flat, op);
   auto work = make_work(c10d::OpType::ALLGATHER, op, list);
-  Parts parts{group_->allgather(in.view(), f.view(), {.timeout = chorus_timeout(opts.timeout)})};
+  Parts parts{
+      uneven ? group_->allgatherv(in.view(), f.view(), counts,
+                                  {.timeout = chorus_timeout(opts.timeout)})
+             : group_->allgather(in.view(), f.view(), {.timeout = chorus_timeout(opts.timeout)})};
   ChorusWork::start(work, std::move(parts), [flat, list] { unflatten_into(flat, list); },
                     {in.buffer, flat});
   return work;
@@ -237,8 +258,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupChorus::_allgather_base(
                           " x input's " + std::to_string(input.numel()));
   }
   auto work = make_work(c10d::OpType::_ALLGATHER_BASE, op, {output});
-  Parts parts{
-      group_->allgather(in.view(), out.view(), {.timeout = chorus_timeout(opts.timeout)})};
+  Parts parts{group_->allgather(in.view(), out.view(), {.timeout = chorus_timeout(opts.timeout)})};
   ChorusWork::start(work, std::move(parts), [out] { out.copy_back(); }, {in.buffer, out.buffer});
   return work;
 }
@@ -257,21 +277,19 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupChorus::allgather_into_tensor_coalesc
   Staged in = stage(flat_in, op);
   Staged out = stage(flat_out, op);
   auto work = make_work(c10d::OpType::COALESCED, op, outputs);
-  Parts parts{
-      group_->allgather(in.view(), out.view(), {.timeout = chorus_timeout(opts.timeout)})};
+  Parts parts{group_->allgather(in.view(), out.view(), {.timeout = chorus_timeout(opts.timeout)})};
   const std::int64_t total = flat_in.numel();
-  ChorusWork::start(
-      work, std::move(parts),
-      [flat_out, outputs, size, total] {
-        const at::Tensor blocks = flat_out.view({size, total});
-        std::int64_t offset = 0;
-        for (const auto& out : outputs) {
-          const std::int64_t n = out.numel() / size;
-          out.copy_(blocks.narrow(1, offset, n).reshape(out.sizes()));
-          offset += n;
-        }
-      },
-      {flat_in, flat_out});
+  ChorusWork::start(work, std::move(parts),
+                    [flat_out, outputs, size, total] {
+                      const at::Tensor blocks = flat_out.view({size, total});
+                      std::int64_t offset = 0;
+                      for (const auto& out : outputs) {
+                        const std::int64_t n = out.numel() / size;
+                        out.copy_(blocks.narrow(1, offset, n).reshape(out.sizes()));
+                        offset += n;
+                      }
+                    },
+                    {flat_in, flat_out});
   return work;
 }
 
@@ -295,9 +313,9 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupChorus::reduce_scatter_tensor_coalesc
   auto work = make_work(c10d::OpType::COALESCED, op, outputs);
   Parts parts{group_->reduce_scatter(in.view(), out.view(),
                                      {.op = rop, .timeout = chorus_timeout(opts.timeout)})};
-  ChorusWork::start(
-      work, std::move(parts), [flat_out, outputs] { unflatten_into(flat_out, outputs); },
-      {flat_in, flat_out});
+  ChorusWork::start(work, std::move(parts),
+                    [flat_out, outputs] { unflatten_into(flat_out, outputs); },
+                    {flat_in, flat_out});
   return work;
 }
 #endif
@@ -311,8 +329,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupChorus::allgather_coalesced(
   }
   if (static_cast<int>(outputs.size()) != getSize()) {
     throw InvalidArgument(prefix(op) + "expects one output list per rank (" +
-                          std::to_string(getSize()) + "), got " +
-                          std::to_string(outputs.size()));
+                          std::to_string(getSize()) + "), got " + std::to_string(outputs.size()));
   }
   for (const auto& t : inputs) {
     stage(t, op);
@@ -336,8 +353,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupChorus::allgather_coalesced(
     all.insert(all.end(), list.begin(), list.end());
   }
   auto work = make_work(c10d::OpType::ALLGATHER_COALESCED, op, all);
-  Parts parts{
-      group_->allgather(in.view(), out.view(), {.timeout = chorus_timeout(opts.timeout)})};
+  Parts parts{group_->allgather(in.view(), out.view(), {.timeout = chorus_timeout(opts.timeout)})};
   ChorusWork::start(work, std::move(parts), [flat_out, all] { unflatten_into(flat_out, all); },
                     {flat_in, flat_out});
   return work;
@@ -371,17 +387,16 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupChorus::gather(
     throw InvalidArgument(prefix(op) + "gather_list must be empty on non-root ranks");
   }
   auto work = make_work(c10d::OpType::GATHER, op, list);
-  Parts parts{group_->gather(in.view(), out_view,
-                             {.root = static_cast<int>(opts.rootRank),
-                              .timeout = chorus_timeout(opts.timeout)})};
-  ChorusWork::start(
-      work, std::move(parts),
-      [flat, list] {
-        if (flat.defined()) {
-          unflatten_into(flat, list);
-        }
-      },
-      {in.buffer});
+  Parts parts{group_->gather(
+      in.view(), out_view,
+      {.root = static_cast<int>(opts.rootRank), .timeout = chorus_timeout(opts.timeout)})};
+  ChorusWork::start(work, std::move(parts),
+                    [flat, list] {
+                      if (flat.defined()) {
+                        unflatten_into(flat, list);
+                      }
+                    },
+                    {in.buffer});
   return work;
 }
 
@@ -399,9 +414,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupChorus::scatter(
     require_one_tensor(inputs.size(), op);
     const std::vector<at::Tensor>& list = inputs[0];
     if (static_cast<int>(list.size()) != getSize()) {
-      throw InvalidArgument(prefix(op) + "root's scatter_list has " +
-                            std::to_string(list.size()) + " tensors; the group has " +
-                            std::to_string(getSize()) + " ranks");
+      throw InvalidArgument(prefix(op) + "root's scatter_list has " + std::to_string(list.size()) +
+                            " tensors; the group has " + std::to_string(getSize()) + " ranks");
     }
     require_all_like(list, out.user, "scatter_list", op);
     for (const auto& t : list) {
@@ -413,9 +427,9 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupChorus::scatter(
     throw InvalidArgument(prefix(op) + "scatter_list must be empty on non-root ranks");
   }
   auto work = make_work(c10d::OpType::SCATTER, op, outputs);
-  Parts parts{group_->scatter(in_view, out.view(),
-                              {.root = static_cast<int>(opts.rootRank),
-                               .timeout = chorus_timeout(opts.timeout)})};
+  Parts parts{group_->scatter(
+      in_view, out.view(),
+      {.root = static_cast<int>(opts.rootRank), .timeout = chorus_timeout(opts.timeout)})};
   ChorusWork::start(work, std::move(parts), [out] { out.copy_back(); }, {out.buffer, flat});
   return work;
 }
@@ -465,41 +479,6 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupChorus::_reduce_scatter_base(
   return work;
 }
 
-void ProcessGroupChorus::exchange_blocks(const at::Tensor& input,
-                                         const std::vector<std::int64_t>& in_offsets,
-                                         const std::vector<std::int64_t>& in_counts,
-                                         const at::Tensor& output,
-                                         const std::vector<std::int64_t>& out_offsets,
-                                         const std::vector<std::int64_t>& out_counts,
-                                         std::optional<Duration> timeout, Parts& parts) {
-  const int me = getRank();
-  const std::uint32_t tag =
-      kExchangeTagBase | (exchanges_.fetch_add(1, std::memory_order_relaxed) & 0x7fffffffu);
-  if (in_counts[me] != out_counts[me]) {
-    throw InvalidArgument(prefix("alltoall") + "this rank sends itself " +
-                          std::to_string(in_counts[me]) + " elements but expects " +
-                          std::to_string(out_counts[me]));
-  }
-  output.narrow(0, out_offsets[me], out_counts[me])
-      .copy_(input.narrow(0, in_offsets[me], in_counts[me]));
-  const Tensor in = Staged{input, input}.view();
-  const Tensor out = Staged{output, output}.view();
-  for (int peer = 0; peer < getSize(); ++peer) {
-    if (peer == me) {
-      continue;
-    }
-    // Receive first: a posted receive lets the peer's send land without buffering.
-    if (out_counts[peer] > 0) {
-      parts.push_back(group_->recv(out.slice(out_offsets[peer], out_counts[peer]), peer, tag,
-                                   {.timeout = timeout}));
-    }
-    if (in_counts[peer] > 0) {
-      parts.push_back(group_->send(in.slice(in_offsets[peer], in_counts[peer]), peer, tag,
-                                   {.timeout = timeout}));
-    }
-  }
-}
-
 c10::intrusive_ptr<c10d::Work> ProcessGroupChorus::alltoall_base(
     at::Tensor& output, at::Tensor& input, std::vector<std::int64_t>& output_splits,
     std::vector<std::int64_t>& input_splits, const c10d::AllToAllOptions& opts) {
@@ -511,18 +490,19 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupChorus::alltoall_base(
   Parts parts;
   if (output_splits.empty() && input_splits.empty()) {
     if (input.numel() != output.numel() || input.numel() % getSize() != 0) {
-      throw InvalidArgument(prefix(op) + "input and output need equal element counts divisible "
-                            "by the group size; got " + std::to_string(input.numel()) + " and " +
+      throw InvalidArgument(prefix(op) +
+                            "input and output need equal element counts divisible "
+                            "by the group size; got " +
+                            std::to_string(input.numel()) + " and " +
                             std::to_string(output.numel()));
     }
     parts.push_back(
         group_->all_to_all(in.view(), out.view(), {.timeout = chorus_timeout(opts.timeout)}));
   } else {
-    std::vector<std::int64_t> in_offsets, in_counts, out_offsets, out_counts;
-    split_rows(in.buffer, input_splits, getSize(), "input", in_offsets, in_counts);
-    split_rows(out.buffer, output_splits, getSize(), "output", out_offsets, out_counts);
-    exchange_blocks(in.buffer.reshape({-1}), in_offsets, in_counts, out.buffer.reshape({-1}),
-                    out_offsets, out_counts, chorus_timeout(opts.timeout), parts);
+    parts.push_back(group_->all_to_allv(in.view(), out.view(),
+                                        split_rows(in.buffer, input_splits, getSize(), "input"),
+                                        split_rows(out.buffer, output_splits, getSize(), "output"),
+                                        {.timeout = chorus_timeout(opts.timeout)}));
   }
   ChorusWork::start(work, std::move(parts), [out] { out.copy_back(); }, {in.buffer, out.buffer});
   return work;
@@ -535,8 +515,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupChorus::alltoall(std::vector<at::Tens
   const auto n = static_cast<std::size_t>(getSize());
   if (inputs.size() != n || outputs.size() != n) {
     throw InvalidArgument(prefix(op) + "needs one input and one output tensor per rank (" +
-                          std::to_string(n) + "); got " + std::to_string(inputs.size()) +
-                          " and " + std::to_string(outputs.size()));
+                          std::to_string(n) + "); got " + std::to_string(inputs.size()) + " and " +
+                          std::to_string(outputs.size()));
   }
   for (std::size_t j = 0; j < n; ++j) {
     stage(inputs[j], op);
@@ -546,28 +526,23 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupChorus::alltoall(std::vector<at::Tens
   }
   at::Tensor flat_in = flatten(inputs);
   at::Tensor flat_out = flatten(outputs);
-  std::vector<std::int64_t> in_offsets, in_counts, out_offsets, out_counts;
-  std::int64_t in_at = 0;
-  std::int64_t out_at = 0;
+  std::vector<std::size_t> in_counts = numels(inputs);
+  std::vector<std::size_t> out_counts = numels(outputs);
   bool even = true;
   for (std::size_t j = 0; j < n; ++j) {
-    in_offsets.push_back(in_at);
-    in_counts.push_back(inputs[j].numel());
-    out_offsets.push_back(out_at);
-    out_counts.push_back(outputs[j].numel());
-    in_at += inputs[j].numel();
-    out_at += outputs[j].numel();
-    even = even && inputs[j].numel() == inputs[0].numel() &&
-           outputs[j].numel() == inputs[0].numel();
+    even = even && in_counts[j] == in_counts[0] && out_counts[j] == in_counts[0];
   }
   auto work = make_work(c10d::OpType::ALLTOALL, op, outputs);
   Parts parts;
+  const Tensor in_view = stage(flat_in, op).view();
+  const Tensor out_view = stage(flat_out, op).view();
   if (even) {
-    parts.push_back(group_->all_to_all(stage(flat_in, op).view(), stage(flat_out, op).view(),
-                                       {.timeout = chorus_timeout(opts.timeout)}));
+    parts.push_back(
+        group_->all_to_all(in_view, out_view, {.timeout = chorus_timeout(opts.timeout)}));
   } else {
-    exchange_blocks(flat_in, in_offsets, in_counts, flat_out, out_offsets, out_counts,
-                    chorus_timeout(opts.timeout), parts);
+    parts.push_back(group_->all_to_allv(in_view, out_view, std::move(in_counts),
+                                        std::move(out_counts),
+                                        {.timeout = chorus_timeout(opts.timeout)}));
   }
   ChorusWork::start(work, std::move(parts),
                     [flat_out, outputs] { unflatten_into(flat_out, outputs); },
@@ -575,8 +550,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupChorus::alltoall(std::vector<at::Tens
   return work;
 }
 
-c10::intrusive_ptr<c10d::Work> ProcessGroupChorus::send(std::vector<at::Tensor>& tensors,
-                                                        int dst, int tag) {
+c10::intrusive_ptr<c10d::Work> ProcessGroupChorus::send(std::vector<at::Tensor>& tensors, int dst,
+                                                        int tag) {
   const char* op = "send";
   require_one_tensor(tensors.size(), op);
   if (tag < 0) {
@@ -589,8 +564,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupChorus::send(std::vector<at::Tensor>&
   return work;
 }
 
-c10::intrusive_ptr<c10d::Work> ProcessGroupChorus::recv(std::vector<at::Tensor>& tensors,
-                                                        int src, int tag) {
+c10::intrusive_ptr<c10d::Work> ProcessGroupChorus::recv(std::vector<at::Tensor>& tensors, int src,
+                                                        int tag) {
   const char* op = "recv";
   require_one_tensor(tensors.size(), op);
   if (tag < 0) {

@@ -44,9 +44,9 @@ class ProcessGroupChorus final : public TorchBackendBase {
                                            const c10d::AllgatherOptions& opts) override;
   c10::intrusive_ptr<c10d::Work> _allgather_base(at::Tensor& output, at::Tensor& input,
                                                  const c10d::AllgatherOptions& opts) override;
-  c10::intrusive_ptr<c10d::Work> allgather_coalesced(
-      std::vector<std::vector<at::Tensor>>& outputs, std::vector<at::Tensor>& inputs,
-      const c10d::AllgatherOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> allgather_coalesced(std::vector<std::vector<at::Tensor>>& outputs,
+                                                     std::vector<at::Tensor>& inputs,
+                                                     const c10d::AllgatherOptions& opts) override;
   c10::intrusive_ptr<c10d::Work> gather(std::vector<std::vector<at::Tensor>>& outputs,
                                         std::vector<at::Tensor>& inputs,
                                         const c10d::GatherOptions& opts) override;
@@ -75,12 +75,9 @@ class ProcessGroupChorus final : public TorchBackendBase {
   c10::intrusive_ptr<c10d::Work> alltoall(std::vector<at::Tensor>& outputs,
                                           std::vector<at::Tensor>& inputs,
                                           const c10d::AllToAllOptions& opts) override;
-  c10::intrusive_ptr<c10d::Work> send(std::vector<at::Tensor>& tensors, int dst,
-                                      int tag) override;
-  c10::intrusive_ptr<c10d::Work> recv(std::vector<at::Tensor>& tensors, int src,
-                                      int tag) override;
-  c10::intrusive_ptr<c10d::Work> recvAnysource(std::vector<at::Tensor>& tensors,
-                                               int tag) override;
+  c10::intrusive_ptr<c10d::Work> send(std::vector<at::Tensor>& tensors, int dst, int tag) override;
+  c10::intrusive_ptr<c10d::Work> recv(std::vector<at::Tensor>& tensors, int src, int tag) override;
+  c10::intrusive_ptr<c10d::Work> recvAnysource(std::vector<at::Tensor>& tensors, int tag) override;
   c10::intrusive_ptr<c10d::Work> barrier(const c10d::BarrierOptions& opts) override;
   void monitoredBarrier(const c10d::BarrierOptions& opts, bool wait_all_ranks) override;
   void setSequenceNumberForGroup() override {}
@@ -90,21 +87,11 @@ class ProcessGroupChorus final : public TorchBackendBase {
   const std::shared_ptr<chorus::ProcessGroup>& chorus_group() const { return group_; }
 
  private:
-  // Block j (of `counts[j]` elements at `offsets[j]`) of `input` goes to rank j; block j of
-  // `output` comes from rank j. Uneven blocks travel as tagged send/recv pairs (tags above
-  // 2^31, out of torch's range), the own block as a local copy.
-  void exchange_blocks(const at::Tensor& input, const std::vector<std::int64_t>& in_offsets,
-                       const std::vector<std::int64_t>& in_counts, const at::Tensor& output,
-                       const std::vector<std::int64_t>& out_offsets,
-                       const std::vector<std::int64_t>& out_counts,
-                       std::optional<Duration> timeout,
-                       std::vector<std::shared_ptr<chorus::Work>>& parts);
   c10::intrusive_ptr<ChorusWork> make_work(c10d::OpType type, const char* name,
                                            std::vector<at::Tensor> outputs, int source = -1);
 
   std::shared_ptr<chorus::ProcessGroup> group_;
   std::atomic<std::uint64_t> ops_issued_{0};
-  std::atomic<std::uint32_t> exchanges_{0};  // uneven all-to-alls issued, for their tags
 };
 
 }  // namespace chorus::torch_bridge

@@ -2,7 +2,10 @@
 // C ABI: tensors, collectives and work handles.
 #include "capi/capi.hpp"
 
+#include <vector>
+
 #include <chorus/dlpack.hpp>
+#include <chorus/op.hpp>
 
 #include "capi/dlpack_abi.hpp"
 #include "capi/extent.hpp"
@@ -64,13 +67,38 @@ chorus_result_t launch_op(const char* function, chorus_group_t* group, chorus_wo
   });
 }
 
+// Launches the op that `describe` fills in, with the options every op shares (reduce
+// operator, root, timeout; an op ignores those it has no use for), through the one entry.
+template <class Describe>
+chorus_result_t run_op(const char* function, chorus_group_t* group,
+                       const chorus_op_options_t* options, chorus_work_t** work,
+                       Describe&& describe) {
+  return launch_op(function, group, work, [&](ProcessGroup& pg) {
+    const auto o = op_options(options, function);
+    OpDescriptor op;
+    op.op = o.op;
+    op.root = o.root;
+    op.timeout = o.timeout;
+    describe(op, pg);
+    return pg.run(op);
+  });
+}
+
+// `counts` of a variable-size collective: one entry per rank of the group.
+std::vector<std::size_t> per_rank_counts(const size_t* counts, const ProcessGroup& pg,
+                                         const char* function, const char* what) {
+  require(counts, function, what);
+  return std::vector<std::size_t>(counts, counts + pg.size());
+}
+
 }  // namespace
 }  // namespace chorus::capi
 
 using chorus::capi::guarded;
-using chorus::capi::launch_op;
 using chorus::capi::op_options;
+using chorus::capi::per_rank_counts;
 using chorus::capi::require;
+using chorus::capi::run_op;
 using chorus::capi::to_tensor;
 
 extern "C" {
@@ -96,14 +124,16 @@ size_t chorus_dtype_size(chorus_dtype_t dtype) {
              : chorus::element_size(static_cast<chorus::DataType>(d));
 }
 
+// Each op below describes itself and goes through ProcessGroup::run(), where the shape
+// rules are checked.
 chorus_result_t chorus_allreduce(chorus_group_t* group, const chorus_tensor_t* in,
                                  const chorus_tensor_t* out, const chorus_op_options_t* options,
                                  chorus_work_t** work) {
   static const char* fn = "chorus_allreduce";
-  return launch_op(fn, group, work, [&](chorus::ProcessGroup& pg) {
-    const auto o = op_options(options, fn);
-    return pg.allreduce(to_tensor(in, fn, "in"), to_tensor(out, fn, "out"),
-                        {.op = o.op, .timeout = o.timeout});
+  return run_op(fn, group, options, work, [&](chorus::OpDescriptor& op, chorus::ProcessGroup&) {
+    op.type = chorus::OpType::allreduce;
+    op.in = to_tensor(in, fn, "in");
+    op.out = to_tensor(out, fn, "out");
   });
 }
 
@@ -111,9 +141,10 @@ chorus_result_t chorus_allgather(chorus_group_t* group, const chorus_tensor_t* i
                                  const chorus_tensor_t* out, const chorus_op_options_t* options,
                                  chorus_work_t** work) {
   static const char* fn = "chorus_allgather";
-  return launch_op(fn, group, work, [&](chorus::ProcessGroup& pg) {
-    const auto o = op_options(options, fn);
-    return pg.allgather(to_tensor(in, fn, "in"), to_tensor(out, fn, "out"), {.timeout = o.timeout});
+  return run_op(fn, group, options, work, [&](chorus::OpDescriptor& op, chorus::ProcessGroup&) {
+    op.type = chorus::OpType::allgather;
+    op.in = to_tensor(in, fn, "in");
+    op.out = to_tensor(out, fn, "out");
   });
 }
 
@@ -121,19 +152,19 @@ chorus_result_t chorus_reduce_scatter(chorus_group_t* group, const chorus_tensor
                                       const chorus_tensor_t* out,
                                       const chorus_op_options_t* options, chorus_work_t** work) {
   static const char* fn = "chorus_reduce_scatter";
-  return launch_op(fn, group, work, [&](chorus::ProcessGroup& pg) {
-    const auto o = op_options(options, fn);
-    return pg.reduce_scatter(to_tensor(in, fn, "in"), to_tensor(out, fn, "out"),
-                             {.op = o.op, .timeout = o.timeout});
+  return run_op(fn, group, options, work, [&](chorus::OpDescriptor& op, chorus::ProcessGroup&) {
+    op.type = chorus::OpType::reduce_scatter;
+    op.in = to_tensor(in, fn, "in");
+    op.out = to_tensor(out, fn, "out");
   });
 }
 
 chorus_result_t chorus_broadcast(chorus_group_t* group, const chorus_tensor_t* inout,
                                  const chorus_op_options_t* options, chorus_work_t** work) {
   static const char* fn = "chorus_broadcast";
-  return launch_op(fn, group, work, [&](chorus::ProcessGroup& pg) {
-    const auto o = op_options(options, fn);
-    return pg.broadcast(to_tensor(inout, fn, "inout"), {.root = o.root, .timeout = o.timeout});
+  return run_op(fn, group, options, work, [&](chorus::OpDescriptor& op, chorus::ProcessGroup&) {
+    op.type = chorus::OpType::broadcast;
+    op.in = op.out = to_tensor(inout, fn, "inout");
   });
 }
 
@@ -141,10 +172,10 @@ chorus_result_t chorus_reduce(chorus_group_t* group, const chorus_tensor_t* in,
                               const chorus_tensor_t* out, const chorus_op_options_t* options,
                               chorus_work_t** work) {
   static const char* fn = "chorus_reduce";
-  return launch_op(fn, group, work, [&](chorus::ProcessGroup& pg) {
-    const auto o = op_options(options, fn);
-    return pg.reduce(to_tensor(in, fn, "in"), to_tensor(out, fn, "out"),
-                     {.op = o.op, .root = o.root, .timeout = o.timeout});
+  return run_op(fn, group, options, work, [&](chorus::OpDescriptor& op, chorus::ProcessGroup&) {
+    op.type = chorus::OpType::reduce;
+    op.in = to_tensor(in, fn, "in");
+    op.out = to_tensor(out, fn, "out");
   });
 }
 
@@ -152,10 +183,10 @@ chorus_result_t chorus_gather(chorus_group_t* group, const chorus_tensor_t* in,
                               const chorus_tensor_t* out, const chorus_op_options_t* options,
                               chorus_work_t** work) {
   static const char* fn = "chorus_gather";
-  return launch_op(fn, group, work, [&](chorus::ProcessGroup& pg) {
-    const auto o = op_options(options, fn);
-    return pg.gather(to_tensor(in, fn, "in"), to_tensor(out, fn, "out"),
-                     {.root = o.root, .timeout = o.timeout});
+  return run_op(fn, group, options, work, [&](chorus::OpDescriptor& op, chorus::ProcessGroup&) {
+    op.type = chorus::OpType::gather;
+    op.in = to_tensor(in, fn, "in");
+    op.out = to_tensor(out, fn, "out");
   });
 }
 
@@ -163,10 +194,10 @@ chorus_result_t chorus_scatter(chorus_group_t* group, const chorus_tensor_t* in,
                                const chorus_tensor_t* out, const chorus_op_options_t* options,
                                chorus_work_t** work) {
   static const char* fn = "chorus_scatter";
-  return launch_op(fn, group, work, [&](chorus::ProcessGroup& pg) {
-    const auto o = op_options(options, fn);
-    return pg.scatter(to_tensor(in, fn, "in"), to_tensor(out, fn, "out"),
-                      {.root = o.root, .timeout = o.timeout});
+  return run_op(fn, group, options, work, [&](chorus::OpDescriptor& op, chorus::ProcessGroup&) {
+    op.type = chorus::OpType::scatter;
+    op.in = to_tensor(in, fn, "in");
+    op.out = to_tensor(out, fn, "out");
   });
 }
 
@@ -174,19 +205,18 @@ chorus_result_t chorus_all_to_all(chorus_group_t* group, const chorus_tensor_t* 
                                   const chorus_tensor_t* out, const chorus_op_options_t* options,
                                   chorus_work_t** work) {
   static const char* fn = "chorus_all_to_all";
-  return launch_op(fn, group, work, [&](chorus::ProcessGroup& pg) {
-    const auto o = op_options(options, fn);
-    return pg.all_to_all(to_tensor(in, fn, "in"), to_tensor(out, fn, "out"),
-                         {.timeout = o.timeout});
+  return run_op(fn, group, options, work, [&](chorus::OpDescriptor& op, chorus::ProcessGroup&) {
+    op.type = chorus::OpType::all_to_all;
+    op.in = to_tensor(in, fn, "in");
+    op.out = to_tensor(out, fn, "out");
   });
 }
 
 chorus_result_t chorus_barrier(chorus_group_t* group, const chorus_op_options_t* options,
                                chorus_work_t** work) {
   static const char* fn = "chorus_barrier";
-  return launch_op(fn, group, work, [&](chorus::ProcessGroup& pg) {
-    const auto o = op_options(options, fn);
-    return pg.barrier({.timeout = o.timeout});
+  return run_op(fn, group, options, work, [&](chorus::OpDescriptor& op, chorus::ProcessGroup&) {
+    op.type = chorus::OpType::barrier;
   });
 }
 
@@ -194,9 +224,11 @@ chorus_result_t chorus_send(chorus_group_t* group, const chorus_tensor_t* tensor
                             uint32_t tag, const chorus_op_options_t* options,
                             chorus_work_t** work) {
   static const char* fn = "chorus_send";
-  return launch_op(fn, group, work, [&](chorus::ProcessGroup& pg) {
-    const auto o = op_options(options, fn);
-    return pg.send(to_tensor(tensor, fn, "tensor"), dst, tag, {.timeout = o.timeout});
+  return run_op(fn, group, options, work, [&](chorus::OpDescriptor& op, chorus::ProcessGroup&) {
+    op.type = chorus::OpType::send;
+    op.in = to_tensor(tensor, fn, "tensor");
+    op.peer = dst;
+    op.tag = tag;
   });
 }
 
@@ -206,9 +238,84 @@ chorus_result_t chorus_recv(chorus_group_t* group, const chorus_tensor_t* tensor
                             uint32_t tag, const chorus_op_options_t* options,
                             chorus_work_t** work) {
   static const char* fn = "chorus_recv";
-  return launch_op(fn, group, work, [&](chorus::ProcessGroup& pg) {
-    const auto o = op_options(options, fn);
-    return pg.recv(to_tensor(tensor, fn, "tensor"), src, tag, {.timeout = o.timeout});
+  return run_op(fn, group, options, work, [&](chorus::OpDescriptor& op, chorus::ProcessGroup&) {
+    op.type = chorus::OpType::recv;
+    op.in = to_tensor(tensor, fn, "tensor");
+    op.peer = src;
+    op.tag = tag;
+  });
+}
+
+chorus_result_t chorus_allgatherv(chorus_group_t* group, const chorus_tensor_t* in,
+                                  const chorus_tensor_t* out, const size_t* counts,
+                                  const chorus_op_options_t* options, chorus_work_t** work) {
+  static const char* fn = "chorus_allgatherv";
+  return run_op(fn, group, options, work, [&](chorus::OpDescriptor& op, chorus::ProcessGroup& pg) {
+    op.type = chorus::OpType::allgatherv;
+    op.in = to_tensor(in, fn, "in");
+    op.out = to_tensor(out, fn, "out");
+    op.out_counts = per_rank_counts(counts, pg, fn, "counts");
+  });
+}
+
+chorus_result_t chorus_reduce_scatterv(chorus_group_t* group, const chorus_tensor_t* in,
+                                       const chorus_tensor_t* out, const size_t* counts,
+                                       const chorus_op_options_t* options, chorus_work_t** work) {
+  static const char* fn = "chorus_reduce_scatterv";
+  return run_op(fn, group, options, work, [&](chorus::OpDescriptor& op, chorus::ProcessGroup& pg) {
+    op.type = chorus::OpType::reduce_scatterv;
+    op.in = to_tensor(in, fn, "in");
+    op.out = to_tensor(out, fn, "out");
+    op.in_counts = per_rank_counts(counts, pg, fn, "counts");
+  });
+}
+
+chorus_result_t chorus_all_to_allv(chorus_group_t* group, const chorus_tensor_t* in,
+                                   const chorus_tensor_t* out, const size_t* in_counts,
+                                   const size_t* out_counts, const chorus_op_options_t* options,
+                                   chorus_work_t** work) {
+  static const char* fn = "chorus_all_to_allv";
+  return run_op(fn, group, options, work, [&](chorus::OpDescriptor& op, chorus::ProcessGroup& pg) {
+    op.type = chorus::OpType::all_to_allv;
+    op.in = to_tensor(in, fn, "in");
+    op.out = to_tensor(out, fn, "out");
+    op.in_counts = per_rank_counts(in_counts, pg, fn, "in_counts");
+    op.out_counts = per_rank_counts(out_counts, pg, fn, "out_counts");
+  });
+}
+
+static_assert(CHORUS_OP_ALL_TO_ALLV + 1 == chorus::kNumOpTypes &&
+                  static_cast<int>(chorus::OpType::all_to_allv) == CHORUS_OP_ALL_TO_ALLV &&
+                  static_cast<int>(chorus::OpType::send) == CHORUS_OP_SEND,
+              "chorus_op_type_t and chorus::OpType list the ops in the same order");
+
+chorus_result_t chorus_run(chorus_group_t* group, const chorus_op_t* op, chorus_work_t** work) {
+  static const char* fn = "chorus_run";
+  return run_op(fn, group, nullptr, work, [&](chorus::OpDescriptor& d, chorus::ProcessGroup& pg) {
+    require(op, fn, "op");
+    const chorus_op_t defaults = CHORUS_OP_INITIALIZER;
+    const auto c =
+        chorus::capi::read_config(op, defaults, sizeof(chorus_op_t), fn, "CHORUS_OP_INITIALIZER");
+    // The shared options, checked and converted as every op's are.
+    chorus_op_options_t shared = CHORUS_OP_OPTIONS_INITIALIZER;
+    shared.op = c.op;
+    shared.root = c.root;
+    shared.timeout_ms = c.timeout_ms;
+    const auto o = op_options(&shared, fn);
+    d.type = static_cast<chorus::OpType>(chorus::capi::c_enum_value(c.type));
+    d.in = to_tensor(&c.in, fn, "op->in");
+    d.out = to_tensor(&c.out, fn, "op->out");
+    if (c.in_counts != nullptr) {
+      d.in_counts = per_rank_counts(c.in_counts, pg, fn, "op->in_counts");
+    }
+    if (c.out_counts != nullptr) {
+      d.out_counts = per_rank_counts(c.out_counts, pg, fn, "op->out_counts");
+    }
+    d.op = o.op;
+    d.root = o.root;
+    d.timeout = o.timeout;
+    d.peer = c.peer;
+    d.tag = c.tag;
   });
 }
 

@@ -18,7 +18,8 @@ bool has_root(OpKind k) {
          k == OpKind::scatter;
 }
 bool has_redop(OpKind k) {
-  return k == OpKind::allreduce || k == OpKind::reduce_scatter || k == OpKind::reduce;
+  return k == OpKind::allreduce || k == OpKind::reduce_scatter || k == OpKind::reduce ||
+         k == OpKind::reduce_scatterv;
 }
 
 }  // namespace
@@ -43,6 +44,12 @@ const char* to_string(OpKind kind) noexcept {
       return "all_to_all";
     case OpKind::barrier:
       return "barrier";
+    case OpKind::allgatherv:
+      return "allgatherv";
+    case OpKind::reduce_scatterv:
+      return "reduce_scatterv";
+    case OpKind::all_to_allv:
+      return "all_to_allv";
   }
   return "?";
 }
@@ -67,7 +74,7 @@ std::optional<OpSignature> decode_signature(const std::uint8_t* bytes) noexcept 
     return std::nullopt;
   }
   if (bytes[5] < static_cast<std::uint8_t>(OpKind::allreduce) ||
-      bytes[5] > static_cast<std::uint8_t>(OpKind::barrier) || bytes[6] >= kNumDataTypes ||
+      bytes[5] > static_cast<std::uint8_t>(kLastOpKind) || bytes[6] >= kNumDataTypes ||
       bytes[7] >= kNumReduceOps || (bytes[12] & ~kFlagSharedBuffers) != 0) {
     return std::nullopt;
   }

@@ -26,13 +26,19 @@ enum class OpKind : std::uint8_t {
   scatter,
   all_to_all,
   barrier,
+  allgatherv,
+  reduce_scatterv,
+  all_to_allv,
 };
+inline constexpr OpKind kLastOpKind = OpKind::all_to_allv;
 const char* to_string(OpKind kind) noexcept;
 
 // Fields that do not apply to an op (root of allreduce, redop of allgather ...) are zero.
 // count is the per-rank element count the op was called with (the input for allreduce,
 // allgather, reduce, gather and all_to_all; the output for reduce_scatter and scatter; the
-// tensor for broadcast).
+// tensor for broadcast). The variable-size collectives carry the sum of their per-rank counts
+// (allgatherv, reduce_scatterv: the same on every rank) or 0 (all_to_allv, whose totals differ
+// between ranks).
 struct OpSignature {
   OpKind kind = OpKind::barrier;
   DataType dtype = DataType::uint8;

@@ -1,9 +1,11 @@
 // SPDX-License-Identifier: BSD-3-Clause
-// NcclProcessGroup: streams and events around each NCCL call, the collectives (rooted ones and
-// all_to_all as grouped send/recv), split, abort, and the make_nccl_group factory.
+// NcclProcessGroup: streams and events around each NCCL call, the collectives (rooted ones,
+// all_to_all and the variable-size ones as grouped send/recv), split, abort, and the
+// make_nccl_group factory.
 #include "nccl/nccl_process_group.hpp"
 
 #include <algorithm>
+#include <numeric>
 #include <utility>
 
 #include <fmt/format.h>
@@ -65,7 +67,7 @@ std::exception_ptr as_exception_ptr(const Error& e) {
 
 NcclProcessGroup::NcclProcessGroup(int rank, int size, const GroupOptions& options, int device,
                                    cudaStream_t caller_stream)
-    : ProcessGroup(rank, size, options), device_(device), caller_stream_(caller_stream) {}
+    : Backend(rank, size, options), device_(device), caller_stream_(caller_stream) {}
 
 NcclProcessGroup::~NcclProcessGroup() {
   if (watchdog_) {
@@ -147,7 +149,7 @@ void NcclProcessGroup::check_device(const Tensor& t, const char* what, const cha
                     site, what, device_),
         ctx);
   }
-  ProcessGroup::check_device(t, what, op_name);  // device index and null data
+  Backend::check_device(t, what, op_name);  // device index and null data
   if (!to_nccl(t.dtype())) {
     require_nccl_type(t.dtype(), site);
   }
@@ -437,10 +439,9 @@ std::shared_ptr<Work> NcclProcessGroup::do_barrier(const OpCall& call) {
   });
 }
 
-// NCCL matches point-to-point ops by issue order per peer pair; it has no tags. Tags are
-// accepted for API parity with the tcp backend and must follow that order.
-std::shared_ptr<Work> NcclProcessGroup::do_send(Tensor tensor, int dst, std::uint32_t /*tag*/,
-                                                const OpCall& call) {
+// NCCL matches point-to-point ops by issue order per peer pair; it has no tags
+// (check_supported() rejects any but 0).
+std::shared_ptr<Work> NcclProcessGroup::do_send(Tensor tensor, int dst, const OpCall& call) {
   const ncclDataType_t type = nccl_type(tensor.dtype(), call);
   return launch(call, OpInfo{.bytes = tensor.nbytes(), .dtype = tensor.dtype(), .peer = dst},
                 [&](cudaStream_t stream) {
@@ -453,14 +454,7 @@ std::shared_ptr<Work> NcclProcessGroup::do_send(Tensor tensor, int dst, std::uin
                 });
 }
 
-std::shared_ptr<Work> NcclProcessGroup::do_recv(Tensor tensor, int src, std::uint32_t /*tag*/,
-                                                const OpCall& call) {
-  if (src == kAnySource) {
-    throw InvalidArgument(fmt::format(
-        "{} (seq {}): the nccl backend cannot receive from any source (NCCL has no such "
-        "receive); pass the sender's rank",
-        call.name, call.seq));
-  }
+std::shared_ptr<Work> NcclProcessGroup::do_recv(Tensor tensor, int src, const OpCall& call) {
   const ncclDataType_t type = nccl_type(tensor.dtype(), call);
   return launch(call, OpInfo{.bytes = tensor.nbytes(), .dtype = tensor.dtype(), .peer = src},
                 [&](cudaStream_t stream) {
@@ -471,6 +465,131 @@ std::shared_ptr<Work> NcclProcessGroup::do_recv(Tensor tensor, int src, std::uin
                       ncclRecv(tensor.data(), tensor.count(), type, src, comm_->get(), stream),
                       comm_->get(), op_context(call));
                 });
+}
+
+void NcclProcessGroup::check_supported(const OpDescriptor& op, const char* op_name) const {
+  if (op.type != OpType::send && op.type != OpType::recv) {
+    return;
+  }
+  ErrorContext ctx = group_context();
+  ctx.op = op_name;
+  if (op.tag != 0) {
+    throw InvalidArgument(
+        fmt::format("{} {}: tag {} given, but the nccl backend has no message tags (NCCL matches "
+                    "messages by issue order per peer pair); pass tag 0 and issue sends and "
+                    "recvs in the same order on both ranks",
+                    op_name, on_rank(ctx), op.tag),
+        ctx);
+  }
+  if (op.type == OpType::recv && op.peer == kAnySource) {
+    throw InvalidArgument(fmt::format("{} {}: the nccl backend cannot receive from any source "
+                                      "(NCCL has no such receive); pass the sender's rank",
+                                      op_name, on_rank(ctx)),
+                          ctx);
+  }
+}
+
+std::shared_ptr<Work> NcclProcessGroup::start(const OpDescriptor& op, const OpCall& call) {
+  switch (op.type) {
+    case OpType::allreduce:
+      return do_allreduce(op.in, op.out, op.op, call);
+    case OpType::allgather:
+      return do_allgather(op.in, op.out, call);
+    case OpType::reduce_scatter:
+      return do_reduce_scatter(op.in, op.out, op.op, call);
+    case OpType::broadcast:
+      return do_broadcast(op.in, op.root, call);
+    case OpType::reduce:
+      return do_reduce(op.in, op.out, op.op, op.root, call);
+    case OpType::gather:
+      return do_gather(op.in, op.out, op.root, call);
+    case OpType::scatter:
+      return do_scatter(op.in, op.out, op.root, call);
+    case OpType::all_to_all:
+      return do_all_to_all(op.in, op.out, call);
+    case OpType::barrier:
+      return do_barrier(call);
+    case OpType::send:
+      return do_send(op.in, op.peer, call);
+    case OpType::recv:
+      return do_recv(op.in, op.peer, call);
+    case OpType::allgatherv:
+    case OpType::reduce_scatterv:
+    case OpType::all_to_allv:
+      return do_variable(op, call);
+  }
+  throw InvalidArgument(fmt::format("{}: not an op of the nccl backend", call.name));
+}
+
+std::shared_ptr<Work> NcclProcessGroup::do_variable(const OpDescriptor& op, const OpCall& call) {
+  const Tensor& in = op.in;
+  const Tensor& out = op.out;
+  const DataType dtype = in.count() != 0 ? in.dtype() : out.dtype();
+  const ncclDataType_t type = nccl_type(dtype, call);
+  const ncclRedOp_t red =
+      op.type == OpType::reduce_scatterv ? nccl_op(op.op, dtype, call) : ncclSum;
+  const std::size_t es = element_size(dtype);
+  const auto n = static_cast<std::size_t>(size());
+  const auto me = static_cast<std::size_t>(rank());
+  // Per rank: elements sent to / received from it, and their offsets (elements).
+  std::vector<std::size_t> sent(n, 0), got(n, 0), sent_at(n, 0), got_at(n, 0);
+  for (std::size_t j = 0; j < n; ++j) {
+    switch (op.type) {
+      case OpType::allgatherv:  // this rank's input to all; block j from rank j
+        sent[j] = op.out_counts[me];
+        got[j] = op.out_counts[j];
+        break;
+      case OpType::reduce_scatterv:  // block j of the input is reduced onto rank j
+        sent[j] = op.in_counts[j];
+        break;
+      default:  // all_to_allv
+        sent[j] = op.in_counts[j];
+        got[j] = op.out_counts[j];
+        break;
+    }
+    if (j > 0) {
+      sent_at[j] = sent_at[j - 1] + sent[j - 1];
+      got_at[j] = got_at[j - 1] + got[j - 1];
+    }
+  }
+  if (op.type == OpType::allgatherv) {
+    std::fill(sent_at.begin(), sent_at.end(), 0);  // every peer gets the whole input
+  }
+  return launch(
+      call, OpInfo{.bytes = std::max(in.nbytes(), out.nbytes()), .dtype = dtype, .op = op.op},
+      [&](cudaStream_t stream) {
+        ncclComm_t comm = comm_->get();
+        NcclGroup group(comm, op_context(call));
+        for (std::size_t j = 0; j < n; ++j) {
+          const int peer = static_cast<int>(j);
+          if (op.type == OpType::reduce_scatterv) {
+            // ncclReduce of block j onto rank j; only rank j's output is written.
+            if (sent[j] != 0) {
+              CHORUS_NCCL_CHECK(
+                  ncclReduce(at(in.data(), sent_at[j], es), j == me ? out.data() : nullptr, sent[j],
+                             type, red, peer, comm, stream),
+                  comm, op_context(call));
+            }
+            continue;
+          }
+          if (j == me) {
+            copy_async(at(out.data(), got_at[j], es), at(in.data(), sent_at[j], es), got[j] * es,
+                       stream, call);
+            continue;
+          }
+          if (sent[j] != 0) {
+            CHORUS_NCCL_CHECK(
+                ncclSend(at(in.data(), sent_at[j], es), sent[j], type, peer, comm, stream), comm,
+                op_context(call));
+          }
+          if (got[j] != 0) {
+            CHORUS_NCCL_CHECK(
+                ncclRecv(at(out.data(), got_at[j], es), got[j], type, peer, comm, stream), comm,
+                op_context(call));
+          }
+        }
+        group.end(op_context(call));
+      });
 }
 
 void NcclProcessGroup::abort(const std::string& reason) {
@@ -489,8 +608,8 @@ void NcclProcessGroup::abort(const std::string& reason) {
   }
 }
 
-std::shared_ptr<ProcessGroup> NcclProcessGroup::split(const std::vector<int>& ranks,
-                                                      GroupOptions options) {
+std::unique_ptr<detail::Backend> NcclProcessGroup::split(const std::vector<int>& ranks,
+                                                         GroupOptions options) {
   if (auto error = failure()) {
     std::rethrow_exception(error);
   }
@@ -541,7 +660,7 @@ std::shared_ptr<ProcessGroup> NcclProcessGroup::split(const std::vector<int>& ra
   if (options.name == GroupOptions{}.name) {
     options.name = name() + "/split";
   }
-  auto child = std::make_shared<NcclProcessGroup>(key, static_cast<int>(ranks.size()), options,
+  auto child = std::make_unique<NcclProcessGroup>(key, static_cast<int>(ranks.size()), options,
                                                   device_, caller_stream_);
   child->setup_device();
   child->start(std::move(child_comm));
@@ -584,7 +703,7 @@ std::shared_ptr<ProcessGroup> make_nccl_group(std::shared_ptr<Store> store, int 
                                       nccl::where(ctx), options.device, count),
                           ctx);
   }
-  auto group = std::make_shared<nccl::NcclProcessGroup>(rank, size, options.group, device,
+  auto group = std::make_unique<nccl::NcclProcessGroup>(rank, size, options.group, device,
                                                         static_cast<cudaStream_t>(options.stream));
   ctx.group = group->name();
   group->setup_device();
@@ -595,7 +714,7 @@ std::shared_ptr<ProcessGroup> make_nccl_group(std::shared_ptr<Store> store, int 
   auto comm = nccl::NcclComm::init(id, rank, size, device, deadline, ctx,
                                    [&] { bootstrap.throw_init_timeout(group->timeout(), ctx); });
   group->start(std::move(comm));
-  return group;
+  return detail::GroupAccess::wrap(std::move(group));
 }
 
 bool nccl_available() noexcept { return true; }

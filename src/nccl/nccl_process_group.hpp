@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: BSD-3-Clause
-// NcclProcessGroup: the ProcessGroup over one NCCL communicator on one CUDA device. Each op
+// NcclProcessGroup: the backend over one NCCL communicator on one CUDA device. Each op
 // runs on the group's own stream, ordered after the caller's stream with an event; its Work
 // completes when an event recorded after it fires; a Watchdog enforces deadlines.
 #pragma once
@@ -15,6 +15,8 @@
 
 #include <chorus/process_group.hpp>
 
+#include "core/backend.hpp"
+
 #include "core/callback_thread.hpp"
 #include "nccl/event_pool.hpp"
 #include "nccl/nccl_comm.hpp"
@@ -23,7 +25,7 @@
 
 namespace chorus::nccl {
 
-class NcclProcessGroup final : public ProcessGroup {
+class NcclProcessGroup final : public detail::Backend {
  public:
   // Use make_nccl_group() or split(): construction is two-phase (setup_device, then start with
   // a ready communicator) so that a failure in between cleans up through the destructor.
@@ -41,8 +43,7 @@ class NcclProcessGroup final : public ProcessGroup {
   const char* backend_name() const noexcept override { return "nccl"; }
   Device device() const noexcept override { return Device::cuda(device_); }
   void abort(const std::string& reason) override;
-  std::shared_ptr<ProcessGroup> split(const std::vector<int>& ranks,
-                                      GroupOptions options = {}) override;
+  std::unique_ptr<Backend> split(const std::vector<int>& ranks, GroupOptions options) override;
 
   // For tests and diagnostics: waits up to `bound` for the communicator abort that follows a
   // failure; true once ncclCommAbort returned.
@@ -52,27 +53,29 @@ class NcclProcessGroup final : public ProcessGroup {
   // {rank, size, group} of this group, the base of every error's context.
   ErrorContext group_context() const;
 
- protected:
   void check_device(const Tensor& t, const char* what, const char* op_name) const override;
+  // NCCL has no tags and no receive from any source (process_group.hpp states the limit).
+  void check_supported(const OpDescriptor& op, const char* op_name) const override;
 
-  std::shared_ptr<Work> do_allreduce(Tensor in, Tensor out, ReduceOp op,
-                                     const OpCall& call) override;
-  std::shared_ptr<Work> do_allgather(Tensor in, Tensor out, const OpCall& call) override;
-  std::shared_ptr<Work> do_reduce_scatter(Tensor in, Tensor out, ReduceOp op,
-                                          const OpCall& call) override;
-  std::shared_ptr<Work> do_broadcast(Tensor inout, int root, const OpCall& call) override;
-  std::shared_ptr<Work> do_reduce(Tensor in, Tensor out, ReduceOp op, int root,
-                                  const OpCall& call) override;
-  std::shared_ptr<Work> do_gather(Tensor in, Tensor out, int root, const OpCall& call) override;
-  std::shared_ptr<Work> do_scatter(Tensor in, Tensor out, int root, const OpCall& call) override;
-  std::shared_ptr<Work> do_all_to_all(Tensor in, Tensor out, const OpCall& call) override;
-  std::shared_ptr<Work> do_barrier(const OpCall& call) override;
-  std::shared_ptr<Work> do_send(Tensor tensor, int dst, std::uint32_t tag,
-                                const OpCall& call) override;
-  std::shared_ptr<Work> do_recv(Tensor tensor, int src, std::uint32_t tag,
-                                const OpCall& call) override;
+ protected:
+  std::shared_ptr<Work> start(const OpDescriptor& op, const OpCall& call) override;
 
  private:
+  std::shared_ptr<Work> do_allreduce(Tensor in, Tensor out, ReduceOp op, const OpCall& call);
+  std::shared_ptr<Work> do_allgather(Tensor in, Tensor out, const OpCall& call);
+  std::shared_ptr<Work> do_reduce_scatter(Tensor in, Tensor out, ReduceOp op, const OpCall& call);
+  std::shared_ptr<Work> do_broadcast(Tensor inout, int root, const OpCall& call);
+  std::shared_ptr<Work> do_reduce(Tensor in, Tensor out, ReduceOp op, int root, const OpCall& call);
+  std::shared_ptr<Work> do_gather(Tensor in, Tensor out, int root, const OpCall& call);
+  std::shared_ptr<Work> do_scatter(Tensor in, Tensor out, int root, const OpCall& call);
+  std::shared_ptr<Work> do_all_to_all(Tensor in, Tensor out, const OpCall& call);
+  std::shared_ptr<Work> do_barrier(const OpCall& call);
+  std::shared_ptr<Work> do_send(Tensor tensor, int dst, const OpCall& call);
+  std::shared_ptr<Work> do_recv(Tensor tensor, int src, const OpCall& call);
+  // The variable-size collectives as grouped point-to-point (reduce_scatterv: one grouped
+  // ncclReduce per block), counts per rank as in OpDescriptor.
+  std::shared_ptr<Work> do_variable(const OpDescriptor& op, const OpCall& call);
+
   template <class Enqueue>
   std::shared_ptr<Work> launch(const OpCall& call, OpInfo info, Enqueue&& enqueue);
   ErrorContext op_context(const OpCall& call) const;

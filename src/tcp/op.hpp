@@ -10,8 +10,11 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include <chorus/process_group.hpp>
+
+#include "core/op_call.hpp"
 
 #include "core/signature.hpp"
 #include "core/work_state.hpp"
@@ -22,7 +25,10 @@ namespace chorus::tcp {
 struct Op {
   enum class Kind : std::uint8_t { collective, send, recv };
   Kind kind = Kind::collective;
-  CollectiveArgs args;         // collective
+  CollectiveArgs args;  // collective
+  // The variable-size collectives' counts per rank, which args.in_counts/out_counts point into.
+  std::vector<std::size_t> in_counts;
+  std::vector<std::size_t> out_counts;
   OpSignature sig;             // collective
   bool on_board = false;       // a small allreduce through the group's SlotBoard (slot_board.hpp)
   bool board_started = false;  // published there by the caller's thread (Engine::run_on_board)

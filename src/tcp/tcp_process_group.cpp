@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: BSD-3-Clause
-// TcpProcessGroup: the tcp backend's ProcessGroup. The public methods (in the base) have
-// checked the arguments; each do_<op>() here only builds an Op and hands it to the engine.
+// TcpProcessGroup: the tcp backend. The base (core/backend.hpp) has checked the op's
+// descriptor; start() here only turns it into an Op and hands that to the engine.
 
 #include <algorithm>
 #include <atomic>
@@ -15,6 +15,7 @@
 #include <chorus/process_group.hpp>
 #include <chorus/shared_buffer.hpp>
 
+#include "core/backend.hpp"
 #include "core/callback_thread.hpp"
 #include "core/check.hpp"
 #include "core/env.hpp"
@@ -64,10 +65,10 @@ const std::vector<std::size_t> kChoiceTableSizes = {8,       32,       128,     
 std::uint64_t next_group_index(const std::shared_ptr<Store>& store, int rank);
 void check_world_size_fits(int rank, int size);
 
-class TcpProcessGroup final : public ProcessGroup {
+class TcpProcessGroup final : public detail::Backend {
  public:
   TcpProcessGroup(std::shared_ptr<Store> store, int rank, int size, const TcpGroupOptions& options)
-      : ProcessGroup(rank, size, options.group), store_(std::move(store)), options_(options) {
+      : Backend(rank, size, options.group), store_(std::move(store)), options_(options) {
     // Before any connection: a bad value fails every rank alike, at once.
     if (const auto algo = env::get("CHORUS_ALGO")) {
       forced_ = parse_algorithm_overrides(*algo);
@@ -145,8 +146,7 @@ class TcpProcessGroup final : public ProcessGroup {
     engine_->abort(failure());
   }
 
-  std::shared_ptr<ProcessGroup> split(const std::vector<int>& ranks,
-                                      GroupOptions options) override {
+  std::unique_ptr<Backend> split(const std::vector<int>& ranks, GroupOptions options) override {
     check_arg(!ranks.empty(), "split on rank {}/{} [{}]: the rank list is empty", rank(), size(),
               name());
     for (std::size_t i = 0; i < ranks.size(); ++i) {
@@ -169,56 +169,64 @@ class TcpProcessGroup final : public ProcessGroup {
     if (!sub.group.timeout) {
       sub.group.timeout = timeout();
     }
-    return std::make_shared<TcpProcessGroup>(
+    return std::make_unique<TcpProcessGroup>(
         make_prefix_store(fmt::format("split{}", index), store_),
         static_cast<int>(it - ranks.begin()), static_cast<int>(ranks.size()), sub);
   }
 
  protected:
-  std::shared_ptr<Work> do_allreduce(Tensor in, Tensor out, ReduceOp op,
-                                     const OpCall& call) override {
-    return collective(OpKind::allreduce, in, out, in.count(), op, 0, call);
-  }
-  std::shared_ptr<Work> do_allgather(Tensor in, Tensor out, const OpCall& call) override {
-    return collective(OpKind::allgather, in, out, in.count(), ReduceOp::sum, 0, call);
-  }
-  std::shared_ptr<Work> do_reduce_scatter(Tensor in, Tensor out, ReduceOp op,
-                                          const OpCall& call) override {
-    return collective(OpKind::reduce_scatter, in, out, out.count(), op, 0, call);
-  }
-  std::shared_ptr<Work> do_broadcast(Tensor inout, int root, const OpCall& call) override {
-    return collective(OpKind::broadcast, inout, inout, inout.count(), ReduceOp::sum, root, call);
-  }
-  std::shared_ptr<Work> do_reduce(Tensor in, Tensor out, ReduceOp op, int root,
-                                  const OpCall& call) override {
-    // Only the root has an output; elsewhere the algorithm needs none.
-    return collective(OpKind::reduce, in, rank() == root ? out : Tensor(), in.count(), op, root,
-                      call);
-  }
-  std::shared_ptr<Work> do_gather(Tensor in, Tensor out, int root, const OpCall& call) override {
-    return collective(OpKind::gather, in, rank() == root ? out : Tensor(), in.count(),
-                      ReduceOp::sum, root, call);
-  }
-  std::shared_ptr<Work> do_scatter(Tensor in, Tensor out, int root, const OpCall& call) override {
-    return collective(OpKind::scatter, rank() == root ? in : Tensor(), out, out.count(),
-                      ReduceOp::sum, root, call);
-  }
-  std::shared_ptr<Work> do_all_to_all(Tensor in, Tensor out, const OpCall& call) override {
-    return collective(OpKind::all_to_all, in, out, in.count(), ReduceOp::sum, 0, call);
-  }
-  std::shared_ptr<Work> do_barrier(const OpCall& call) override {
-    return collective(OpKind::barrier, Tensor(), Tensor(), 0, ReduceOp::sum, 0, call);
-  }
-  std::shared_ptr<Work> do_send(Tensor t, int dst, std::uint32_t tag, const OpCall& call) override {
-    return p2p(Op::Kind::send, t, dst, tag, call);
-  }
-  std::shared_ptr<Work> do_recv(Tensor t, int src, std::uint32_t tag, const OpCall& call) override {
-    return p2p(Op::Kind::recv, t, src, tag, call);
+  std::shared_ptr<Work> start(const OpDescriptor& op, const OpCall& call) override {
+    const Tensor& in = op.in;
+    const Tensor& out = op.out;
+    const bool root = rank() == op.root;
+    switch (op.type) {
+      case OpType::allreduce:
+        return collective(OpKind::allreduce, in, out, in.count(), op.op, 0, call);
+      case OpType::allgather:
+        return collective(OpKind::allgather, in, out, in.count(), ReduceOp::sum, 0, call);
+      case OpType::reduce_scatter:
+        return collective(OpKind::reduce_scatter, in, out, out.count(), op.op, 0, call);
+      case OpType::broadcast:
+        return collective(OpKind::broadcast, in, in, in.count(), ReduceOp::sum, op.root, call);
+      case OpType::reduce:
+        // Only the root has an output; elsewhere the algorithm needs none.
+        return collective(OpKind::reduce, in, root ? out : Tensor(), in.count(), op.op, op.root,
+                          call);
+      case OpType::gather:
+        return collective(OpKind::gather, in, root ? out : Tensor(), in.count(), ReduceOp::sum,
+                          op.root, call);
+      case OpType::scatter:
+        return collective(OpKind::scatter, root ? in : Tensor(), out, out.count(), ReduceOp::sum,
+                          op.root, call);
+      case OpType::all_to_all:
+        return collective(OpKind::all_to_all, in, out, in.count(), ReduceOp::sum, 0, call);
+      case OpType::barrier:
+        return collective(OpKind::barrier, Tensor(), Tensor(), 0, ReduceOp::sum, 0, call);
+      case OpType::send:
+        return p2p(Op::Kind::send, in, op.peer, op.tag, call);
+      case OpType::recv:
+        return p2p(Op::Kind::recv, in, op.peer, op.tag, call);
+      case OpType::allgatherv:
+        return collective(OpKind::allgatherv, in, out, out.count(), ReduceOp::sum, 0, call, nullptr,
+                          &op.out_counts);
+      case OpType::reduce_scatterv:
+        return collective(OpKind::reduce_scatterv, in, out, in.count(), op.op, 0, call,
+                          &op.in_counts);
+      case OpType::all_to_allv:
+        // The totals differ between ranks: the signature carries none (signature.hpp).
+        return collective(OpKind::all_to_allv, in, out, 0, ReduceOp::sum, 0, call, &op.in_counts,
+                          &op.out_counts);
+    }
+    throw InvalidArgument(fmt::format("{}: not an op of the tcp backend", call.name));
   }
 
  private:
+  // `in_counts`/`out_counts`: the variable-size collectives' counts per rank (copied into
+  // the Op, which the engine owns).
   std::shared_ptr<Work> collective(OpKind kind, Tensor in, Tensor out, std::size_t count,
-                                   ReduceOp op, int root, const OpCall& call) {
+                                   ReduceOp op, int root, const OpCall& call,
+                                   const std::vector<std::size_t>* in_counts = nullptr,
+                                   const std::vector<std::size_t>* out_counts = nullptr) {
     // Built here, on the heap only if the engine runs it: an op run inline never leaves this call.
     Op built;
     Op* o = &built;
@@ -231,6 +239,12 @@ class TcpProcessGroup final : public ProcessGroup {
     o->args.out = out.data();
     o->args.count = count;
     o->args.dtype = dtype;
+    if (in_counts != nullptr) {
+      o->in_counts = *in_counts;
+    }
+    if (out_counts != nullptr) {
+      o->out_counts = *out_counts;
+    }
     o->args.op = op;
     o->args.root = root;
     o->args.forced = forced_[static_cast<std::size_t>(kind)];
@@ -243,14 +257,15 @@ class TcpProcessGroup final : public ProcessGroup {
       o->sig.dtype = dtype;
       o->sig.count = count;
     }
-    if (kind == OpKind::allreduce || kind == OpKind::reduce || kind == OpKind::reduce_scatter) {
+    if (kind == OpKind::allreduce || kind == OpKind::reduce || kind == OpKind::reduce_scatter ||
+        kind == OpKind::reduce_scatterv) {
       o->sig.redop = op;
     }
     if (kind == OpKind::broadcast || kind == OpKind::reduce || kind == OpKind::gather ||
         kind == OpKind::scatter) {
       o->sig.root = root;
     }
-    o->bytes = count * element_size(dtype);
+    o->bytes = (kind == OpKind::all_to_allv ? in.count() : count) * element_size(dtype);
     o->call = call;
     // A small allreduce goes through the board (the same choice on every rank); this thread
     // runs it when the engine has no collective left to run: the last one handed to it is
@@ -271,6 +286,9 @@ class TcpProcessGroup final : public ProcessGroup {
     trace_issued(call, nullptr);  // before the engine thread may note its start
     auto queued = std::make_unique<Op>(std::move(built));
     o = queued.get();
+    // Into the Op's own vectors, now that it has its final address.
+    o->args.in_counts = o->in_counts.empty() ? nullptr : o->in_counts.data();
+    o->args.out_counts = o->out_counts.empty() ? nullptr : o->out_counts.data();
     o->work = make_work(call);
     if (o->bytes <= kWaitSpinMaxBytes) {
       o->work->spin_before_blocking(kWaitSpin);
@@ -407,7 +425,8 @@ std::shared_ptr<ProcessGroup> make_tcp_group(std::shared_ptr<Store> store, int r
   // rank (membership.hpp replaces a dead launch's records).
   const std::uint64_t instance = tcp::next_group_index(store, rank);
   auto group_store = make_prefix_store(fmt::format("tcp/g{}", instance), std::move(store));
-  return std::make_shared<tcp::TcpProcessGroup>(std::move(group_store), rank, size, options);
+  return detail::GroupAccess::wrap(
+      std::make_unique<tcp::TcpProcessGroup>(std::move(group_store), rank, size, options));
 }
 
 }  // namespace chorus

@@ -103,7 +103,7 @@ TEST_CASE("sampler: the shuffle depends on (seed, epoch) only", "[ddp][sampler]"
 }
 
 TEST_CASE("reducer: buckets in reverse registration order, capped in bytes", "[ddp][reducer]") {
-  auto pg = std::make_shared<test::LocalGroup>();
+  auto [pg, local] = test::make_local_group();
   std::vector<float> g0(10), g1(20), g2(30), g3(5);
   std::vector<double> d0(4);
   std::vector<Tensor> grads = {Tensor::of(g0.data(), g0.size()), Tensor::of(g1.data(), g1.size()),
@@ -145,7 +145,7 @@ TEST_CASE("reducer: buckets in reverse registration order, capped in bytes", "[d
 }
 
 TEST_CASE("reducer: a bucket launches when complete, always in bucket order", "[ddp][reducer]") {
-  auto pg = std::make_shared<test::LocalGroup>();
+  auto [pg, local] = test::make_local_group();
   std::vector<float> g(4 * 8);
   std::vector<Tensor> grads;
   for (int i = 0; i < 4; ++i) {
@@ -158,14 +158,14 @@ TEST_CASE("reducer: a bucket launches when complete, always in bucket order", "[
   REQUIRE(r.buckets_launched() == 1);
   r.mark_ready(1);  // bucket 2 is complete, but bucket 1 is not launched yet: it waits
   REQUIRE(r.buckets_launched() == 1);
-  REQUIRE(pg->calls.size() == 1);
+  REQUIRE(local->calls.size() == 1);
   r.mark_ready(2);  // bucket 1, then the pending bucket 2
   REQUIRE(r.buckets_launched() == 3);
   REQUIRE_THROWS_AS(r.mark_ready(2), InvalidArgument);  // twice in one step
   REQUIRE_THROWS_AS(r.mark_ready(9), InvalidArgument);
   r.finish();
-  REQUIRE(pg->calls.size() == 4);
-  for (const auto& c : pg->calls) {
+  REQUIRE(local->calls.size() == 4);
+  for (const auto& c : local->calls) {
     REQUIRE(c.name == "allreduce");
     REQUIRE(c.op == ReduceOp::avg);
     REQUIRE(c.count == 8);
@@ -174,7 +174,7 @@ TEST_CASE("reducer: a bucket launches when complete, always in bucket order", "[
 }
 
 TEST_CASE("reducer: a gradient never marked ready contributes zeros", "[ddp][reducer]") {
-  auto pg = std::make_shared<test::LocalGroup>();
+  auto [pg, local] = test::make_local_group();
   std::vector<float> a(3, 1.5f), b(2, 2.5f);
   GradientReducer r(pg, {Tensor::of(a.data(), a.size()), Tensor::of(b.data(), b.size())});
   r.mark_ready(1);
@@ -188,12 +188,12 @@ TEST_CASE("reducer: a gradient never marked ready contributes zeros", "[ddp][red
   r.mark_ready(1);
   r.finish();
   REQUIRE(a == std::vector<float>(3, 1.5f));
-  REQUIRE(pg->calls.back().op == ReduceOp::sum);
+  REQUIRE(local->calls.back().op == ReduceOp::sum);
   REQUIRE_THROWS_AS(r.set_divisor(0.0), InvalidArgument);
 }
 
 TEST_CASE("join on one rank: begin_step counts it, join returns at once", "[ddp][join]") {
-  auto pg = std::make_shared<test::LocalGroup>();
+  auto [pg, local] = test::make_local_group();
   std::vector<float> a(3);
   GradientReducer r(pg, {Tensor::of(a.data(), a.size())});
   Join join(r, {.throw_on_early_termination = true});
@@ -233,7 +233,7 @@ TEST_CASE("checkpoint: round trip, and clear errors for mismatch and corruption"
       save_checkpoint((dir / "no/such/dir/x").string(), Tensor::of(w.data(), w.size())),
       Catch::Contains("cannot create"));
   // checkpoint_and_reload on a one-rank group: save, broadcast of the status, load.
-  auto pg = std::make_shared<test::LocalGroup>();
+  auto [pg, local] = test::make_local_group();
   checkpoint_and_reload(*pg, path, Tensor::of(w.data(), w.size()));
   std::filesystem::remove_all(dir);
 }

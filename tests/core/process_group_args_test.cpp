@@ -7,6 +7,7 @@
 #include <chorus/errors.hpp>
 #include <chorus/process_group.hpp>
 
+#include "core/backend.hpp"
 #include "core/work_state.hpp"
 
 using namespace chorus;
@@ -15,54 +16,40 @@ using namespace std::chrono_literals;
 namespace {
 
 // Records what reached the backend; completes every op at once.
-class RecordingGroup final : public ProcessGroup {
+class RecordingBackend final : public detail::Backend {
  public:
-  RecordingGroup(int rank, int size)
-      : ProcessGroup(rank, size, GroupOptions{.name = "test", .timeout = 5s}) {}
+  RecordingBackend(int rank, int size)
+      : Backend(rank, size, GroupOptions{.name = "test", .timeout = 5s}) {}
   const char* backend_name() const noexcept override { return "recording"; }
   Device device() const noexcept override { return Device::cpu(); }
   void abort(const std::string& reason) override {
     record_failure(std::make_exception_ptr(Error(ErrorCode::aborted, reason)));
   }
   void fail_with(std::exception_ptr e) { record_failure(std::move(e)); }
-  std::shared_ptr<ProcessGroup> split(const std::vector<int>&, GroupOptions) override {
-    return nullptr;
-  }
+  std::unique_ptr<Backend> split(const std::vector<int>&, GroupOptions) override { return nullptr; }
 
   std::vector<OpCall> calls;
+  std::vector<OpDescriptor> ops;
 
  protected:
-  std::shared_ptr<Work> record(const OpCall& call) {
+  std::shared_ptr<Work> start(const OpDescriptor& op, const OpCall& call) override {
     calls.push_back(call);
+    ops.push_back(op);
     return WorkState::completed(call.name, call.seq);
   }
-  std::shared_ptr<Work> do_allreduce(Tensor, Tensor, ReduceOp, const OpCall& c) override {
-    return record(c);
+};
+
+// A public handle over a RecordingBackend, which the handle owns.
+struct RecordingGroup {
+  RecordingGroup(int rank, int size) {
+    auto owned = std::make_unique<RecordingBackend>(rank, size);
+    backend = owned.get();
+    group = detail::GroupAccess::wrap(std::move(owned));
   }
-  std::shared_ptr<Work> do_allgather(Tensor, Tensor, const OpCall& c) override { return record(c); }
-  std::shared_ptr<Work> do_reduce_scatter(Tensor, Tensor, ReduceOp, const OpCall& c) override {
-    return record(c);
-  }
-  std::shared_ptr<Work> do_broadcast(Tensor, int, const OpCall& c) override { return record(c); }
-  std::shared_ptr<Work> do_reduce(Tensor, Tensor, ReduceOp, int, const OpCall& c) override {
-    return record(c);
-  }
-  std::shared_ptr<Work> do_gather(Tensor, Tensor, int, const OpCall& c) override {
-    return record(c);
-  }
-  std::shared_ptr<Work> do_scatter(Tensor, Tensor, int, const OpCall& c) override {
-    return record(c);
-  }
-  std::shared_ptr<Work> do_all_to_all(Tensor, Tensor, const OpCall& c) override {
-    return record(c);
-  }
-  std::shared_ptr<Work> do_barrier(const OpCall& c) override { return record(c); }
-  std::shared_ptr<Work> do_send(Tensor, int, std::uint32_t, const OpCall& c) override {
-    return record(c);
-  }
-  std::shared_ptr<Work> do_recv(Tensor, int, std::uint32_t, const OpCall& c) override {
-    return record(c);
-  }
+  ProcessGroup* operator->() const { return group.get(); }
+
+  std::shared_ptr<ProcessGroup> group;
+  RecordingBackend* backend = nullptr;
 };
 
 }  // namespace
@@ -74,26 +61,27 @@ TEST_CASE("wrong arguments throw InvalidArgument before reaching the backend", "
   auto ta = Tensor::of(a.data(), a.size());
   auto tb = Tensor::of(b.data(), b.size());
 
-  REQUIRE_THROWS_AS(pg.allreduce(ta, Tensor::of(d.data(), d.size())), InvalidArgument);
-  REQUIRE_THROWS_AS(pg.allreduce(ta, Tensor::of(small.data(), small.size())), InvalidArgument);
-  REQUIRE_THROWS_AS(pg.allreduce(ta, ta.slice(1, 7).slice(0, 7)), InvalidArgument);  // sizes differ
-  REQUIRE_THROWS_AS(pg.allgather(ta, tb), InvalidArgument);  // out too small
-  REQUIRE_THROWS_AS(pg.reduce_scatter(ta, tb), InvalidArgument);
-  REQUIRE_THROWS_AS(pg.broadcast(ta, {.root = 4}), InvalidArgument);
-  REQUIRE_THROWS_AS(pg.broadcast(ta, {.root = -1}), InvalidArgument);
-  REQUIRE_THROWS_AS(pg.reduce(ta, tb, {.root = 9}), InvalidArgument);
-  REQUIRE_THROWS_AS(pg.all_to_all(Tensor::of(a.data(), 6), Tensor::of(b.data(), 6)),
+  REQUIRE_THROWS_AS(pg->allreduce(ta, Tensor::of(d.data(), d.size())), InvalidArgument);
+  REQUIRE_THROWS_AS(pg->allreduce(ta, Tensor::of(small.data(), small.size())), InvalidArgument);
+  REQUIRE_THROWS_AS(pg->allreduce(ta, ta.slice(1, 7).slice(0, 7)),
+                    InvalidArgument);                         // sizes differ
+  REQUIRE_THROWS_AS(pg->allgather(ta, tb), InvalidArgument);  // out too small
+  REQUIRE_THROWS_AS(pg->reduce_scatter(ta, tb), InvalidArgument);
+  REQUIRE_THROWS_AS(pg->broadcast(ta, {.root = 4}), InvalidArgument);
+  REQUIRE_THROWS_AS(pg->broadcast(ta, {.root = -1}), InvalidArgument);
+  REQUIRE_THROWS_AS(pg->reduce(ta, tb, {.root = 9}), InvalidArgument);
+  REQUIRE_THROWS_AS(pg->all_to_all(Tensor::of(a.data(), 6), Tensor::of(b.data(), 6)),
                     InvalidArgument);
-  REQUIRE_THROWS_AS(pg.send(ta, 1), InvalidArgument);  // to self
-  REQUIRE_THROWS_AS(pg.recv(ta, 7), InvalidArgument);
-  REQUIRE_THROWS_AS(pg.allreduce(Tensor(a.data(), 8, DataType::float32, Device::cuda(0))),
+  REQUIRE_THROWS_AS(pg->send(ta, 1), InvalidArgument);  // to self
+  REQUIRE_THROWS_AS(pg->recv(ta, 7), InvalidArgument);
+  REQUIRE_THROWS_AS(pg->allreduce(Tensor(a.data(), 8, DataType::float32, Device::cuda(0))),
                     InvalidArgument);
-  REQUIRE_THROWS_AS(pg.allreduce(ta, {.timeout = 0ms}), InvalidArgument);
-  REQUIRE(pg.calls.empty());
+  REQUIRE_THROWS_AS(pg->allreduce(ta, {.timeout = 0ms}), InvalidArgument);
+  REQUIRE(pg.backend->calls.empty());
 
   // The message names the op, the rank and what to fix.
   try {
-    pg.allgather(ta, tb);
+    pg->allgather(ta, tb);
   } catch (const InvalidArgument& e) {
     REQUIRE_THAT(e.what(), Catch::Contains("allgather on rank 1/4 [test]"));
     REQUIRE_THAT(e.what(), Catch::Contains("size 4 x input"));
@@ -105,39 +93,83 @@ TEST_CASE("valid calls reach the backend with consecutive sequence numbers", "[c
   std::vector<float> a(8), big(32);
   auto ta = Tensor::of(a.data(), a.size());
   auto tbig = Tensor::of(big.data(), big.size());
-  REQUIRE_THROWS_AS(pg.broadcast(ta, {.root = 7}), InvalidArgument);
-  pg.allreduce(ta)->wait();
-  pg.allgather(ta, tbig)->wait();
-  pg.allgather(tbig.slice(8, 8), tbig)->wait();       // in place: rank 1's block
-  pg.reduce_scatter(tbig, tbig.slice(8, 8))->wait();  // in place
-  pg.barrier({.timeout = 1s})->wait();
-  pg.send(ta, 2, 5)->wait();
-  REQUIRE(pg.calls.size() == 6);
+  REQUIRE_THROWS_AS(pg->broadcast(ta, {.root = 7}), InvalidArgument);
+  pg->allreduce(ta)->wait();
+  pg->allgather(ta, tbig)->wait();
+  pg->allgather(tbig.slice(8, 8), tbig)->wait();       // in place: rank 1's block
+  pg->reduce_scatter(tbig, tbig.slice(8, 8))->wait();  // in place
+  pg->barrier({.timeout = 1s})->wait();
+  pg->send(ta, 2, 5)->wait();
+  REQUIRE(pg.backend->calls.size() == 6);
   for (std::size_t i = 0; i < 5; ++i) {
-    REQUIRE(pg.calls[i].seq == i + 1);
+    REQUIRE(pg.backend->calls[i].seq == i + 1);
   }
-  REQUIRE(pg.calls[4].timeout == 1s);
-  REQUIRE(pg.calls[0].timeout == 5s);
-  REQUIRE(pg.calls[5].seq == 1);  // p2p has its own numbering
+  REQUIRE(pg.backend->calls[4].timeout == 1s);
+  REQUIRE(pg.backend->calls[0].timeout == 5s);
+  REQUIRE(pg.backend->calls[5].seq == 1);  // p2p has its own numbering
   // On a non-root rank, reduce/gather outputs are ignored and may be empty.
-  pg.reduce(ta, Tensor(), {.root = 0})->wait();
-  pg.gather(ta, Tensor(), {.root = 0})->wait();
-  pg.scatter(Tensor(), ta, {.root = 0})->wait();
+  pg->reduce(ta, Tensor(), {.root = 0})->wait();
+  pg->gather(ta, Tensor(), {.root = 0})->wait();
+  pg->scatter(Tensor(), ta, {.root = 0})->wait();
 }
 
 TEST_CASE("after a failure every call rethrows the original error", "[core][args]") {
   RecordingGroup pg(0, 2);
   std::vector<float> a(4);
-  pg.fail_with(
+  pg.backend->fail_with(
       std::make_exception_ptr(TimeoutError("allreduce (seq 3) timed out waiting for rank 1")));
-  pg.abort("later abort does not replace the first error");
-  REQUIRE(pg.is_aborted());
-  REQUIRE_THROWS_WITH(pg.allreduce(Tensor::of(a.data(), 4)), Catch::Contains("seq 3"));
-  REQUIRE_THROWS_AS(pg.barrier(), TimeoutError);
-  REQUIRE(pg.calls.empty());
+  pg->abort("later abort does not replace the first error");
+  REQUIRE(pg->is_aborted());
+  REQUIRE_THROWS_WITH(pg->allreduce(Tensor::of(a.data(), 4)), Catch::Contains("seq 3"));
+  REQUIRE_THROWS_AS(pg->barrier(), TimeoutError);
+  REQUIRE(pg.backend->calls.empty());
 }
 
 TEST_CASE("a group rejects a rank outside [0, size)", "[core][args]") {
   REQUIRE_THROWS_AS(RecordingGroup(4, 4), InvalidArgument);
   REQUIRE_THROWS_AS(RecordingGroup(0, 0), InvalidArgument);
+}
+
+TEST_CASE("the variable-size collectives' shape rules", "[core][args]") {
+  RecordingGroup pg(1, 3);
+  std::vector<float> in(6), out(9);
+  auto tin = Tensor::of(in.data(), in.size());
+  auto tout = Tensor::of(out.data(), out.size());
+  // allgatherv: input = counts[rank], output = sum of counts.
+  pg->allgatherv(tin.slice(0, 4), tout, {2, 4, 3})->wait();
+  pg->allgatherv(tout.slice(2, 4), tout, {2, 4, 3})->wait();  // in place: rank 1's block
+  REQUIRE_THROWS_AS(pg->allgatherv(tin.slice(0, 3), tout, {2, 4, 3}), InvalidArgument);
+  REQUIRE_THROWS_AS(pg->allgatherv(tin.slice(0, 4), tout, {2, 4}), InvalidArgument);
+  REQUIRE_THROWS_AS(pg->allgatherv(tout.slice(0, 4), tout, {2, 4, 3}), InvalidArgument);
+  // reduce_scatterv: output = counts[rank], input = sum of counts.
+  pg->reduce_scatterv(tout, tin.slice(0, 4), {2, 4, 3})->wait();
+  pg->reduce_scatterv(tout, tout.slice(2, 4), {2, 4, 3})->wait();  // in place
+  REQUIRE_THROWS_AS(pg->reduce_scatterv(tout, tin.slice(0, 2), {2, 4, 3}), InvalidArgument);
+  // all_to_allv: input = sum of in_counts, output = sum of out_counts, out-of-place.
+  pg->all_to_allv(tin, tout, {1, 2, 3}, {3, 3, 3})->wait();
+  REQUIRE_THROWS_AS(pg->all_to_allv(tin, tout, {1, 2, 2}, {3, 3, 3}), InvalidArgument);
+  REQUIRE_THROWS_AS(pg->all_to_allv(tout.slice(0, 6), tout.slice(3, 6), {2, 2, 2}, {2, 2, 2}),
+                    InvalidArgument);
+  REQUIRE(pg.backend->calls.size() == 5);
+  REQUIRE(pg.backend->ops[4].in_counts == std::vector<std::size_t>{1, 2, 3});
+  try {
+    pg->allgatherv(tin.slice(0, 3), tout, {2, 4, 3});
+  } catch (const InvalidArgument& e) {
+    REQUIRE_THAT(e.what(), Catch::Contains("allgatherv on rank 1/3 [test]"));
+  }
+}
+
+TEST_CASE("run() takes a descriptor; an unknown op type is rejected", "[core][args]") {
+  RecordingGroup pg(0, 2);
+  std::vector<std::int32_t> a(4);
+  OpDescriptor op;
+  op.type = OpType::allreduce;
+  op.in = op.out = Tensor::of(a.data(), a.size());
+  op.op = ReduceOp::max;
+  pg->run(op)->wait();
+  REQUIRE(pg.backend->calls.back().name == std::string("allreduce"));
+  REQUIRE(pg.backend->ops.back().op == ReduceOp::max);
+  op.type = static_cast<OpType>(kNumOpTypes);
+  REQUIRE_THROWS_AS(pg->run(op), InvalidArgument);
+  REQUIRE(to_string(OpType::all_to_allv) == std::string("all_to_allv"));
 }

@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: BSD-3-Clause
 // The nccl backend with two ranks, one thread and one GPU each, in one process (skips, exit
 // 77, with fewer than two devices): split gives members a working subgroup with their new
-// rank and size, and non-members nullptr.
+// rank and size, and non-members nullptr; allgatherv with uneven blocks; tags and receives from
+// any source are refused (NCCL has neither).
 #include <catch2/catch.hpp>
 
 #include <algorithm>
@@ -33,7 +34,36 @@ struct RankResult {
   int child_size = -1;
   std::vector<std::int32_t> child_sum;   // allreduce(sum) on the subgroup
   std::vector<std::int32_t> parent_sum;  // allreduce(sum) on the parent afterwards
+  bool tag_refused = false;              // send with tag 7: InvalidArgument (nccl has no tags)
+  bool any_source_refused = false;       // recv from kAnySource: InvalidArgument
+  std::vector<std::int32_t> gathered;    // allgatherv on the parent: rank q gives q + 1 values
 };
+
+// allgatherv on `pg`: rank q contributes q + 1 copies of q + 1.
+std::vector<std::int32_t> run_allgatherv(ProcessGroup& pg, int device) {
+  std::vector<std::size_t> counts;
+  std::size_t total = 0;
+  for (int q = 0; q < pg.size(); ++q) {
+    counts.push_back(static_cast<std::size_t>(q + 1));
+    total += static_cast<std::size_t>(q + 1);
+  }
+  const std::size_t mine = counts[static_cast<std::size_t>(pg.rank())];
+  std::vector<std::int32_t> host(mine, pg.rank() + 1);
+  void* in = nullptr;
+  void* out = nullptr;
+  if (cudaMalloc(&in, mine * 4) != cudaSuccess || cudaMalloc(&out, total * 4) != cudaSuccess) {
+    throw std::runtime_error("cudaMalloc failed");
+  }
+  cudaMemcpy(in, host.data(), mine * 4, cudaMemcpyHostToDevice);
+  pg.allgatherv(Tensor(in, mine, DataType::int32, Device::cuda(device)),
+                Tensor(out, total, DataType::int32, Device::cuda(device)), counts)
+      ->synchronize();
+  std::vector<std::int32_t> result(total);
+  cudaMemcpy(result.data(), out, total * 4, cudaMemcpyDeviceToHost);
+  cudaFree(in);
+  cudaFree(out);
+  return result;
+}
 
 std::vector<std::int32_t> run_allreduce(ProcessGroup& pg, int device, std::int32_t value,
                                         std::size_t n) {
@@ -80,6 +110,24 @@ TEST_CASE("split: members get their new rank and size and a working subgroup, ot
           r.child_sum = run_allreduce(*child, rank, rank + 1, n);
         }
         r.parent_sum = run_allreduce(*pg, rank, rank + 1, n);
+        r.gathered = run_allgatherv(*pg, rank);
+        // Refused on the calling rank before anything is issued: nothing to match on the peer.
+        void* one = nullptr;
+        if (cudaMalloc(&one, 4) != cudaSuccess) {
+          throw std::runtime_error("cudaMalloc failed");
+        }
+        const Tensor t(one, 1, DataType::int32, Device::cuda(rank));
+        try {
+          pg->send(t, (rank + 1) % world, 7);
+        } catch (const InvalidArgument&) {
+          r.tag_refused = true;
+        }
+        try {
+          pg->recv(t, kAnySource);
+        } catch (const InvalidArgument&) {
+          r.any_source_refused = true;
+        }
+        cudaFree(one);
       } catch (const std::exception& e) {
         r.error = e.what();
       }
@@ -107,5 +155,12 @@ TEST_CASE("split: members get their new rank and size and a working subgroup, ot
       CHECK(r.child_sum == std::vector<std::int32_t>(n, member_total));
     }
     CHECK(r.parent_sum == std::vector<std::int32_t>(n, world_total));
+    std::vector<std::int32_t> want_gathered;
+    for (int q = 0; q < world; ++q) {
+      want_gathered.insert(want_gathered.end(), static_cast<std::size_t>(q + 1), q + 1);
+    }
+    CHECK(r.gathered == want_gathered);
+    CHECK(r.tag_refused);
+    CHECK(r.any_source_refused);
   }
 }

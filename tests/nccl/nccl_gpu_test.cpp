@@ -131,7 +131,7 @@ std::shared_ptr<ProcessGroup> make_group(const std::string& name, void* stream =
 }
 
 nccl::NcclProcessGroup& internals(ProcessGroup& pg) {
-  auto* nccl_pg = dynamic_cast<nccl::NcclProcessGroup*>(&pg);
+  auto* nccl_pg = dynamic_cast<nccl::NcclProcessGroup*>(&detail::GroupAccess::backend(pg));
   REQUIRE(nccl_pg != nullptr);
   return *nccl_pg;
 }

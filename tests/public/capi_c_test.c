@@ -21,6 +21,8 @@ int main(void) {
   chorus_tcp_store_config_t sc = CHORUS_TCP_STORE_CONFIG_INITIALIZER;
   chorus_tcp_group_config_t gc = CHORUS_TCP_GROUP_CONFIG_INITIALIZER;
   chorus_op_options_t opts = CHORUS_OP_OPTIONS_INITIALIZER;
+  chorus_op_t op = CHORUS_OP_INITIALIZER;
+  size_t counts[1] = {4};
   chorus_store_t* store = NULL;
   chorus_group_t* group = NULL;
   chorus_work_t* work = NULL;
@@ -68,6 +70,17 @@ int main(void) {
     EXPECT(chorus_work_wait_for(work, 5000, &done) == CHORUS_OK && done == 1);
     chorus_work_free(work);
     EXPECT(a[3] == 4.0f);
+    /* The one entry: an op as data. */
+    op.type = CHORUS_OP_ALLGATHERV;
+    op.in = ta;
+    op.out = ta; /* in place: the input is the output's only block */
+    op.out_counts = counts;
+    EXPECT(chorus_run(group, &op, &work) == CHORUS_OK);
+    EXPECT(chorus_work_wait(work) == CHORUS_OK);
+    chorus_work_free(work);
+    counts[0] = 3;
+    EXPECT(chorus_run(group, &op, &work) == CHORUS_ERR_INVALID_ARGUMENT);
+    EXPECT(strstr(chorus_get_last_error(), "allgatherv") != NULL);
     chorus_group_destroy(group);
   }
   chorus_store_free(store);

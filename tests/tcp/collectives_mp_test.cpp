@@ -5,8 +5,11 @@
 // latency algorithms and the pipelined ones forced with tiny slices), each rank checking its
 // own result against a locally computed reference. Exhaustive dtype x op coverage of the
 // algorithms is in algorithms_test.cpp (loopback transport).
+#include <algorithm>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <numeric>
 #include <vector>
 
 #include <catch2/catch.hpp>
@@ -92,7 +95,124 @@ void run_matrix_on(int n) {
   REQUIRE_ALL_OK(results);
 }
 
+// The variable-size collectives: uneven blocks (an empty one from 3 ranks on), small and
+// several-KiB blocks, in place and out of place, sum and max; the values are exact integers.
+std::int32_t value_of(int rank, std::size_t i) {
+  return static_cast<std::int32_t>(rank * 100000 + static_cast<int>(i));
+}
+std::vector<std::size_t> offsets_of(const std::vector<std::size_t>& counts) {
+  std::vector<std::size_t> off(counts.size() + 1, 0);
+  std::partial_sum(counts.begin(), counts.end(), off.begin() + 1);
+  return off;
+}
+
+void run_variable_size_on(int n) {
+  StoreServerProcess server;
+  const auto results = run_processes(
+      n,
+      [&](int rank) {
+        auto pg = make_tcp_group(child_store(server.port()), rank, n, loopback_options());
+        const auto ur = static_cast<std::size_t>(rank);
+        for (std::size_t scale : {1, 700}) {
+          std::vector<std::size_t> counts;
+          for (int q = 0; q < n; ++q) {
+            counts.push_back(q == 1 && n > 2 ? 0 : scale * static_cast<std::size_t>(q + 1));
+          }
+          const std::vector<std::size_t> off = offsets_of(counts);
+          const std::size_t total = off.back();
+          for (bool in_place : {false, true}) {
+            std::vector<std::int32_t> in(counts[ur]);
+            std::vector<std::int32_t> out(total, -1);
+            for (std::size_t i = 0; i < in.size(); ++i) {
+              in[i] = value_of(rank, i);
+              out[off[ur] + i] = in_place ? in[i] : -1;
+            }
+            const Tensor tin = in_place ? Tensor::of(out.data() + off[ur], counts[ur])
+                                        : Tensor::of(in.data(), in.size());
+            pg->allgatherv(tin, Tensor::of(out.data(), total), counts)->wait();
+            for (int q = 0; q < n; ++q) {
+              for (std::size_t i = 0; i < counts[static_cast<std::size_t>(q)]; ++i) {
+                CHILD_CHECK(out[off[static_cast<std::size_t>(q)] + i] == value_of(q, i));
+              }
+            }
+          }
+          for (ReduceOp op : {ReduceOp::sum, ReduceOp::max}) {
+            for (bool in_place : {false, true}) {
+              std::vector<std::int32_t> in(total);
+              std::vector<std::int32_t> out(counts[ur], -1);
+              for (std::size_t k = 0; k < total; ++k) {
+                in[k] = value_of(rank, k);
+              }
+              const Tensor tout = in_place ? Tensor::of(in.data() + off[ur], counts[ur])
+                                           : Tensor::of(out.data(), out.size());
+              pg->reduce_scatterv(Tensor::of(in.data(), total), tout, counts, {.op = op})->wait();
+              for (std::size_t i = 0; i < counts[ur]; ++i) {
+                std::int32_t want = 0;
+                for (int q = 0; q < n; ++q) {
+                  want = op == ReduceOp::sum ? want + value_of(q, off[ur] + i)
+                                             : std::max(want, value_of(q, off[ur] + i));
+                }
+                CHILD_CHECK((in_place ? in[off[ur] + i] : out[i]) == want);
+              }
+            }
+          }
+          // Rank i sends rank j sent(i, j) elements: 0 for some pairs, uneven for the others.
+          auto sent = [&](int i, int j) {
+            return scale * static_cast<std::size_t>((i + 2 * j) % 3);
+          };
+          std::vector<std::size_t> in_counts;
+          std::vector<std::size_t> out_counts;
+          for (int q = 0; q < n; ++q) {
+            in_counts.push_back(sent(rank, q));
+            out_counts.push_back(sent(q, rank));
+          }
+          const std::vector<std::size_t> in_off = offsets_of(in_counts);
+          const std::vector<std::size_t> out_off = offsets_of(out_counts);
+          std::vector<std::int32_t> in(in_off.back());
+          std::vector<std::int32_t> out(out_off.back(), -1);
+          for (std::size_t k = 0; k < in.size(); ++k) {
+            in[k] = value_of(rank, k);
+          }
+          pg->all_to_allv(Tensor::of(in.data(), in.size()), Tensor::of(out.data(), out.size()),
+                          in_counts, out_counts)
+              ->wait();
+          for (int q = 0; q < n; ++q) {
+            // Where rank q's block for this rank starts in rank q's input.
+            std::size_t at_q = 0;
+            for (int j = 0; j < rank; ++j) {
+              at_q += sent(q, j);
+            }
+            for (std::size_t k = 0; k < out_counts[static_cast<std::size_t>(q)]; ++k) {
+              CHILD_CHECK(out[out_off[static_cast<std::size_t>(q)] + k] == value_of(q, at_q + k));
+            }
+          }
+        }
+        // Float data through the same path, and a wrong count caught on the calling rank.
+        std::vector<float> f(static_cast<std::size_t>(n) * 2, -1.0f);
+        const std::vector<std::size_t> twos(static_cast<std::size_t>(n), 2);
+        std::vector<float> mine = {static_cast<float>(rank), 0.5f};
+        pg->allgatherv(Tensor::of(mine.data(), 2), Tensor::of(f.data(), f.size()), twos)->wait();
+        for (int q = 0; q < n; ++q) {
+          CHILD_CHECK(f[2 * static_cast<std::size_t>(q)] == static_cast<float>(q));
+        }
+        try {
+          pg->allgatherv(Tensor::of(mine.data(), 1), Tensor::of(f.data(), f.size()), twos);
+          CHILD_CHECK(false);
+        } catch (const InvalidArgument&) {
+        }
+        pg->barrier()->wait();
+      },
+      90s);
+  REQUIRE_ALL_OK(results);
+}
+
 }  // namespace
+
+TEST_CASE("variable-size collectives over sockets, world sizes 1 to 4", "[tcp][mp]") {
+  for (int n : {1, 2, 3, 4}) {
+    run_variable_size_on(n);
+  }
+}
 
 TEST_CASE("every collective over sockets, world size 1", "[tcp][mp]") { run_matrix_on(1); }
 TEST_CASE("every collective over sockets, world size 2", "[tcp][mp]") { run_matrix_on(2); }

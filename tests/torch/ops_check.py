@@ -355,6 +355,19 @@ def expect_refused_like_gloo(run, words, what):
     fail(f"{what}: gloo accepts it, chorus refuses it")
 
 
+# Uneven all_gather: rank r contributes r + 1 rows (torch passes outputs of different sizes;
+# chorus runs them as one allgatherv).
+uneven_in = torch.full((rank + 1, 2), float(rank))
+
+
+def all_gather_uneven(group):
+    out = [torch.zeros(r + 1, 2) for r in range(n)]
+    dist.all_gather(out, uneven_in, group=group)
+    return out
+
+
+verify(all_gather_uneven, "all_gather uneven", [torch.full((r + 1, 2), float(r)) for r in range(n)])
+
 # Same element count, another shape: (5, 4) outputs for a (4, 5) input are refused, not filled.
 x45 = torch.arange(20, dtype=torch.float32).view(4, 5) + rank
 expect_refused_like_gloo(

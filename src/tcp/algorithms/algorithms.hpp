@@ -42,6 +42,10 @@ struct CollectiveArgs {
   DataType dtype = DataType::uint8;
   ReduceOp op = ReduceOp::sum;
   int root = 0;
+  // The variable-size collectives' elements per rank (OpDescriptor::in_counts/out_counts,
+  // size() entries; owned by the Op); null for the other ops.
+  const std::size_t* in_counts = nullptr;
+  const std::size_t* out_counts = nullptr;
   // TcpGroupOptions: the hierarchical allreduce's phases use their latency algorithms up to
   // small_bytes; slice_bytes per pipeline slice.
   std::size_t small_bytes = 64 * 1024;
@@ -73,7 +77,7 @@ inline bool maps_shared_buffers(OpKind kind) noexcept {
 // CHORUS_ALGO: "op=algorithm[,op=algorithm...]", e.g. "allreduce=ring,broadcast=tree".
 // Indexed by OpKind; automatic where the cost model chooses. Throws InvalidArgument naming the
 // variable, the entry and the algorithms that op has.
-using AlgorithmOverrides = std::array<AlgorithmId, 10>;
+using AlgorithmOverrides = std::array<AlgorithmId, static_cast<std::size_t>(kLastOpKind) + 1>;
 AlgorithmOverrides parse_algorithm_overrides(const std::string& text);
 
 // The selection inputs of an op (registry.hpp).
@@ -112,6 +116,11 @@ void build_tree_reduce(Schedule& s, const CollectiveArgs& a);
 void build_gather(Schedule& s, const CollectiveArgs& a);
 void build_scatter(Schedule& s, const CollectiveArgs& a);
 void build_all_to_all(Schedule& s, const CollectiveArgs& a);
+// The variable-size collectives (variable_size.cpp): every peer at once, one message each way.
+void build_pairwise_allgatherv(Schedule& s, const CollectiveArgs& a);
+void build_pairwise_reduce_scatterv(Schedule& s, const CollectiveArgs& a);
+void build_pairwise_all_to_allv(Schedule& s, const CollectiveArgs& a);
+void build_variable_single_rank(Schedule& s, const CollectiveArgs& a);
 void build_barrier(Schedule& s, const CollectiveArgs& a);
 
 // ---- helpers shared by the algorithm files ----

@@ -232,6 +232,11 @@ constexpr AlgorithmSpec kRegistry[] = {
     {K::scatter, A::direct, always, always, false, free_of_choice, build_scatter},
     {K::all_to_all, A::pairwise, always, always, false, free_of_choice, build_all_to_all},
     {K::barrier, A::dissemination, always, always, false, free_of_choice, build_barrier},
+    {K::allgatherv, A::pairwise, always, always, false, free_of_choice, build_pairwise_allgatherv},
+    {K::reduce_scatterv, A::pairwise, always, always, false, free_of_choice,
+     build_pairwise_reduce_scatterv},
+    {K::all_to_allv, A::pairwise, always, always, false, free_of_choice,
+     build_pairwise_all_to_allv},
 };
 
 // algorithms_of() hands out one op's rows as a span: they must be adjacent.

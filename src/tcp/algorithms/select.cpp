@@ -21,7 +21,8 @@ namespace {
 
 constexpr OpKind kAllOps[] = {OpKind::allreduce, OpKind::allgather,  OpKind::reduce_scatter,
                               OpKind::broadcast, OpKind::reduce,     OpKind::gather,
-                              OpKind::scatter,   OpKind::all_to_all, OpKind::barrier};
+                              OpKind::scatter,   OpKind::all_to_all, OpKind::barrier,
+                              OpKind::allgatherv, OpKind::reduce_scatterv, OpKind::all_to_allv};
 
 void build_single_rank(Schedule& s, const CollectiveArgs& a) {
   const std::size_t bytes = a.count * element_size(a.dtype);
@@ -36,6 +37,10 @@ void build_single_rank(Schedule& s, const CollectiveArgs& a) {
       // avg over one rank is the value itself.
       s.copy(a.out, a.in, bytes);
       break;
+    case OpKind::allgatherv:
+    case OpKind::reduce_scatterv:
+    case OpKind::all_to_allv:
+      return build_variable_single_rank(s, a);
     case OpKind::broadcast:
     case OpKind::barrier:
       break;

@@ -1,0 +1,259 @@
+// SPDX-License-Identifier: BSD-3-Clause
+// The shape-rule table (op_rules.hpp). One check function per op type; the messages name the
+// op, the rank and the group (as every InvalidArgument of a call does) and say what to fix.
+#include "core/op_rules.hpp"
+
+#include <numeric>
+#include <string>
+#include <utility>
+
+#include <fmt/format.h>
+
+#include <chorus/errors.hpp>
+
+#include "core/backend.hpp"
+
+namespace chorus {
+namespace {
+
+// The calling rank's view of one check: throws with the op's prefix.
+class Checker {
+ public:
+  Checker(const OpDescriptor& op, const detail::Backend& backend, const char* name)
+      : op(op), rank(backend.rank()), size(backend.size()), backend_(backend), name_(name) {}
+
+  template <class... Args>
+  void require(bool cond, fmt::format_string<Args...> format, Args&&... args) const {
+    if (!cond) {
+      throw InvalidArgument(fmt::format("{} on rank {}/{} [{}]: {}", name_, rank, size,
+                                        backend_.name(),
+                                        fmt::format(format, std::forward<Args>(args)...)));
+    }
+  }
+  void device(const Tensor& t, const char* what) const { backend_.check_device(t, what, name_); }
+  void root() const {
+    require(op.root >= 0 && op.root < size, "root {} is not a rank in [0, {})", op.root, size);
+  }
+  bool is_root() const { return rank == op.root; }
+  // The input and output are the same view, or do not overlap.
+  void same_or_disjoint() const {
+    require(op.in.same_view(op.out) || !op.in.overlaps(op.out),
+            "out-of-place input and output overlap; pass the same tensor twice for in-place");
+  }
+  // `part` is `whole`'s block [first, first + count), or does not overlap it.
+  static bool is_block_or_disjoint(const Tensor& part, const Tensor& whole, std::size_t first) {
+    const bool block = part.count() > 0 && first + part.count() <= whole.count() &&
+                       part.same_view(whole.slice(first, part.count()));
+    return block || !part.overlaps(whole);
+  }
+  // counts has one entry per rank.
+  void per_rank(const std::vector<std::size_t>& counts, const char* field) const {
+    require(counts.size() == static_cast<std::size_t>(size),
+            "{} has {} entries; it needs one per rank ({})", field, counts.size(), size);
+  }
+
+  const OpDescriptor& op;
+  const int rank;
+  const int size;
+
+ private:
+  const detail::Backend& backend_;
+  const char* name_;
+};
+
+std::string describe(const Tensor& t) {
+  return fmt::format("{} x {}", t.count(), to_string(t.dtype()));
+}
+std::size_t total(const std::vector<std::size_t>& counts) {
+  return std::accumulate(counts.begin(), counts.end(), std::size_t{0});
+}
+std::size_t offset_of(const std::vector<std::size_t>& counts, int rank) {
+  return std::accumulate(counts.begin(), counts.begin() + rank, std::size_t{0});
+}
+std::size_t times(std::size_t n, int size) { return n * static_cast<std::size_t>(size); }
+
+void check_allreduce(const Checker& c) {
+  const auto& op = c.op;
+  c.require(op.in.count() == op.out.count() && op.in.dtype() == op.out.dtype(),
+            "output ({}) must match input ({}) in count and dtype", describe(op.out),
+            describe(op.in));
+  c.same_or_disjoint();
+  c.device(op.in, "input");
+  c.device(op.out, "output");
+}
+
+void check_allgather(const Checker& c) {
+  const auto& op = c.op;
+  c.require(op.in.dtype() == op.out.dtype() && op.out.count() == times(op.in.count(), c.size),
+            "output ({}) must hold size {} x input ({})", describe(op.out), c.size,
+            describe(op.in));
+  c.require(Checker::is_block_or_disjoint(op.in, op.out, times(op.in.count(), c.rank)),
+            "input overlaps output; for in-place pass output.slice(rank * n, n) as input");
+  c.device(op.in, "input");
+  c.device(op.out, "output");
+}
+
+void check_reduce_scatter(const Checker& c) {
+  const auto& op = c.op;
+  c.require(op.in.dtype() == op.out.dtype() && op.in.count() == times(op.out.count(), c.size),
+            "input ({}) must hold size {} x output ({})", describe(op.in), c.size,
+            describe(op.out));
+  c.require(Checker::is_block_or_disjoint(op.out, op.in, times(op.out.count(), c.rank)),
+            "output overlaps input; for in-place pass input.slice(rank * n, n) as output");
+  c.device(op.in, "input");
+  c.device(op.out, "output");
+}
+
+void check_broadcast(const Checker& c) {
+  c.root();
+  c.device(c.op.in, "tensor");
+}
+
+void check_reduce(const Checker& c) {
+  const auto& op = c.op;
+  c.root();
+  if (c.is_root()) {
+    c.require(op.in.count() == op.out.count() && op.in.dtype() == op.out.dtype(),
+              "output ({}) on the root must match input ({})", describe(op.out), describe(op.in));
+    c.same_or_disjoint();
+    c.device(op.out, "output");
+  }
+  c.device(op.in, "input");
+}
+
+void check_gather(const Checker& c) {
+  const auto& op = c.op;
+  c.root();
+  if (c.is_root()) {
+    c.require(op.in.dtype() == op.out.dtype() && op.out.count() == times(op.in.count(), c.size),
+              "output ({}) on the root must hold size {} x input ({})", describe(op.out), c.size,
+              describe(op.in));
+    c.require(Checker::is_block_or_disjoint(op.in, op.out, times(op.in.count(), c.rank)),
+              "input overlaps output on the root");
+    c.device(op.out, "output");
+  }
+  c.device(op.in, "input");
+}
+
+void check_scatter(const Checker& c) {
+  const auto& op = c.op;
+  c.root();
+  if (c.is_root()) {
+    c.require(op.in.dtype() == op.out.dtype() && op.in.count() == times(op.out.count(), c.size),
+              "input ({}) on the root must hold size {} x output ({})", describe(op.in), c.size,
+              describe(op.out));
+    c.require(Checker::is_block_or_disjoint(op.out, op.in, times(op.out.count(), c.rank)),
+              "output overlaps input on the root");
+    c.device(op.in, "input");
+  }
+  c.device(op.out, "output");
+}
+
+void check_all_to_all(const Checker& c) {
+  const auto& op = c.op;
+  c.require(op.in.count() == op.out.count() && op.in.dtype() == op.out.dtype(),
+            "output ({}) must match input ({})", describe(op.out), describe(op.in));
+  c.require(op.in.count() % static_cast<std::size_t>(c.size) == 0,
+            "count {} is not divisible by the group size {}", op.in.count(), c.size);
+  c.same_or_disjoint();
+  c.device(op.in, "input");
+  c.device(op.out, "output");
+}
+
+void check_barrier(const Checker&) {}
+
+void check_send(const Checker& c) {
+  c.require(c.op.peer >= 0 && c.op.peer < c.size && c.op.peer != c.rank,
+            "destination {} is not another rank in [0, {})", c.op.peer, c.size);
+  c.device(c.op.in, "tensor");
+}
+
+void check_recv(const Checker& c) {
+  const int src = c.op.peer;
+  c.require(src == kAnySource || (src >= 0 && src < c.size && src != c.rank),
+            "source {} is not another rank in [0, {}) nor kAnySource", src, c.size);
+  c.device(c.op.in, "tensor");
+}
+
+void check_allgatherv(const Checker& c) {
+  const auto& op = c.op;
+  c.per_rank(op.out_counts, "out_counts");
+  const std::size_t mine = op.out_counts[static_cast<std::size_t>(c.rank)];
+  c.require(op.in.dtype() == op.out.dtype() && op.in.count() == mine &&
+                op.out.count() == total(op.out_counts),
+            "input ({}) must hold counts[{}] = {} and output ({}) the sum of counts, {}",
+            describe(op.in), c.rank, mine, describe(op.out), total(op.out_counts));
+  c.require(Checker::is_block_or_disjoint(op.in, op.out, offset_of(op.out_counts, c.rank)),
+            "input overlaps output; for in-place pass the output's block of this rank as input");
+  c.device(op.in, "input");
+  c.device(op.out, "output");
+}
+
+void check_reduce_scatterv(const Checker& c) {
+  const auto& op = c.op;
+  c.per_rank(op.in_counts, "in_counts");
+  const std::size_t mine = op.in_counts[static_cast<std::size_t>(c.rank)];
+  c.require(op.in.dtype() == op.out.dtype() && op.out.count() == mine &&
+                op.in.count() == total(op.in_counts),
+            "output ({}) must hold counts[{}] = {} and input ({}) the sum of counts, {}",
+            describe(op.out), c.rank, mine, describe(op.in), total(op.in_counts));
+  c.require(Checker::is_block_or_disjoint(op.out, op.in, offset_of(op.in_counts, c.rank)),
+            "output overlaps input; for in-place pass the input's block of this rank as output");
+  c.device(op.in, "input");
+  c.device(op.out, "output");
+}
+
+void check_all_to_allv(const Checker& c) {
+  const auto& op = c.op;
+  c.per_rank(op.in_counts, "in_counts");
+  c.per_rank(op.out_counts, "out_counts");
+  c.require(op.in.dtype() == op.out.dtype() && op.in.count() == total(op.in_counts) &&
+                op.out.count() == total(op.out_counts),
+            "input ({}) must hold the sum of in_counts ({}) and output ({}) the sum of "
+            "out_counts ({}), of one dtype",
+            describe(op.in), total(op.in_counts), describe(op.out), total(op.out_counts));
+  c.require(!op.in.overlaps(op.out), "input and output overlap; all_to_allv is out-of-place only");
+  c.device(op.in, "input");
+  c.device(op.out, "output");
+}
+
+template <void (*Check)(const Checker&)>
+void run_check(const OpDescriptor& op, const detail::Backend& backend, const char* name) {
+  Check(Checker(op, backend, name));
+}
+
+// Indexed by OpType.
+constexpr OpRule kRules[kNumOpTypes] = {
+    {"allreduce", true, false, run_check<check_allreduce>},
+    {"allgather", true, false, run_check<check_allgather>},
+    {"reduce_scatter", true, true, run_check<check_reduce_scatter>},
+    {"broadcast", true, false, run_check<check_broadcast>},
+    {"reduce", true, false, run_check<check_reduce>},
+    {"gather", true, false, run_check<check_gather>},
+    {"scatter", true, true, run_check<check_scatter>},
+    {"all_to_all", true, false, run_check<check_all_to_all>},
+    {"barrier", true, false, run_check<check_barrier>},
+    {"send", false, false, run_check<check_send>},
+    {"recv", false, false, run_check<check_recv>},
+    {"allgatherv", true, false, run_check<check_allgatherv>},
+    {"reduce_scatterv", true, true, run_check<check_reduce_scatterv>},
+    {"all_to_allv", true, false, run_check<check_all_to_allv>},
+};
+
+}  // namespace
+
+const OpRule& op_rule(OpType type) {
+  const auto index = static_cast<std::size_t>(type);
+  if (index >= static_cast<std::size_t>(kNumOpTypes)) {
+    throw InvalidArgument(
+        fmt::format("OpDescriptor.type is {}, not an OpType (allreduce .. all_to_allv)", index));
+  }
+  return kRules[index];
+}
+
+const char* to_string(OpType type) noexcept {
+  const auto index = static_cast<std::size_t>(type);
+  return index < static_cast<std::size_t>(kNumOpTypes) ? kRules[index].name : "?";
+}
+
+}  // namespace chorus

@@ -1,0 +1,33 @@
+// SPDX-License-Identifier: BSD-3-Clause
+// The shape rules of every op type, in one table: which counts, dtypes, roots and peers an
+// OpDescriptor must have, which tensors this rank touches (checked against the backend's
+// device), and how the op is numbered and traced. Backend::issue() applies them once for
+// every backend, the C ABI and the torch bridge.
+#pragma once
+
+#include "core/private.hpp"
+
+#include <chorus/op.hpp>
+
+namespace chorus {
+
+namespace detail {
+class Backend;
+}
+
+struct OpRule {
+  const char* name;  // "allreduce" ... (to_string(OpType))
+  // Numbered among the collectives (checked against the other ranks' ops at the same
+  // sequence number); false: point-to-point, numbered on its own.
+  bool collective;
+  // The flight recorder describes the output (count, dtype) rather than the input: the ops
+  // whose per-rank count is the output's (reduce_scatter, scatter, reduce_scatterv).
+  bool traces_output;
+  // Throws InvalidArgument naming the op, the rank and what to fix, before anything is sent.
+  void (*check)(const OpDescriptor& op, const detail::Backend& backend, const char* name);
+};
+
+// The rule of `type`; throws InvalidArgument when `type` is not an OpType.
+const OpRule& op_rule(OpType type);
+
+}  // namespace chorus
