@@ -62,10 +62,11 @@ struct TcpGroupOptions {
   // is closed (a stranger: port scanner, health check). Connections are verified
   // concurrently, so this never delays the group.
   Duration hello_timeout = std::chrono::seconds(5);
-  // allreduce payloads up to this many bytes use the latency algorithm (recursive doubling);
-  // larger ones use the pipelined ring. Chosen by measurement (2 and 4 ranks on loopback:
-  // recursive doubling is faster up to 256-512 KiB, the ring from 1 MiB); see docs/results.md.
-  // Also the switch between tree and pipelined chain for broadcast and reduce.
+  // The largest payload for which a latency algorithm (recursive doubling for allreduce, the
+  // tree for broadcast and reduce) may be chosen; above it only the pipelined ones (ring,
+  // halving-doubling, chain) are. Within this bound the group's cost model picks the cheapest
+  // algorithm from link latencies and bandwidths measured at setup (docs/architecture.md);
+  // 0 always takes the pipelined algorithms.
   std::size_t small_allreduce_bytes = 256 * 1024;
   // Bytes per pipeline slice in ring algorithms (send, receive and reduce overlap per slice).
   std::size_t slice_bytes = 256 * 1024;
