@@ -2,10 +2,11 @@
 # SPDX-License-Identifier: BSD-3-Clause
 # `make test`: the five legs (unit, asan, tsan, torch26, format), scheduled for a 2-core machine.
 # Compiling is most of the CPU time and a test run is mostly waiting (sockets, timeouts, forked
-# ranks), so the builds run one after another at full speed and each leg's tests start as soon
-# as its own build is done, alongside the next build. The builds are niced: the tests' time
-# bounds get the CPU first. Order: unit (the longest test run, so it overlaps the most), then
-# torch26, asan, tsan (the shortest test run last, it is the only one nothing overlaps).
+# ranks), so the builds run one after another, each on both cores, and each leg's tests start
+# as soon as its own build is done, alongside the next build: the builds take the CPU the tests
+# leave. The builds are niced, so the tests' time bounds get the CPU first. Order: unit (the
+# longest test run, so it overlaps the most), then torch26, asan, tsan (the shortest test run
+# last: nothing overlaps it).
 #
 # Each step's output goes to test-logs/LEG-STEP.log and is printed whole when the step ends, so
 # legs never interleave; a failed step is named in the table at the end, which gives every step's
