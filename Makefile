@@ -14,11 +14,12 @@ DEB_PACKAGES := meson ninja-build pkg-config g++ libfmt-dev libssl-dev nlohmann-
 TEST_PACKAGES := python3-torch libtorch-dev pybind11-dev python3-dev debootstrap nftables abigail-tools
 # `make test-pip` also needs pip's build backend (meson-python) and venv.
 PIP_TEST_PACKAGES := python3-mesonpy python3-venv
-test test-unit test-torch26 test-torch-suite: DEB_PACKAGES += $(TEST_PACKAGES)
+test test-unit build-unit test-torch26 build-torch26 test-torch-suite: DEB_PACKAGES += $(TEST_PACKAGES)
 test-pip: DEB_PACKAGES += $(TEST_PACKAGES) $(PIP_TEST_PACKAGES)
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: all deps setup build test test-unit test-asan test-tsan test-torch26 test-torch-suite test-pip format-check format bench clean
+.PHONY: all deps setup build test test-unit test-asan test-tsan test-torch26 test-torch-suite test-pip format-check format bench clean \
+  build-unit build-asan build-tsan build-torch26
 
 all: build
 
@@ -40,26 +41,39 @@ setup: $(BUILD)/build.ninja
 build: setup
 	ninja -C $(BUILD)
 
-# Every leg runs even when an earlier one failed (make -k semantics inside one recipe), and the
+# The five legs, scheduled for a 2-core machine by scripts/test_legs.sh: the builds one after
+# another, each leg's tests as soon as its own build is done, while the next leg builds (niced,
+# so the tests' time bounds do not compete with it); the format check at once. Each leg's
+# output is printed whole when that step ends (never interleaved), then a table of every leg
+# with its result, wall and CPU seconds. Every leg runs even when another one failed, and the
 # target fails if any did: CI sees all findings in one run. The Debian 13 root of the torch 2.6
-# leg (minutes of downloads and unpacking, once) is made in the background while the other legs
-# run; test-torch26 waits for it (scripts/torch26_root.sh takes a lock) or makes it itself.
+# leg (minutes of downloads and unpacking, once) is made in the background from the start;
+# build-torch26 waits for it (scripts/torch26_root.sh takes a lock) or makes it itself.
 TORCH26_ROOT_LOG := build-torch26-root.log
 test: | deps
 	@($(SUDO) scripts/torch26_root.sh >/dev/null 2>$(TORCH26_ROOT_LOG) &); \
-	status=0; for leg in test-unit test-asan test-tsan format-check test-torch26; do \
-	  $(MAKE) --no-print-directory $$leg || status=1; done; exit $$status
+	MAKE="$(MAKE)" scripts/test_legs.sh
 
-# The normal suite: every test, default build (debugoptimized, werror).
-test-unit: build
-	meson test -C $(BUILD) --print-errorlogs --num-processes 2
+# The normal suite: every test, default build (debugoptimized, werror). The leg builds
+# everything (benchmarks, examples, measurement tools), so that `make test` also checks that
+# all of it compiles.
+build-unit: build
 
-# Sanitizer legs: their own build dirs, no benchmarks or examples; each builds only what it runs.
-# halt_on_error / -fno-sanitize-recover: the first finding fails the test (also in forked ranks,
-# which leave with _exit and would otherwise never report). See README "Sanitizer legs".
-# No torch backend: the Python interpreter that would load it is not built with the sanitizer.
+test-unit: build-unit
+	meson test -C $(BUILD) --no-rebuild --print-errorlogs --num-processes 2
+
+# Sanitizer legs: their own build dirs, no benchmarks or examples; each builds only what its
+# tests run (`meson-test-prereq`: the test binaries and the programs they declare in
+# `depends`). halt_on_error / -fno-sanitize-recover: the first finding fails the test (also in
+# forked ranks, which leave with _exit and would otherwise never report). See README
+# "Sanitizer legs". No torch backend: the Python interpreter that would load it is not built
+# with the sanitizer.
+# -O1 -g1 (after meson's -O2 -g): about half the compile time of -O2 -g on the test files
+# (docs/results.md, "`make test` on 2 cores"). The sanitizers' documentation asks for -O1 or
+# higher; -g1 keeps the line tables that a report's symbolized stack trace needs (function,
+# file, line) and drops only the variables' descriptions, which a report never prints.
 SAN_MESON_OPTS := -Dbench=false -Dexamples=false -Db_lundef=false -Dtorch=disabled
-SAN_FLAGS := -fno-omit-frame-pointer -fno-sanitize-recover=all
+SAN_FLAGS := -O1 -g1 -fno-omit-frame-pointer -fno-sanitize-recover=all
 SAN_ENV := ASAN_OPTIONS=halt_on_error=1:abort_on_error=0:detect_leaks=1:print_summary=1 \
   UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1:print_summary=1 \
   TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1:print_summary=1:suppressions=$(CURDIR)/tests/sanitizers/tsan.supp
@@ -78,8 +92,10 @@ $(ASAN_BUILD)/build.ninja: | deps
 	meson setup $(ASAN_BUILD) $(SAN_MESON_OPTS) -Db_sanitize=address,undefined \
 	  -Dcpp_args='$(SAN_FLAGS) $(ASAN_GCC12_NOWARN)' -Dc_args='$(SAN_FLAGS)'
 
-test-asan: $(ASAN_BUILD)/build.ninja
-	ninja -C $(ASAN_BUILD)
+build-asan: $(ASAN_BUILD)/build.ninja
+	ninja -C $(ASAN_BUILD) meson-test-prereq
+
+test-asan: build-asan
 	$(SAN_ENV) scripts/run_tests.sh $(ASAN_BUILD) --skip "$(ASAN_SKIP)" --timeout-multiplier 3
 
 # TSan (clang 14: LLVM's own TSan; the leg also keeps the clang build warning-free): the tests
@@ -95,12 +111,18 @@ $(TSAN_BUILD)/build.ninja: | deps
 	CC=clang CXX=clang++ meson setup $(TSAN_BUILD) $(SAN_MESON_OPTS) -Db_sanitize=thread \
 	  -Dcpp_args='$(SAN_FLAGS)' -Dc_args='$(SAN_FLAGS)'
 
-test-tsan: $(TSAN_BUILD)/build.ninja
+build-tsan: $(TSAN_BUILD)/build.ninja
 	ninja -C $(TSAN_BUILD) $(addprefix tests/test_,$(TSAN_TESTS)) $(TSAN_TOOLS)
+
+test-tsan: build-tsan
 	$(SAN_ENV) scripts/run_tests.sh $(TSAN_BUILD) --only "$(TSAN_TESTS)" --timeout-multiplier 4
 
 # The torch tests again on torch 2.6, in a Debian 13 root (see scripts/test_torch26.sh); the
-# default leg ran them on the system's torch 1.13.
+# default leg ran them on the system's torch 1.13. build-torch26 only builds (the script's
+# command `true`).
+build-torch26: | deps
+	$(SUDO) scripts/test_torch26.sh true
+
 test-torch26: | deps
 	$(SUDO) scripts/test_torch26.sh
 
@@ -133,4 +155,4 @@ bench: setup
 	PATH="$(CURDIR)/$(BUILD)/bench:$$PATH" $(BUILD)/tools/chorusrun --standalone -n 4 all_reduce_perf -b 8 -e 64M -f 4 -c 1
 
 clean:
-	rm -rf $(BUILD) $(ASAN_BUILD) $(TSAN_BUILD) build-torch26 $(TORCH26_ROOT_LOG)
+	rm -rf $(BUILD) $(ASAN_BUILD) $(TSAN_BUILD) build-torch26 $(TORCH26_ROOT_LOG) test-logs
