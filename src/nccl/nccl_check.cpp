@@ -86,4 +86,12 @@ void throw_cuda_failure(const char* call, cudaError_t result, const char* file, 
   throw BackendError(message, std::move(context));
 }
 
+std::exception_ptr as_exception_ptr(const Error& e) {
+  try {
+    throw_error(e.code(), e.what(), e.context());
+  } catch (...) {
+    return std::current_exception();
+  }
+}
+
 }  // namespace chorus::nccl

@@ -5,6 +5,7 @@
 
 #include "core/private.hpp"
 
+#include <exception>
 #include <string>
 
 #include <cuda_runtime_api.h>
@@ -29,6 +30,10 @@ std::string on_rank(const ErrorContext& context);
                                      const char* file, int line, ErrorContext context);
 [[noreturn]] void throw_cuda_failure(const char* call, cudaError_t result, const char* file,
                                      int line, ErrorContext context);
+
+// A caught Error as an exception_ptr of its own class (TimeoutError stays a TimeoutError), for
+// failures handed to a Work or rethrown on another thread.
+std::exception_ptr as_exception_ptr(const Error& e);
 
 }  // namespace chorus::nccl
 
