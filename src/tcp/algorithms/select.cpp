@@ -19,9 +19,9 @@
 namespace chorus::tcp {
 namespace {
 
-constexpr OpKind kAllOps[] = {OpKind::allreduce, OpKind::allgather,  OpKind::reduce_scatter,
-                              OpKind::broadcast, OpKind::reduce,     OpKind::gather,
-                              OpKind::scatter,   OpKind::all_to_all, OpKind::barrier,
+constexpr OpKind kAllOps[] = {OpKind::allreduce,  OpKind::allgather,       OpKind::reduce_scatter,
+                              OpKind::broadcast,  OpKind::reduce,          OpKind::gather,
+                              OpKind::scatter,    OpKind::all_to_all,      OpKind::barrier,
                               OpKind::allgatherv, OpKind::reduce_scatterv, OpKind::all_to_allv};
 
 void build_single_rank(Schedule& s, const CollectiveArgs& a) {
