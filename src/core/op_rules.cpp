@@ -13,6 +13,25 @@
 
 #include "core/backend.hpp"
 
+// A tensor in a message, "4 x float32", formatted only when a message uses it: require()'s
+// arguments are evaluated on every call, and formatting two strings per call made a small
+// allreduce about 0.1 µs slower.
+namespace chorus::op_rules_detail {
+struct Described {
+  const Tensor& tensor;
+};
+}  // namespace chorus::op_rules_detail
+
+template <>
+struct fmt::formatter<chorus::op_rules_detail::Described> {
+  constexpr auto parse(fmt::format_parse_context& ctx) { return ctx.begin(); }
+  template <class Context>
+  auto format(const chorus::op_rules_detail::Described& d, Context& ctx) const {
+    return fmt::format_to(ctx.out(), "{} x {}", d.tensor.count(),
+                          chorus::to_string(d.tensor.dtype()));
+  }
+};
+
 namespace chorus {
 namespace {
 
@@ -61,9 +80,8 @@ class Checker {
   const char* name_;
 };
 
-std::string describe(const Tensor& t) {
-  return fmt::format("{} x {}", t.count(), to_string(t.dtype()));
-}
+using op_rules_detail::Described;
+Described describe(const Tensor& t) { return Described{t}; }
 std::size_t total(const std::vector<std::size_t>& counts) {
   return std::accumulate(counts.begin(), counts.end(), std::size_t{0});
 }
