@@ -284,7 +284,7 @@ void write_cache(const LinkCosts& costs) {
 }
 
 // What rank 0 uses, by CHORUS_LINK_COSTS.
-LinkCosts local_choice() {
+LinkCosts choose_local() {
   const std::string mode = env::get("CHORUS_LINK_COSTS").value_or("cached");
   if (mode == "default") {
     return default_link_costs();
@@ -304,6 +304,13 @@ LinkCosts local_choice() {
               format_link_costs(measured));
   write_cache(measured);
   return measured;
+}
+
+// Once per process: every later group (each split, each torch new_group) on rank 0 of this
+// process reuses the figures instead of reading the cache file, or probing, again.
+LinkCosts local_choice() {
+  static const LinkCosts chosen = choose_local();
+  return chosen;
 }
 
 }  // namespace
