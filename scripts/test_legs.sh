@@ -31,11 +31,14 @@ run_step() {
     nice -n "$niceness" $make_cmd --no-print-directory "$target" >"$log" 2>&1
     status=$?
     wall=$((SECONDS - t0))
-    # Second line of `times`: children's user and system time, as "XmY.ZZZs XmY.ZZZs".
-    cpu=$(times | awk 'NR == 2 {
+    # Second line of `times`: children's user and system time, as "XmY.ZZZs XmY.ZZZs". Into a
+    # file, not a pipe or $(...): those run `times` in a new subshell, whose children are none.
+    times >"$log.times"
+    cpu=$(awk 'NR == 2 {
       n = split($0, f, /[ms ]+/); s = 0
       for (i = 1; i + 1 <= n; i += 2) if (f[i] != "") s += f[i] * 60 + f[i + 1]
-      printf "%d", s }')
+      printf "%d", s }' "$log.times")
+    rm -f "$log.times"
     echo "$status $wall $cpu" >"$log.result"
   )
 }
