@@ -2,10 +2,10 @@
 // bootstrap_perf: time to a formed group for N simulated ranks (default N = 1024, 4096, 16384)
 // against one TcpStore server, and the server's peak memory.
 //
-// Each simulated rank does what a real rank does in build_mesh (src/tcp/mesh.cpp) before the
-// mesh connections: it binds a listening socket (port 0) and calls tcp::join_group on the
+// Each simulated rank does what a real rank does in build_mesh (src/cpu/bootstrap/mesh.cpp) before
+// the mesh connections: it binds a listening socket (port 0) and calls cpu::join_group on the
 // group's store namespace (a PrefixStore, as make_tcp_group makes one) with its listener's
-// "host:port", then reads its ring neighbours' addresses (tcp::fetch_addresses). Internal API: this
+// "host:port", then reads its ring neighbours' addresses (cpu::fetch_addresses). Internal API: this
 // benchmark links the internal layers (scripts/check_layering.sh lets it, and only it, in bench/).
 //
 // The server (TcpStoreServer) runs in its own forked process on 127.0.0.1, a fresh one per N;
@@ -51,10 +51,10 @@
 #include <chorus/store.hpp>
 #include <chorus/tcp_store.hpp>
 
+#include "cpu/bootstrap/host_id.hpp"
+#include "cpu/bootstrap/membership.hpp"
 #include "net/listener.hpp"
 #include "store_bench_util.hpp"
-#include "tcp/host_id.hpp"
-#include "tcp/membership.hpp"
 
 namespace {
 
@@ -176,7 +176,7 @@ class SmallThread {
                                int done_fd, int finish_fd) {
   raise_open_file_limit();
   const int victim = cfg.kill_one ? n / 2 : -1;
-  const std::string host_id = chorus::tcp::local_host_id();
+  const std::string host_id = chorus::cpu::local_host_id();
   const auto timeout = std::chrono::seconds(cfg.timeout_s);
   // Readable once the parent says every process is done: the ranks stop listening then.
   const int stop_fd = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
@@ -231,7 +231,7 @@ class SmallThread {
             base.reset();
           } else if (set_up && setup_failures == 0) {
             try {
-              chorus::tcp::MembershipOptions mo;
+              chorus::cpu::MembershipOptions mo;
               mo.rank = rank;
               mo.size = n;
               mo.where = fmt::format("tcp group setup on rank {}/{} [bench]", rank, n);
@@ -247,12 +247,12 @@ class SmallThread {
                   }
                 };
               }
-              chorus::tcp::Membership m = chorus::tcp::join_group(*store, mo);
+              chorus::cpu::Membership m = chorus::cpu::join_group(*store, mo);
               // Ring neighbours' addresses, as a ring's connections need them.
               if (n > 1) {
                 const int prev = (rank + n - 1) % n;
                 const int next = (rank + 1) % n;
-                if (!chorus::tcp::fetch_addresses(*store, m, {prev, next}, mo.deadline).empty()) {
+                if (!chorus::cpu::fetch_addresses(*store, m, {prev, next}, mo.deadline).empty()) {
                   throw std::runtime_error("a ring neighbour left before its address was read");
                 }
               }
@@ -494,7 +494,7 @@ int main(int argc, char** argv) {
   std::printf("# %s\n", command.c_str());
   std::printf(
       "# bootstrap_perf: N ranks each bind a listener on its own 127.x.y.z, connect to the store "
-      "from that address and call tcp::join_group (then look up its ring neighbours); time from "
+      "from that address and call cpu::join_group (then look up its ring neighbours); time from "
       "a common release to the last rank's return\n");
   std::printf(
       "# TcpStoreServer in its own process on 127.0.0.1 (a fresh one per N); ranks are threads "

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: BSD-3-Clause
-# Fails if any folder includes a layer above it (docs/architecture.md, "Layers": core <- net <- store <- tcp|nccl <- capi),
+# Fails if any folder includes a layer above it (docs/architecture.md, "Layers": core <- net <- store <- cpu|nccl <- capi),
 # if src/ddp includes any internal header (it uses the public API only),
-# if tcp and nccl include each other, if public headers include anything but std and chorus
+# if cpu and nccl include each other, if public headers include anything but std and chorus
 # public headers, or if tools/bench/examples reach past the public API.
 set -u
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -14,16 +14,16 @@ allowed_for() {
     src/core) echo "core" ;;
     src/net) echo "core net" ;;
     src/store) echo "core net store" ;;
-    src/tcp) echo "core net store tcp" ;;
+    src/cpu) echo "core net store cpu" ;;
     src/nccl) echo "core net store nccl" ;;
-    src/init|src/capi) echo "core net store tcp nccl init ddp capi" ;;
+    src/init|src/capi) echo "core net store cpu nccl init ddp capi" ;;
     # The DDP toolkit is built on the public API only (src/ddp/meson.build), as a user's
     # code would be: no internal layer at all, not even core.
     src/ddp) echo "" ;;
   esac
 }
 
-for dir in src/core src/net src/store src/tcp src/nccl src/init src/ddp src/capi; do
+for dir in src/core src/net src/store src/cpu src/nccl src/init src/ddp src/capi; do
   [ -d "$dir" ] || continue
   allowed=$(allowed_for "$dir")
   while IFS= read -r line; do
@@ -51,10 +51,10 @@ while IFS= read -r line; do
 done < <(grep -HnE '^#include <(sys/|netinet/|arpa/|fmt/|cuda|nccl|unistd|pthread)' include/chorus/ 2>/dev/null -r)
 
 # tools, bench and examples use chorus as a user does: public headers only. One exception:
-# bench/bootstrap_perf.cpp drives tcp::join_group itself, as a rank's group setup does.
+# bench/bootstrap_perf.cpp drives cpu::join_group itself, as a rank's group setup does.
 while IFS= read -r line; do
   echo "public-API-only folder reaches into src/: $line"; status=1
-done < <(grep -rHnE '^#include "(core|net|store|tcp|nccl|init|ddp|capi)/' tools bench examples 2>/dev/null |
+done < <(grep -rHnE '^#include "(core|net|store|cpu|nccl|init|ddp|capi)/' tools bench examples 2>/dev/null |
   grep -v '^bench/bootstrap_perf\.cpp:')
 
 if [ "$status" = 0 ]; then

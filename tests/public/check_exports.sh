@@ -16,7 +16,7 @@ while IFS= read -r sym; do
   esac
   case "$demangled" in
     # Internal namespaces never leak.
-    *chorus::net::*|*chorus::store::*|*chorus::tcp::*|*chorus::nccl::*|*chorus::capi::*|\
+    *chorus::net::*|*chorus::store::*|*chorus::cpu::*|*chorus::nccl::*|*chorus::capi::*|\
     *chorus::env::*|*chorus::init::*|*chorus::test::*|*"chorus::(anonymous namespace)"*|*fmt::*)
       echo "internal symbol exported: $demangled"; bad=1 ;;
     # Public C++ API, and the RTTI / vtables / thunks of exported classes.

@@ -12,18 +12,18 @@
 #include <chorus/errors.hpp>
 #include <chorus/store.hpp>
 
-#include "tcp/algorithms/algorithms.hpp"
-#include "tcp/link_costs.hpp"
+#include "cpu/algorithms/algorithms.hpp"
+#include "cpu/bootstrap/link_costs.hpp"
 
 namespace chorus::test {
 namespace {
 
-using tcp::AlgorithmId;
+using cpu::AlgorithmId;
 
 // Links with equal figures everywhere: a round 10 us, 1 GB/s, reductions 4 GB/s; more CPUs
 // than ranks.
-tcp::LinkCosts uniform_costs() {
-  tcp::LinkCosts c;
+cpu::LinkCosts uniform_costs() {
+  cpu::LinkCosts c;
   c.shm = c.socket = c.network = {10.0, 1.0};
   c.peer_copy_gbps = 0.5;
   c.memcpy_gbps = 4.0;
@@ -33,8 +33,8 @@ tcp::LinkCosts uniform_costs() {
 }
 
 struct Chooser {
-  tcp::LinkCosts costs = uniform_costs();
-  tcp::CollectiveArgs a;
+  cpu::LinkCosts costs = uniform_costs();
+  cpu::CollectiveArgs a;
   Chooser() {
     a.small_bytes = std::size_t{1} << 40;  // the cost model alone decides
     a.costs = &costs;
@@ -43,7 +43,7 @@ struct Chooser {
     a.kind = kind;
     a.dtype = DataType::uint8;
     a.count = bytes;
-    return tcp::select_algorithm(n, a);
+    return cpu::select_algorithm(n, a);
   }
 };
 
@@ -75,7 +75,7 @@ TEST_CASE("allreduce: latency algorithms small, bandwidth algorithms large", "[t
   choose.a.dtype = DataType::float64;
   choose.a.kind = OpKind::allreduce;
   choose.a.count = large / 8;
-  CHECK(tcp::select_algorithm(4, choose.a) == AlgorithmId::halving_doubling);
+  CHECK(cpu::select_algorithm(4, choose.a) == AlgorithmId::halving_doubling);
 }
 
 TEST_CASE("the latency/bandwidth crossover follows α/β", "[tcp][selection]") {
@@ -111,7 +111,7 @@ TEST_CASE("the transport the group's ranks use picks the figures", "[tcp][select
       crossover(choose, OpKind::allreduce, 4, AlgorithmId::recursive_doubling);
   CHECK(over_shm < over_sockets);
   // Several hosts: the flat algorithms cross the network.
-  const tcp::HostMap apart = tcp::make_host_map({"a", "b", "c", "d"});
+  const cpu::HostMap apart = cpu::make_host_map({"a", "b", "c", "d"});
   choose.a.shared_memory = false;
   choose.a.hosts = &apart;
   choose.costs.network = {500.0, 0.1};
@@ -128,7 +128,7 @@ TEST_CASE("a host's ranks beyond its CPUs make its rounds dearer", "[tcp][select
       crossover(choose, OpKind::allreduce, 8, AlgorithmId::recursive_doubling);
   CHECK(crowded > enough);
   choose.a.shared_memory = false;
-  const tcp::HostMap apart = tcp::make_host_map({"a", "b", "c", "d", "e", "f", "g", "h"});
+  const cpu::HostMap apart = cpu::make_host_map({"a", "b", "c", "d", "e", "f", "g", "h"});
   choose.a.hosts = &apart;  // one rank per host: the network's rounds, never scaled
   const std::size_t network =
       crossover(choose, OpKind::allreduce, 8, AlgorithmId::recursive_doubling);
@@ -140,7 +140,7 @@ TEST_CASE("hierarchical allreduce over hosts with several ranks", "[tcp][selecti
   Chooser choose;
   choose.costs.shm = {5.0, 5.0};
   choose.costs.network = {50.0, 0.125};  // 1 Gbit/s between hosts
-  const tcp::HostMap two_by_two = tcp::make_host_map({"a", "a", "b", "b"});
+  const cpu::HostMap two_by_two = cpu::make_host_map({"a", "a", "b", "b"});
   choose.a.hosts = &two_by_two;
   for (std::size_t bytes : {std::size_t{8}, std::size_t{64} << 10, std::size_t{64} << 20}) {
     INFO("bytes " << bytes);
@@ -152,7 +152,7 @@ TEST_CASE("hierarchical allreduce over hosts with several ranks", "[tcp][selecti
   choose.a.forced = AlgorithmId::hierarchical;
   CHECK(choose(OpKind::allreduce, 4, 8) != AlgorithmId::hierarchical);
   choose.a.op = ReduceOp::sum;
-  const tcp::HostMap apart = tcp::make_host_map({"a", "b", "c", "d"});
+  const cpu::HostMap apart = cpu::make_host_map({"a", "b", "c", "d"});
   choose.a.hosts = &apart;
   CHECK(choose(OpKind::allreduce, 4, 8) == AlgorithmId::recursive_doubling);
 }
@@ -167,10 +167,10 @@ TEST_CASE("direct: the default between SharedBuffers from 256 KiB, never with pr
        {OpKind::allreduce, OpKind::reduce_scatter, OpKind::allgather, OpKind::broadcast}) {
     INFO(to_string(kind));
     for (int n : {2, 4}) {
-      CHECK(choose(kind, n, tcp::kSharedBufferMinBytes) == AlgorithmId::direct);
+      CHECK(choose(kind, n, cpu::kSharedBufferMinBytes) == AlgorithmId::direct);
     }
     // Below 256 KiB it is never the default, however cheap the model says it is.
-    CHECK(choose(kind, 4, tcp::kSharedBufferMinBytes - 1) != AlgorithmId::direct);
+    CHECK(choose(kind, 4, cpu::kSharedBufferMinBytes - 1) != AlgorithmId::direct);
   }
   // Private buffers: never the default (what the probe's figure misses: results.md), however
   // fast the probe says process_vm_readv is.
@@ -206,19 +206,19 @@ TEST_CASE("ops with one algorithm, and world size 1", "[tcp][selection]") {
   CHECK(choose(OpKind::all_to_all, 4, 1 << 20) == AlgorithmId::pairwise);
   CHECK(choose(OpKind::barrier, 4, 0) == AlgorithmId::dissemination);
   CHECK(choose(OpKind::allreduce, 1, 1 << 20) == AlgorithmId::local);
-  CHECK(std::string(tcp::algorithm_name(AlgorithmId::local)) == "local");
+  CHECK(std::string(cpu::algorithm_name(AlgorithmId::local)) == "local");
 }
 
 TEST_CASE("no figures given: the defaults choose", "[tcp][selection]") {
-  tcp::CollectiveArgs a;
+  cpu::CollectiveArgs a;
   a.kind = OpKind::allreduce;
   a.count = 8;
-  CHECK(tcp::select_algorithm(4, a) == AlgorithmId::recursive_doubling);
+  CHECK(cpu::select_algorithm(4, a) == AlgorithmId::recursive_doubling);
 }
 
 TEST_CASE("CHORUS_ALGO: parsed once into ids, forced where it runs, bad entries named",
           "[tcp][selection]") {
-  const auto forced = tcp::parse_algorithm_overrides("allreduce=ring,broadcast=tree");
+  const auto forced = cpu::parse_algorithm_overrides("allreduce=ring,broadcast=tree");
   CHECK(forced[static_cast<std::size_t>(OpKind::allreduce)] == AlgorithmId::ring);
   CHECK(forced[static_cast<std::size_t>(OpKind::broadcast)] == AlgorithmId::tree);
   CHECK(forced[static_cast<std::size_t>(OpKind::reduce)] == AlgorithmId::automatic);
@@ -242,7 +242,7 @@ TEST_CASE("CHORUS_ALGO: parsed once into ids, forced where it runs, bad entries 
            {"broadcast=ring", "broadcast has no algorithm 'ring'; it has tree, chain, direct"}}) {
     INFO(text);
     try {
-      (void)tcp::parse_algorithm_overrides(text);
+      (void)cpu::parse_algorithm_overrides(text);
       FAIL("accepted");
     } catch (const InvalidArgument& e) {
       CHECK_THAT(e.what(), Catch::Contains(says));
@@ -251,16 +251,16 @@ TEST_CASE("CHORUS_ALGO: parsed once into ids, forced where it runs, bad entries 
 }
 
 TEST_CASE("link costs: text form, and one set for the whole group", "[tcp][selection]") {
-  const tcp::LinkCosts d = tcp::default_link_costs();
-  const auto back = tcp::parse_link_costs(tcp::format_link_costs(d));
+  const cpu::LinkCosts d = cpu::default_link_costs();
+  const auto back = cpu::parse_link_costs(cpu::format_link_costs(d));
   REQUIRE(back);
-  CHECK(tcp::format_link_costs(*back) == tcp::format_link_costs(d));
+  CHECK(cpu::format_link_costs(*back) == cpu::format_link_costs(d));
   for (const char* bad :
        {"", "v1", "v2 shm=1/1 socket=1/1 network=1/1 peer_copy=1 memcpy=1 reduce=1",
         "v1 shm=1/0 socket=1/1 network=1/1 peer_copy=1 memcpy=1 reduce=1",
         "v1 shm=1/1 socket=1/1 network=1/1 peer_copy=1 memcpy=1 reduce=1 x"}) {
     INFO(bad);
-    CHECK_FALSE(tcp::parse_link_costs(bad));
+    CHECK_FALSE(cpu::parse_link_costs(bad));
   }
   // Rank 0 publishes; the others read exactly its figures. CHORUS_LINK_COSTS=default: no probe.
   ::setenv("CHORUS_LINK_COSTS", "default", 1);
@@ -269,8 +269,8 @@ TEST_CASE("link costs: text form, and one set for the whole group", "[tcp][selec
   std::vector<std::thread> ranks;
   for (int r = 3; r >= 0; --r) {  // the readers first: they wait for rank 0
     ranks.emplace_back([&, r] {
-      seen[static_cast<std::size_t>(r)] = tcp::format_link_costs(
-          tcp::agree_on_link_costs(*store, "epoch1", r, Deadline::after(std::chrono::seconds(10))));
+      seen[static_cast<std::size_t>(r)] = cpu::format_link_costs(
+          cpu::agree_on_link_costs(*store, "epoch1", r, Deadline::after(std::chrono::seconds(10))));
     });
   }
   for (auto& t : ranks) {
@@ -278,23 +278,23 @@ TEST_CASE("link costs: text form, and one set for the whole group", "[tcp][selec
   }
   ::unsetenv("CHORUS_LINK_COSTS");
   for (const std::string& s : seen) {
-    CHECK(s == tcp::format_link_costs(d));
+    CHECK(s == cpu::format_link_costs(d));
   }
 }
 
 TEST_CASE("the probe measures every figure within bounds", "[tcp][selection]") {
   const auto t0 = std::chrono::steady_clock::now();
-  const tcp::LinkCosts m = tcp::measure_link_costs();
+  const cpu::LinkCosts m = cpu::measure_link_costs();
   const double ms =
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-  INFO(tcp::format_link_costs(m) << " in " << ms << " ms");
+  INFO(cpu::format_link_costs(m) << " in " << ms << " ms");
   CHECK(ms < 2000);  // about 0.1 s on the loaded 2-core VM
   for (double v : {m.shm.gbps, m.socket.gbps, m.memcpy_gbps, m.reduce_gbps, m.peer_copy_gbps}) {
     CHECK(v > 0.01);
   }
   CHECK(m.shm.alpha_us > 0);
   CHECK(m.socket.alpha_us > 0);
-  CHECK(tcp::parse_link_costs(tcp::format_link_costs(m)));
+  CHECK(cpu::parse_link_costs(cpu::format_link_costs(m)));
 }
 
 }  // namespace

@@ -13,9 +13,9 @@
 
 #include <chorus/errors.hpp>
 
-#include "tcp/algorithms/algorithms.hpp"
+#include "cpu/algorithms/algorithms.hpp"
+#include "cpu/engine/executor.hpp"
 #include "tcp/collective_cases.hpp"
-#include "tcp/executor.hpp"
 #include "tcp/loopback_transport.hpp"
 
 namespace chorus::test {
@@ -30,8 +30,8 @@ struct Variant {
 // Latency algorithms (everything small) and pipelined ones with tiny slices (many slices).
 constexpr Variant kVariants[] = {{1u << 30, 1u << 20}, {0, 40}};
 
-tcp::CollectiveArgs args_for(const Case& c, const RankBuffers& rb, const Variant& v) {
-  tcp::CollectiveArgs a;
+cpu::CollectiveArgs args_for(const Case& c, const RankBuffers& rb, const Variant& v) {
+  cpu::CollectiveArgs a;
   a.kind = c.kind;
   a.in = rb.in.data();
   a.out = rb.out.data();
@@ -45,7 +45,7 @@ tcp::CollectiveArgs args_for(const Case& c, const RankBuffers& rb, const Variant
 }
 
 // Starts every rank's executor and moves messages until none can move.
-void start_and_run(LoopbackFabric& fabric, std::vector<std::unique_ptr<tcp::Executor>>& execs) {
+void start_and_run(LoopbackFabric& fabric, std::vector<std::unique_ptr<cpu::Executor>>& execs) {
   for (auto& e : execs) {
     e->start();
   }
@@ -61,30 +61,30 @@ void start_and_run(LoopbackFabric& fabric, std::vector<std::unique_ptr<tcp::Exec
 // Runs the case on n loopback ranks; returns "" or what went wrong.
 std::string run_case(const Case& c, const Variant& v, std::uint32_t seed,
                      const std::vector<OpSignature>* sigs = nullptr,
-                     std::vector<std::optional<tcp::SignatureMismatch>>* mismatches = nullptr,
-                     const tcp::HostMap* hosts = nullptr,
-                     tcp::AlgorithmId forced = tcp::AlgorithmId::automatic) {
+                     std::vector<std::optional<cpu::SignatureMismatch>>* mismatches = nullptr,
+                     const cpu::HostMap* hosts = nullptr,
+                     cpu::AlgorithmId forced = cpu::AlgorithmId::automatic) {
   LoopbackFabric fabric(c.n, seed);
   std::vector<RankBuffers> bufs;
-  std::vector<tcp::ScratchArena> arenas(static_cast<std::size_t>(c.n));
-  std::vector<std::unique_ptr<tcp::Schedule>> scheds;
-  std::vector<std::unique_ptr<tcp::Executor>> execs;
+  std::vector<cpu::ScratchArena> arenas(static_cast<std::size_t>(c.n));
+  std::vector<std::unique_ptr<cpu::Schedule>> scheds;
+  std::vector<std::unique_ptr<cpu::Executor>> execs;
   for (int r = 0; r < c.n; ++r) {
     bufs.push_back(make_buffers(c, r));
   }
   for (int r = 0; r < c.n; ++r) {
     auto s =
-        std::make_unique<tcp::Schedule>(r, c.n, c.dtype, c.op, arenas[static_cast<std::size_t>(r)]);
-    tcp::CollectiveArgs args = args_for(c, bufs[static_cast<std::size_t>(r)], v);
+        std::make_unique<cpu::Schedule>(r, c.n, c.dtype, c.op, arenas[static_cast<std::size_t>(r)]);
+    cpu::CollectiveArgs args = args_for(c, bufs[static_cast<std::size_t>(r)], v);
     args.hosts = hosts;
     args.forced = forced;
     // For direct: the ranks are this one process, whose pid names every rank's memory.
-    args.peer_memory = forced == tcp::AlgorithmId::direct;
-    tcp::build_schedule(*s, args);
+    args.peer_memory = forced == cpu::AlgorithmId::direct;
+    cpu::build_schedule(*s, args);
     s->finalize(sigs ? (*sigs)[static_cast<std::size_t>(r)] : header_of(c, 7));
     scheds.push_back(std::move(s));
     execs.push_back(
-        std::make_unique<tcp::Executor>(fabric.endpoint(r), *scheds.back(), 1ull << 32));
+        std::make_unique<cpu::Executor>(fabric.endpoint(r), *scheds.back(), 1ull << 32));
   }
   start_and_run(fabric, execs);
   if (!fabric.errors().empty()) {
@@ -115,7 +115,7 @@ std::string run_case(const Case& c, const Variant& v, std::uint32_t seed,
 }
 
 // forced: the algorithm CHORUS_ALGO would force (automatic: the default choice).
-void run_matrix(OpKind kind, bool reduces, tcp::AlgorithmId forced = tcp::AlgorithmId::automatic) {
+void run_matrix(OpKind kind, bool reduces, cpu::AlgorithmId forced = cpu::AlgorithmId::automatic) {
   std::uint32_t seed = 1;
   int cases = 0;
   for (int n = 1; n <= 8; ++n) {
@@ -170,10 +170,10 @@ TEST_CASE("loopback all_to_all", "[tcp][algorithms]") { run_matrix(OpKind::all_t
 
 TEST_CASE("loopback direct (single-copy) collectives: world sizes, counts, dtypes and ops",
           "[tcp][algorithms]") {
-  run_matrix(OpKind::allreduce, true, tcp::AlgorithmId::direct);
-  run_matrix(OpKind::reduce_scatter, true, tcp::AlgorithmId::direct);
-  run_matrix(OpKind::allgather, false, tcp::AlgorithmId::direct);
-  run_matrix(OpKind::broadcast, false, tcp::AlgorithmId::direct);
+  run_matrix(OpKind::allreduce, true, cpu::AlgorithmId::direct);
+  run_matrix(OpKind::reduce_scatter, true, cpu::AlgorithmId::direct);
+  run_matrix(OpKind::allgather, false, cpu::AlgorithmId::direct);
+  run_matrix(OpKind::broadcast, false, cpu::AlgorithmId::direct);
 }
 
 // The engine keeps each rank's last Schedule and Executor and runs the next op in them
@@ -184,41 +184,41 @@ TEST_CASE("a schedule and executor run op after op when cleared and restarted",
           "[tcp][algorithms]") {
   struct Step {
     Case c;
-    tcp::AlgorithmId forced;
+    cpu::AlgorithmId forced;
     Variant v;
   };
   for (int n = 1; n <= 5; ++n) {
     const std::vector<Step> steps = {
         {{OpKind::allreduce, n, 33, DataType::int32, ReduceOp::sum, 0, false},
-         tcp::AlgorithmId::automatic,
+         cpu::AlgorithmId::automatic,
          kVariants[1]},
         {{OpKind::allgather, n, 7, DataType::float32, ReduceOp::sum, 0, true},
-         tcp::AlgorithmId::automatic,
+         cpu::AlgorithmId::automatic,
          kVariants[0]},
         {{OpKind::allreduce, n, 1, DataType::float64, ReduceOp::max, 0, false},
-         tcp::AlgorithmId::automatic,
+         cpu::AlgorithmId::automatic,
          kVariants[0]},
         {{OpKind::allreduce, n, 250, DataType::float32, ReduceOp::avg, 0, false},
-         tcp::AlgorithmId::direct,
+         cpu::AlgorithmId::direct,
          kVariants[1]},
         {{OpKind::broadcast, n, 250, DataType::uint8, ReduceOp::sum, n - 1, false},
-         tcp::AlgorithmId::automatic,
+         cpu::AlgorithmId::automatic,
          kVariants[1]},
         {{OpKind::reduce_scatter, n, 0, DataType::int64, ReduceOp::prod, 0, false},
-         tcp::AlgorithmId::automatic,
+         cpu::AlgorithmId::automatic,
          kVariants[0]},
         {{OpKind::allreduce, n, 33, DataType::bfloat16, ReduceOp::min, 0, true},
-         tcp::AlgorithmId::halving_doubling,
+         cpu::AlgorithmId::halving_doubling,
          kVariants[1]},
     };
     LoopbackFabric fabric(n, 17);
-    std::vector<tcp::ScratchArena> arenas(static_cast<std::size_t>(n));
-    std::vector<std::unique_ptr<tcp::Schedule>> scheds;
-    std::vector<std::unique_ptr<tcp::Executor>> execs;
+    std::vector<cpu::ScratchArena> arenas(static_cast<std::size_t>(n));
+    std::vector<std::unique_ptr<cpu::Schedule>> scheds;
+    std::vector<std::unique_ptr<cpu::Executor>> execs;
     std::uint64_t epoch = 0;
     for (const Step& step : steps) {
       const Case& c = step.c;
-      CAPTURE(c.describe(), tcp::algorithm_name(step.forced));
+      CAPTURE(c.describe(), cpu::algorithm_name(step.forced));
       ++epoch;
       std::vector<RankBuffers> bufs;
       for (int r = 0; r < n; ++r) {
@@ -227,19 +227,19 @@ TEST_CASE("a schedule and executor run op after op when cleared and restarted",
       for (int r = 0; r < n; ++r) {
         const auto i = static_cast<std::size_t>(r);
         if (scheds.size() < static_cast<std::size_t>(n)) {
-          scheds.push_back(std::make_unique<tcp::Schedule>(r, n, c.dtype, c.op, arenas[i]));
+          scheds.push_back(std::make_unique<cpu::Schedule>(r, n, c.dtype, c.op, arenas[i]));
         } else {
           arenas[i].reset();
           scheds[i]->clear(c.dtype, c.op);
         }
-        tcp::CollectiveArgs args = args_for(c, bufs[i], step.v);
+        cpu::CollectiveArgs args = args_for(c, bufs[i], step.v);
         args.forced = step.forced;
-        args.peer_memory = step.forced == tcp::AlgorithmId::direct;
-        tcp::build_schedule(*scheds[i], args);
+        args.peer_memory = step.forced == cpu::AlgorithmId::direct;
+        cpu::build_schedule(*scheds[i], args);
         scheds[i]->finalize(header_of(c, epoch));
         if (execs.size() < static_cast<std::size_t>(n)) {
           execs.push_back(
-              std::make_unique<tcp::Executor>(fabric.endpoint(r), *scheds[i], epoch << 32));
+              std::make_unique<cpu::Executor>(fabric.endpoint(r), *scheds[i], epoch << 32));
         } else {
           CHECK(execs[i]->owns((epoch - 1) << 32));
           execs[i]->restart(epoch << 32);
@@ -260,7 +260,7 @@ TEST_CASE("a schedule and executor run op after op when cleared and restarted",
 
 TEST_CASE("loopback halving-doubling allreduce: every world size, count, dtype and op",
           "[tcp][algorithms]") {
-  run_matrix(OpKind::allreduce, true, tcp::AlgorithmId::halving_doubling);
+  run_matrix(OpKind::allreduce, true, cpu::AlgorithmId::halving_doubling);
 }
 
 TEST_CASE("loopback hierarchical allreduce: host layouts, counts, dtypes and ops",
@@ -276,7 +276,7 @@ TEST_CASE("loopback hierarchical allreduce: host layouts, counts, dtypes and ops
   std::uint32_t seed = 1;
   int cases = 0;
   for (const auto& layout : layouts) {
-    const tcp::HostMap hosts = tcp::make_host_map(layout);
+    const cpu::HostMap hosts = cpu::make_host_map(layout);
     const int n = static_cast<int>(layout.size());
     REQUIRE(hosts.mixed());
     for (std::size_t count : kCounts) {
@@ -285,7 +285,7 @@ TEST_CASE("loopback hierarchical allreduce: host layouts, counts, dtypes and ops
           for (bool in_place : {false, true}) {
             for (const Variant& v : kVariants) {
               const Case c{OpKind::allreduce, n, count, dt, op, 0, in_place};
-              tcp::CollectiveArgs a;
+              cpu::CollectiveArgs a;
               a.kind = c.kind;
               a.count = count;
               a.dtype = dt;
@@ -294,11 +294,11 @@ TEST_CASE("loopback hierarchical allreduce: host layouts, counts, dtypes and ops
               a.small_bytes = v.small_bytes;
               // Forced (whether it is the default is the cost model's call: selection tests);
               // it never runs for avg, which every phase would divide.
-              a.forced = tcp::AlgorithmId::hierarchical;
-              CHECK((tcp::select_algorithm(n, a) == tcp::AlgorithmId::hierarchical) ==
+              a.forced = cpu::AlgorithmId::hierarchical;
+              CHECK((cpu::select_algorithm(n, a) == cpu::AlgorithmId::hierarchical) ==
                     (op != ReduceOp::avg));
               const std::string err =
-                  run_case(c, v, seed++, nullptr, nullptr, &hosts, tcp::AlgorithmId::hierarchical);
+                  run_case(c, v, seed++, nullptr, nullptr, &hosts, cpu::AlgorithmId::hierarchical);
               if (!err.empty()) {
                 FAIL(err << " (hosts " << fmt::format("{}", fmt::join(layout, ",")) << ")");
               }
@@ -311,8 +311,8 @@ TEST_CASE("loopback hierarchical allreduce: host layouts, counts, dtypes and ops
   }
   CHECK(cases > 1000);
   // One host, or every rank alone: the flat algorithms.
-  const tcp::HostMap one = tcp::make_host_map({"a", "a", "a"});
-  const tcp::HostMap apart = tcp::make_host_map({"a", "b", "c"});
+  const cpu::HostMap one = cpu::make_host_map({"a", "a", "a"});
+  const cpu::HostMap apart = cpu::make_host_map({"a", "b", "c"});
   CHECK_FALSE(one.mixed());
   CHECK_FALSE(apart.mixed());
 }
@@ -329,17 +329,17 @@ TEST_CASE("loopback barrier: nobody leaves before everybody arrived", "[tcp][alg
   for (int n = 2; n <= 8; ++n) {
     for (int absent = 0; absent < n; ++absent) {
       LoopbackFabric fabric(n, 3);
-      std::vector<tcp::ScratchArena> arenas(static_cast<std::size_t>(n));
-      std::vector<std::unique_ptr<tcp::Schedule>> scheds;
-      std::vector<std::unique_ptr<tcp::Executor>> execs;
+      std::vector<cpu::ScratchArena> arenas(static_cast<std::size_t>(n));
+      std::vector<std::unique_ptr<cpu::Schedule>> scheds;
+      std::vector<std::unique_ptr<cpu::Executor>> execs;
       for (int r = 0; r < n; ++r) {
-        auto s = std::make_unique<tcp::Schedule>(r, n, DataType::uint8, ReduceOp::sum,
+        auto s = std::make_unique<cpu::Schedule>(r, n, DataType::uint8, ReduceOp::sum,
                                                  arenas[static_cast<std::size_t>(r)]);
-        tcp::build_barrier(*s, {});
+        cpu::build_barrier(*s, {});
         s->finalize(OpSignature{});
         scheds.push_back(std::move(s));
         execs.push_back(
-            std::make_unique<tcp::Executor>(fabric.endpoint(r), *scheds.back(), 1ull << 32));
+            std::make_unique<cpu::Executor>(fabric.endpoint(r), *scheds.back(), 1ull << 32));
         if (r != absent) {
           execs.back()->start();
         }
@@ -376,10 +376,10 @@ TEST_CASE("loopback: mismatched collectives are detected at the first message",
       };
       std::vector<OpSignature> sigs(static_cast<std::size_t>(n), agreed);
       sigs[1] = odd[variant];
-      std::vector<std::optional<tcp::SignatureMismatch>> mm;
+      std::vector<std::optional<cpu::SignatureMismatch>> mm;
       // The pipelined algorithms this test was written against (the cost model may pick
       // halving-doubling's folded form at 5 ranks for so small an op).
-      const auto algorithm = n == 4 ? tcp::AlgorithmId::halving_doubling : tcp::AlgorithmId::ring;
+      const auto algorithm = n == 4 ? cpu::AlgorithmId::halving_doubling : cpu::AlgorithmId::ring;
       const std::string err = run_case(c, kVariants[1], 5, &sigs, &mm, nullptr, algorithm);
       INFO("n=" << n << " variant=" << variant << ": " << err);
       REQUIRE(err.empty());
@@ -414,9 +414,9 @@ TEST_CASE("scratch is sized to the op, not to the pipeline slice", "[tcp][algori
       for (const Variant& v : {Variant{0, 1u << 20}, Variant{1u << 30, 1u << 20}}) {
         for (int r = 0; r < n; ++r) {
           RankBuffers rb = make_buffers(c, r);
-          tcp::ScratchArena arena;
-          tcp::Schedule s(r, n, c.dtype, c.op, arena);
-          tcp::build_schedule(s, args_for(c, rb, v));
+          cpu::ScratchArena arena;
+          cpu::Schedule s(r, n, c.dtype, c.op, arena);
+          cpu::build_schedule(s, args_for(c, rb, v));
           INFO(c.describe() << " rank " << r << " small_bytes " << v.small_bytes);
           // The largest legitimate need: a few op-sized buffers (recursive doubling keeps one
           // per round, all_to_all stages n blocks), each rounded up to 64 bytes.
@@ -429,11 +429,11 @@ TEST_CASE("scratch is sized to the op, not to the pipeline slice", "[tcp][algori
 
 TEST_CASE("schedule: interleave merges a later phase into an earlier one, lag items behind",
           "[tcp][algorithms]") {
-  tcp::ScratchArena arena;
-  tcp::Schedule s(0, 2, DataType::uint8, ReduceOp::sum, arena);
+  cpu::ScratchArena arena;
+  cpu::Schedule s(0, 2, DataType::uint8, ReduceOp::sum, arena);
   std::uint8_t buf[8] = {};
-  std::vector<tcp::TaskId> a;
-  std::vector<tcp::TaskId> b;
+  std::vector<cpu::TaskId> a;
+  std::vector<cpu::TaskId> b;
   for (int i = 0; i < 5; ++i) {
     a.push_back(s.send(1, buf, 1));
   }
@@ -441,18 +441,18 @@ TEST_CASE("schedule: interleave merges a later phase into an earlier one, lag it
   for (int i = 0; i < 3; ++i) {
     b.push_back(s.send(1, buf, 1));
   }
-  const tcp::TaskId r0 = s.recv(1, buf, 1);
+  const cpu::TaskId r0 = s.recv(1, buf, 1);
   s.interleave(1, true, split, 1);
-  CHECK(s.send_fifo(1) == std::vector<tcp::TaskId>{a[0], a[1], b[0], a[2], b[1], a[3], b[2], a[4]});
-  CHECK(s.recv_fifo(1) == std::vector<tcp::TaskId>{r0});  // the other direction is untouched
+  CHECK(s.send_fifo(1) == std::vector<cpu::TaskId>{a[0], a[1], b[0], a[2], b[1], a[3], b[2], a[4]});
+  CHECK(s.recv_fifo(1) == std::vector<cpu::TaskId>{r0});  // the other direction is untouched
   // A lag past the end of the first phase keeps the order.
   s.interleave(1, false, 1, 5);
-  CHECK(s.recv_fifo(1) == std::vector<tcp::TaskId>{r0});
+  CHECK(s.recv_fifo(1) == std::vector<cpu::TaskId>{r0});
 }
 
 namespace {
 // Records what the executor posts, in order: ('s' | 'r', peer, token).
-struct RecordingTransport : tcp::Transport {
+struct RecordingTransport : cpu::Transport {
   struct Post {
     char what;
     int peer;
@@ -478,26 +478,26 @@ TEST_CASE("executor: a signature header waits for the first data send to its pee
   const OpSignature sig{OpKind::allreduce, DataType::uint8, ReduceOp::sum, 0, 1, 7};
   for (const bool release_first : {false, true}) {
     INFO("release_first=" << release_first);
-    tcp::ScratchArena arena;
+    cpu::ScratchArena arena;
     // Rank 0 of 3: receives from 2, then sends to 1 what came (a dependent send); sends to 2
     // at once.
-    tcp::Schedule s(0, 3, DataType::uint8, ReduceOp::sum, arena);
+    cpu::Schedule s(0, 3, DataType::uint8, ReduceOp::sum, arena);
     std::uint8_t in = 1;
     std::uint8_t got = 0;
-    const tcp::TaskId recv2 = s.recv(2, &got, 1);
-    const tcp::TaskId send1 = s.send(1, &got, 1, {recv2});
-    const tcp::TaskId send2 = s.send(2, &in, 1);
+    const cpu::TaskId recv2 = s.recv(2, &got, 1);
+    const cpu::TaskId send1 = s.send(1, &got, 1, {recv2});
+    const cpu::TaskId send2 = s.send(2, &in, 1);
     s.finalize(sig);
-    const tcp::TaskId header1 = s.send_fifo(1).front();
-    const tcp::TaskId header2 = s.send_fifo(2).front();
+    const cpu::TaskId header1 = s.send_fifo(1).front();
+    const cpu::TaskId header2 = s.send_fifo(2).front();
     REQUIRE(s.tasks()[static_cast<std::size_t>(header1)].header);
     // 1 data byte: the header takes the stream's padding (no pad message).
-    CHECK(s.tasks()[static_cast<std::size_t>(header1)].size == 2 * tcp::kStreamAlign - 1);
+    CHECK(s.tasks()[static_cast<std::size_t>(header1)].size == 2 * cpu::kStreamAlign - 1);
     CHECK(s.send_fifo(1).size() == 2);
     RecordingTransport t;
     constexpr std::uint64_t kBase = std::uint64_t{1} << 32;
-    auto token = [&](tcp::TaskId id) { return kBase + static_cast<std::uint64_t>(id); };
-    tcp::Executor ex(t, s, kBase);
+    auto token = [&](cpu::TaskId id) { return kBase + static_cast<std::uint64_t>(id); };
+    cpu::Executor ex(t, s, kBase);
     ex.start();
     // Peer 2's first data send is ready: header and data go together. Peer 1's header waits.
     auto sends_to = [&](int peer) {
@@ -518,7 +518,7 @@ TEST_CASE("executor: a signature header waits for the first data send to its pee
       CHECK_FALSE(ex.holds_headers());
     }
     // The receive from 2 completes (its header first, then its data): the send to 1 is ready.
-    const tcp::TaskId header_in2 = s.recv_fifo(2).front();
+    const cpu::TaskId header_in2 = s.recv_fifo(2).front();
     std::memcpy(s.tasks()[static_cast<std::size_t>(header_in2)].dst, encode(sig).data(),
                 kSignatureBytes);
     ex.complete(token(header_in2));
@@ -540,18 +540,18 @@ TEST_CASE("executor: a signature header waits for the first data send to its pee
 // 64-byte aligned (schedule.hpp, kStreamAlign).
 TEST_CASE("stream framing: data aligned behind a 64-byte header, the total a multiple of 64",
           "[tcp][algorithms]") {
-  using tcp::kStreamAlign;
+  using cpu::kStreamAlign;
   for (const std::size_t data :
        {std::size_t{0}, std::size_t{1}, std::size_t{8}, std::size_t{64}, std::size_t{4000},
-        tcp::kPadMessageMinBytes - 1, tcp::kPadMessageMinBytes, tcp::kPadMessageMinBytes + 4,
+        cpu::kPadMessageMinBytes - 1, cpu::kPadMessageMinBytes, cpu::kPadMessageMinBytes + 4,
         std::size_t{1} << 26, (std::size_t{1} << 26) + 36}) {
     INFO(data << " data bytes");
-    const tcp::StreamFraming f = tcp::stream_framing(data);
+    const cpu::StreamFraming f = cpu::stream_framing(data);
     CHECK((f.header_bytes + data + f.pad_bytes) % kStreamAlign == 0);
     CHECK(f.header_bytes >= kStreamAlign);
     CHECK(f.header_bytes < 2 * kStreamAlign);
     CHECK(f.pad_bytes < kStreamAlign);
-    if (data >= tcp::kPadMessageMinBytes) {
+    if (data >= cpu::kPadMessageMinBytes) {
       CHECK(f.header_bytes == kStreamAlign);  // the data itself starts aligned
     } else {
       CHECK(f.pad_bytes == 0);  // a small op sends no extra message
@@ -575,38 +575,38 @@ TEST_CASE("schedule: every op's stream to and from each peer is a multiple of 64
           for (int rank = 0; rank < n; ++rank) {
             INFO(to_string(kind) << " " << to_string(dtype) << " x " << count << ", rank " << rank
                                  << " of " << n);
-            tcp::ScratchArena arena;
-            tcp::Schedule s(rank, n, dtype, ReduceOp::sum, arena);
-            tcp::CollectiveArgs a;
+            cpu::ScratchArena arena;
+            cpu::Schedule s(rank, n, dtype, ReduceOp::sum, arena);
+            cpu::CollectiveArgs a;
             a.kind = kind;
             a.in = in.data();
             a.out = out.data();
             a.count = count;
             a.dtype = dtype;
             a.small_bytes = 256 * 1024;
-            tcp::build_schedule(s, a);
+            cpu::build_schedule(s, a);
             s.finalize(OpSignature{kind, dtype, ReduceOp::sum, 0, count, 1});
             for (int p = 0; p < n; ++p) {
               for (const auto* fifo : {&s.send_fifo(p), &s.recv_fifo(p)}) {
                 std::size_t bytes = 0;
-                for (const tcp::TaskId id : *fifo) {
-                  const tcp::Task& t = s.tasks()[static_cast<std::size_t>(id)];
+                for (const cpu::TaskId id : *fifo) {
+                  const cpu::Task& t = s.tasks()[static_cast<std::size_t>(id)];
                   bytes +=
-                      t.kind == tcp::TaskKind::recv_reduce ? t.size * element_size(dtype) : t.size;
+                      t.kind == cpu::TaskKind::recv_reduce ? t.size * element_size(dtype) : t.size;
                 }
-                CHECK(bytes % tcp::kStreamAlign == 0);
+                CHECK(bytes % cpu::kStreamAlign == 0);
                 if (fifo->empty()) {
                   continue;
                 }
-                const tcp::Task& first = s.tasks()[static_cast<std::size_t>(fifo->front())];
+                const cpu::Task& first = s.tasks()[static_cast<std::size_t>(fifo->front())];
                 CHECK(first.header);
-                CHECK(first.size >= tcp::kStreamAlign);
-                const tcp::Task& last = s.tasks()[static_cast<std::size_t>(fifo->back())];
+                CHECK(first.size >= cpu::kStreamAlign);
+                const cpu::Task& last = s.tasks()[static_cast<std::size_t>(fifo->back())];
                 const std::size_t pad = last.pad ? last.size : 0;
-                const tcp::StreamFraming framing = tcp::stream_framing(bytes - first.size - pad);
+                const cpu::StreamFraming framing = cpu::stream_framing(bytes - first.size - pad);
                 CHECK(first.size == framing.header_bytes);
                 CHECK(pad == framing.pad_bytes);
-                if (last.pad && last.kind == tcp::TaskKind::send) {
+                if (last.pad && last.kind == cpu::TaskKind::send) {
                   ++padded;
                   const auto* zeros = static_cast<const std::uint8_t*>(last.src);
                   CHECK(std::all_of(zeros, zeros + last.size, [](auto b) { return b == 0; }));
@@ -635,18 +635,18 @@ TEST_CASE("at 4096 ranks, allreduce and barrier schedules name O(log N) peers pe
   for (int rank : {0, 1, 2047, 2048, 4095}) {
     std::set<int> peers;
     auto add = [&](OpKind kind, const float* in, float* out, std::size_t count) {
-      tcp::ScratchArena arena;
-      tcp::Schedule s(rank, kRanks, DataType::float32, ReduceOp::sum, arena);
-      tcp::CollectiveArgs a;
+      cpu::ScratchArena arena;
+      cpu::Schedule s(rank, kRanks, DataType::float32, ReduceOp::sum, arena);
+      cpu::CollectiveArgs a;
       a.kind = kind;
       a.in = in;
       a.out = out;
       a.count = count;
       a.dtype = DataType::float32;
       a.small_bytes = 256 * 1024;
-      tcp::build_schedule(s, a);
-      for (const tcp::Task& t : s.tasks()) {
-        if (t.kind == tcp::TaskKind::send || t.kind == tcp::TaskKind::recv) {
+      cpu::build_schedule(s, a);
+      for (const cpu::Task& t : s.tasks()) {
+        if (t.kind == cpu::TaskKind::send || t.kind == cpu::TaskKind::recv) {
           peers.insert(t.peer);
         }
       }

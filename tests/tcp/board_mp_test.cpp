@@ -17,10 +17,10 @@
 #include <fmt/format.h>
 #include <catch2/catch.hpp>
 
+#include "cpu/transports/shm/slot_board.hpp"
 #include "tcp/collective_cases.hpp"
 #include "tcp/issue_case.hpp"
 #include "tcp/mp_common.hpp"
-#include "tcp/slot_board.hpp"
 
 namespace chorus::test {
 namespace {
@@ -38,7 +38,7 @@ std::uint64_t fingerprint(const void* data, std::size_t bytes) {
 std::vector<Case> board_cases(int n) {
   std::vector<Case> cases;
   for (DataType dt : kAllTypes) {
-    const std::size_t limit = tcp::SlotBoard::kSlotBytes / element_size(dt);
+    const std::size_t limit = cpu::SlotBoard::kSlotBytes / element_size(dt);
     for (ReduceOp op : kAllOps) {
       for (std::size_t count : {std::size_t{1}, std::size_t{7}, limit, limit + 1}) {
         cases.push_back({OpKind::allreduce, n, count, dt, op, 0, count % 2 == 1});

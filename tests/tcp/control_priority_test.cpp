@@ -13,14 +13,14 @@
 
 #include <catch2/catch.hpp>
 
-#include "tcp/socket_transport.hpp"
+#include "cpu/transports/socket/socket_transport.hpp"
 
 namespace chorus::test {
 namespace {
 
-using tcp::FrameType;
-using tcp::SocketTransport;
-using tcp::TransportEvent;
+using cpu::FrameType;
+using cpu::SocketTransport;
+using cpu::TransportEvent;
 
 std::pair<net::Socket, net::Socket> socket_pair() {
   int fds[2];
@@ -32,7 +32,7 @@ std::pair<net::Socket, net::Socket> socket_pair() {
 struct Pair {
   std::unique_ptr<SocketTransport> t[2];
   Pair() {
-    tcp::Mesh m[2];
+    cpu::Mesh m[2];
     for (int r = 0; r < 2; ++r) {
       m[r].local_address = "unix:" + std::to_string(r);
       m[r].peers.resize(2);
@@ -100,8 +100,8 @@ TEST_CASE("a control frame overtakes the unsent chunks of a large tagged send", 
 TEST_CASE("chunked tagged messages arrive intact: expected, unexpected, odd sizes, empty",
           "[tcp][control]") {
   Pair pair;
-  const std::size_t sizes[] = {0, 1, tcp::kP2pChunkBytes, tcp::kP2pChunkBytes + 1,
-                               3 * tcp::kP2pChunkBytes + 5};
+  const std::size_t sizes[] = {0, 1, cpu::kP2pChunkBytes, cpu::kP2pChunkBytes + 1,
+                               3 * cpu::kP2pChunkBytes + 5};
   std::vector<std::vector<std::uint8_t>> sent;
   std::vector<std::vector<std::uint8_t>> got;
   for (std::size_t i = 0; i < std::size(sizes); ++i) {

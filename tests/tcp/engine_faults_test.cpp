@@ -20,17 +20,17 @@
 #include <chorus/logging.hpp>
 
 #include "core/format.hpp"
-#include "tcp/engine.hpp"
-#include "tcp/fault_transport.hpp"
+#include "cpu/engine/engine.hpp"
+#include "cpu/transports/fault/fault_transport.hpp"
 #include "tcp/memory_fabric.hpp"
 
 namespace chorus::test {
 namespace {
 
 using namespace std::chrono_literals;
-using tcp::Engine;
-using tcp::FrameType;
-using tcp::Op;
+using cpu::Engine;
+using cpu::FrameType;
+using cpu::Op;
 
 constexpr auto kBound = 20s;  // a failure that should be immediate must arrive well before this
 
@@ -47,8 +47,8 @@ struct Group {
       start(r, fabric.endpoint(r));
     }
   }
-  void start(int r, std::unique_ptr<tcp::EngineTransport> t) {
-    tcp::EngineConfig c;
+  void start(int r, std::unique_ptr<cpu::EngineTransport> t) {
+    cpu::EngineConfig c;
     c.rank = r;
     c.size = n;
     c.group = "fabric";
@@ -62,7 +62,7 @@ struct Group {
 };
 
 // driven: the Work lends its waiting thread to the engine's loop (Engine::drive), as a small
-// op of a TcpProcessGroup does.
+// op of a CpuProcessGroup does.
 std::shared_ptr<WorkState> allreduce(Engine& e, float* data, std::size_t count, std::uint64_t seq,
                                      Duration timeout = 60s, bool driven = false) {
   auto o = std::make_unique<Op>();
@@ -214,7 +214,7 @@ TEST_CASE("fabric: probe replies name the rank that has not issued the op",
     replies.push_back(std::move(r));
   }
   REQUIRE(!replies.empty());
-  const auto reply = tcp::decode_status(replies.front());
+  const auto reply = cpu::decode_status(replies.front());
   REQUIRE(reply);
   CHECK(reply->issued_seq == 1);
   const Error e0 = error_of(w0);
@@ -274,7 +274,7 @@ TEST_CASE("fabric: a corrupted control header is a protocol error naming the sen
   std::vector<float> a(10, 1.0f);
   auto w = allreduce(g[0], a.data(), a.size(), 1);
   fabric.corrupt_next_header(1, 0);
-  fabric.inject(1, 0, FrameType::status_request, tcp::encode_u64(1));
+  fabric.inject(1, 0, FrameType::status_request, cpu::encode_u64(1));
   const Error e = error_of(w);
   INFO(e.what());
   CHECK(e.code() == ErrorCode::network);
@@ -403,18 +403,18 @@ TEST_CASE("fabric: the op with the earliest deadline times out first, and the ot
 // (each link keeps its own order, as TCP does) and must name rank 3 every time.
 TEST_CASE("fabric: every arrival order of cascading news names the root-cause rank",
           "[tcp][fabric][failure]") {
-  tcp::AbortNotice root;
+  cpu::AbortNotice root;
   root.code = static_cast<int>(ErrorCode::network);
   root.seq = 1;
   root.root_rank = 3;
   root.peers = {3};
   root.message = "allreduce on rank 2/4 [fabric]: lost the connection to rank 3 (mem:3): reset";
   root.root_message = root.message;
-  tcp::AbortNotice forwarded = root;  // rank 1's failure: it heard rank 2's notice
+  cpu::AbortNotice forwarded = root;  // rank 1's failure: it heard rank 2's notice
   forwarded.message =
       "allreduce on rank 1/4 [fabric]: rank 2 (mem:2) failed and aborted the group: " +
       root.message;
-  tcp::Goodbye bye{1, forwarded};
+  cpu::Goodbye bye{1, forwarded};
 
   struct News {
     int from;
@@ -423,8 +423,8 @@ TEST_CASE("fabric: every arrival order of cascading news names the root-cause ra
     std::vector<std::uint8_t> payload;
   };
   const std::vector<std::vector<News>> links = {
-      {{1, 0, FrameType::goodbye, tcp::encode(bye)}, {1, 1, FrameType::abort, {}}},
-      {{2, 0, FrameType::abort, tcp::encode(root)}, {2, 1, FrameType::abort, {}}},
+      {{1, 0, FrameType::goodbye, cpu::encode(bye)}, {1, 1, FrameType::abort, {}}},
+      {{2, 0, FrameType::abort, cpu::encode(root)}, {2, 1, FrameType::abort, {}}},
       {{3, 1, FrameType::abort, {}}},
   };
   // Every interleaving of the three links' sequences: permutations of the multiset of link
@@ -484,13 +484,13 @@ TEST_CASE("fabric: CHORUS_FAULT close_link fails the faulty rank at once and sur
           "[tcp][fabric][fault]") {
   MemoryFabric fabric(3);
   Group g(3, fabric, {0, 2});
-  tcp::Fault f;
-  f.kind = tcp::Fault::Kind::close_link;
+  cpu::Fault f;
+  f.kind = cpu::Fault::Kind::close_link;
   f.rank = 1;
   f.peer = 2;
   f.after_bytes = 0;
   g.start(1,
-          std::make_unique<tcp::FaultTransport>(1, fabric.endpoint(1), std::vector<tcp::Fault>{f}));
+          std::make_unique<cpu::FaultTransport>(1, fabric.endpoint(1), std::vector<cpu::Fault>{f}));
   std::vector<std::vector<float>> data(3, std::vector<float>(1000, 1.0f));
   std::vector<std::shared_ptr<WorkState>> w;
   for (int r = 0; r < 3; ++r) {
@@ -509,17 +509,17 @@ TEST_CASE("fabric: CHORUS_FAULT close_link fails the faulty rank at once and sur
 
 TEST_CASE("CHORUS_FAULT values parse, and malformed ones name the variable and the accepted forms",
           "[tcp][fault]") {
-  const auto faults = tcp::parse_faults(
+  const auto faults = cpu::parse_faults(
       "rank=2:close_link=1,after_bytes=1M;rank=0:stall=500ms,at_seq=3;rank=3:exit_at_seq=5");
   REQUIRE(faults.size() == 3);
-  CHECK(faults[0].kind == tcp::Fault::Kind::close_link);
+  CHECK(faults[0].kind == cpu::Fault::Kind::close_link);
   CHECK(faults[0].rank == 2);
   CHECK(faults[0].peer == 1);
   CHECK(faults[0].after_bytes == (1u << 20));
-  CHECK(faults[1].kind == tcp::Fault::Kind::stall);
+  CHECK(faults[1].kind == cpu::Fault::Kind::stall);
   CHECK(faults[1].stall == 500ms);
   CHECK(faults[1].at_seq == 3);
-  CHECK(faults[2].kind == tcp::Fault::Kind::exit);
+  CHECK(faults[2].kind == cpu::Fault::Kind::exit);
   CHECK(faults[2].at_seq == 5);
   for (const char* bad :
        {"", "rank=1", "close_link=1", "rank=x:stall=1s", "rank=1:stall=fast", "rank=1:close_link=1",
@@ -527,7 +527,7 @@ TEST_CASE("CHORUS_FAULT values parse, and malformed ones name the variable and t
         "rank=1:stall=1s,after_bytes=5"}) {
     INFO(bad);
     try {
-      tcp::parse_faults(bad);
+      cpu::parse_faults(bad);
       FAIL("accepted");
     } catch (const InvalidArgument& e) {
       CHECK(contains(e.what(), "CHORUS_FAULT"));
@@ -539,12 +539,12 @@ TEST_CASE("CHORUS_FAULT values parse, and malformed ones name the variable and t
 TEST_CASE("CHORUS_FAULT naming a rank outside the group is warned about, once, by rank 0",
           "[tcp][fault]") {
   const std::string spec = "rank=7:stall=1s;rank=1:close_link=5;rank=1:exit_at_seq=2";
-  const std::string why = tcp::faults_outside_group(spec, tcp::parse_faults(spec), 2);
+  const std::string why = cpu::faults_outside_group(spec, cpu::parse_faults(spec), 2);
   INFO(why);
   CHECK(contains(why, "rank=7"));
   CHECK(contains(why, "rank=1:close_link=5"));
   CHECK(contains(why, "group of 2 ranks (ranks 0..1)"));
-  CHECK(tcp::faults_outside_group("rank=1:stall=1s", tcp::parse_faults("rank=1:stall=1s"), 2)
+  CHECK(cpu::faults_outside_group("rank=1:stall=1s", cpu::parse_faults("rank=1:stall=1s"), 2)
             .empty());
 
   // Through the variable: rank 0 of a 2-rank group logs one WARN line naming rank 7 and the
@@ -558,8 +558,8 @@ TEST_CASE("CHORUS_FAULT naming a rank outside the group is warned about, once, b
     }
   });
   ::setenv("CHORUS_FAULT", "rank=7:stall=1s", 1);
-  CHECK(tcp::faults_for(0, 2).empty());
-  CHECK(tcp::faults_for(1, 2).empty());
+  CHECK(cpu::faults_for(0, 2).empty());
+  CHECK(cpu::faults_for(1, 2).empty());
   ::unsetenv("CHORUS_FAULT");
   set_log_sink(nullptr);
   REQUIRE(warnings.size() == 1);
@@ -572,14 +572,14 @@ TEST_CASE("CHORUS_FAULT naming a rank outside the group is warned about, once, b
 namespace chorus::test {
 
 TEST_CASE("abort notices and goodbyes carry the root cause across the wire", "[tcp][wire]") {
-  tcp::AbortNotice n;
+  cpu::AbortNotice n;
   n.code = static_cast<int>(ErrorCode::timeout);
   n.seq = 7;
   n.root_rank = 3;
   n.peers = {3, 1};
   n.message = "rank 2's words";
   n.root_message = "rank 3 did not answer";
-  const auto back = tcp::decode_abort(tcp::encode(n));
+  const auto back = cpu::decode_abort(cpu::encode(n));
   REQUIRE(back);
   CHECK(back->code == n.code);
   CHECK(back->seq == 7);
@@ -588,23 +588,23 @@ TEST_CASE("abort notices and goodbyes carry the root cause across the wire", "[t
   CHECK(back->message == n.message);
   CHECK(back->root_message == n.root_message);
 
-  const auto plain = tcp::decode_goodbye(tcp::encode(tcp::Goodbye{5, std::nullopt}));
+  const auto plain = cpu::decode_goodbye(cpu::encode(cpu::Goodbye{5, std::nullopt}));
   REQUIRE(plain);
   CHECK(plain->last_seq == 5);
   CHECK(!plain->cause);
-  const auto failed = tcp::decode_goodbye(tcp::encode(tcp::Goodbye{5, n}));
+  const auto failed = cpu::decode_goodbye(cpu::encode(cpu::Goodbye{5, n}));
   REQUIRE(failed);
   REQUIRE(failed->cause);
   CHECK(failed->cause->root_rank == 3);
   CHECK(failed->cause->root_message == n.root_message);
 
   // Truncated payloads are rejected, never read past their end.
-  auto bytes = tcp::encode(n);
+  auto bytes = cpu::encode(n);
   for (std::size_t len : {std::size_t{0}, std::size_t{19}, std::size_t{27}, std::size_t{30}}) {
-    CHECK(!tcp::decode_abort(std::vector<std::uint8_t>(
+    CHECK(!cpu::decode_abort(std::vector<std::uint8_t>(
         bytes.begin(), bytes.begin() + static_cast<std::ptrdiff_t>(len))));
   }
-  CHECK(!tcp::decode_goodbye({1, 2, 3}));
+  CHECK(!cpu::decode_goodbye({1, 2, 3}));
 }
 
 TEST_CASE("fabric liveness: a peer gone silent (no reset) is named within the peer timeout",

@@ -9,7 +9,7 @@
 
 #include <catch2/catch.hpp>
 
-#include "tcp/fault_transport.hpp"
+#include "cpu/transports/fault/fault_transport.hpp"
 #include "tcp/mp_common.hpp"
 
 namespace chorus::test {
@@ -114,7 +114,7 @@ TEST_CASE("CHORUS_FAULT exit_at_seq: the rank exits mid-op, every survivor names
   INFO(describe(results));
   CHECK(results[0].ok());
   CHECK(results[2].ok());
-  CHECK((results[1].exited && results[1].exit_code == tcp::kFaultExitStatus));
+  CHECK((results[1].exited && results[1].exit_code == cpu::kFaultExitStatus));
 }
 
 TEST_CASE("a malformed CHORUS_FAULT fails group creation, naming the variable",

@@ -19,12 +19,12 @@
 #include <fmt/format.h>
 #include <catch2/catch.hpp>
 
+#include "cpu/bootstrap/group_key.hpp"
+#include "cpu/bootstrap/handshake.hpp"
+#include "cpu/bootstrap/membership.hpp"
 #include "net/address.hpp"
 #include "net/hmac.hpp"
 #include "net/socket.hpp"
-#include "tcp/group_key.hpp"
-#include "tcp/handshake.hpp"
-#include "tcp/membership.hpp"
 #include "tcp/mp_common.hpp"
 
 namespace chorus::test {
@@ -63,11 +63,11 @@ float allreduce_one(ProcessGroup& pg, float value) {
 struct Record {
   int size = 0;
   std::uint64_t group_id = 0;
-  tcp::GroupSecret stored{};
+  cpu::GroupSecret stored{};
 };
 
 Record read_record(Store& group_ns) {
-  std::istringstream in(group_ns.get_string(tcp::kCurrentEpochKey, 30s));
+  std::istringstream in(group_ns.get_string(cpu::kCurrentEpochKey, 30s));
   std::string epoch, id, who, address, stored;
   Record r;
   in >> epoch >> r.size >> id >> who >> address >> stored;
@@ -77,10 +77,10 @@ Record read_record(Store& group_ns) {
 }
 
 std::string address_of(Store& group_ns, int rank) {
-  std::string epoch = group_ns.get_string(tcp::kCurrentEpochKey, 30s);
+  std::string epoch = group_ns.get_string(cpu::kCurrentEpochKey, 30s);
   epoch = epoch.substr(0, epoch.find(' '));
   const std::string record =
-      group_ns.get_string(tcp::epoch_key(epoch, fmt::format("addr/{}", rank)), 30s);
+      group_ns.get_string(cpu::epoch_key(epoch, fmt::format("addr/{}", rank)), 30s);
   return record.substr(0, record.find(' '));
 }
 
@@ -100,13 +100,13 @@ int dial(const std::string& address) {
 // One handshake as rank `claim` of the group, dialing rank `target`, with `secret` as the key.
 struct Attempt {
   net::Socket socket;
-  tcp::Open open{};
-  std::array<std::uint8_t, tcp::kAnswerBytes> answer{};
+  cpu::Open open{};
+  std::array<std::uint8_t, cpu::kAnswerBytes> answer{};
 };
 
 Attempt send_open(const std::string& address, const Record& r, int claim, int target) {
   Attempt a;
-  a.open = tcp::make_open({r.group_id, static_cast<std::uint32_t>(claim),
+  a.open = cpu::make_open({r.group_id, static_cast<std::uint32_t>(claim),
                            static_cast<std::uint32_t>(target), 0, 2,
                            static_cast<std::uint32_t>(r.size)});
   a.socket = net::Socket(dial(address));
@@ -115,16 +115,16 @@ Attempt send_open(const std::string& address, const Record& r, int claim, int ta
   return a;
 }
 
-bool accept_proof_valid(const Attempt& a, const tcp::GroupSecret& secret) {
+bool accept_proof_valid(const Attempt& a, const cpu::GroupSecret& secret) {
   net::Mac theirs{};
-  std::copy(a.answer.begin() + tcp::kOpenBytes, a.answer.end(), theirs.begin());
-  return net::equal_macs(theirs, tcp::accept_proof(secret, a.open.data(), a.answer.data()));
+  std::copy(a.answer.begin() + cpu::kOpenBytes, a.answer.end(), theirs.begin());
+  return net::equal_macs(theirs, cpu::accept_proof(secret, a.open.data(), a.answer.data()));
 }
 
 // Sends the connect proof made with `secret`; true if the rank then closes the connection
 // without sending a byte (refused), false if anything arrives.
-bool refused_after_proof(const Attempt& a, const tcp::GroupSecret& secret) {
-  const net::Mac mine = tcp::connect_proof(secret, a.open.data(), a.answer.data());
+bool refused_after_proof(const Attempt& a, const cpu::GroupSecret& secret) {
+  const net::Mac mine = cpu::connect_proof(secret, a.open.data(), a.answer.data());
   CHILD_CHECK(::write(a.socket.fd(), mine.data(), mine.size()) ==
               static_cast<ssize_t>(mine.size()));
   std::uint8_t byte = 0;
@@ -142,25 +142,25 @@ bool failed_with(const ChildResult& r, ErrorCode code, const std::string& part) 
 
 TEST_CASE("the group secret derives from the job token, the seed and the group id",
           "[tcp][membership][token]") {
-  tcp::GroupSecret seed{};
+  cpu::GroupSecret seed{};
   seed[0] = 7;
-  const auto secret = tcp::derive_group_secret(kToken, seed, 42);
+  const auto secret = cpu::derive_group_secret(kToken, seed, 42);
   CHECK(secret != seed);
-  CHECK(secret == tcp::derive_group_secret(kToken, seed, 42));
-  CHECK(secret != tcp::derive_group_secret(kOtherToken, seed, 42));
-  CHECK(secret != tcp::derive_group_secret(kToken, seed, 43));
-  tcp::GroupSecret other_seed = seed;
+  CHECK(secret == cpu::derive_group_secret(kToken, seed, 42));
+  CHECK(secret != cpu::derive_group_secret(kOtherToken, seed, 42));
+  CHECK(secret != cpu::derive_group_secret(kToken, seed, 43));
+  cpu::GroupSecret other_seed = seed;
   other_seed[31] = 1;
-  CHECK(secret != tcp::derive_group_secret(kToken, other_seed, 42));
+  CHECK(secret != cpu::derive_group_secret(kToken, other_seed, 42));
   // The check that goes into the store is not the secret.
-  const auto check = tcp::token_check(kToken, seed, 42);
+  const auto check = cpu::token_check(kToken, seed, 42);
   CHECK(check != secret);
-  CHECK(tcp::token_mismatch(kToken, &check, seed, 42, "rank 0", "rank 1").empty());
-  CHECK(tcp::token_mismatch("", nullptr, seed, 42, "rank 0", "rank 1").empty());
+  CHECK(cpu::token_mismatch(kToken, &check, seed, 42, "rank 0", "rank 1").empty());
+  CHECK(cpu::token_mismatch("", nullptr, seed, 42, "rank 0", "rank 1").empty());
   for (const std::string& why :
-       {tcp::token_mismatch(kOtherToken, &check, seed, 42, "rank 0", "rank 1"),
-        tcp::token_mismatch("", &check, seed, 42, "rank 0", "rank 1"),
-        tcp::token_mismatch(kToken, nullptr, seed, 42, "rank 0", "rank 1")}) {
+       {cpu::token_mismatch(kOtherToken, &check, seed, 42, "rank 0", "rank 1"),
+        cpu::token_mismatch("", &check, seed, 42, "rank 0", "rank 1"),
+        cpu::token_mismatch(kToken, nullptr, seed, 42, "rank 0", "rank 1")}) {
     INFO(why);
     CHECK(contains(why, "job tokens differ"));
     CHECK(contains(why, "CHORUS_STORE_TOKEN"));
@@ -215,9 +215,9 @@ TEST_CASE("with a job token, what the store holds does not let a reader join",
                 net::recv_exact(a.socket, a.answer.data(), a.answer.size(), Deadline::after(20s))
                     .ok());
           }
-          const tcp::GroupSecret wrong =
-              tcp::derive_group_secret(kOtherToken, r.stored, r.group_id);
-          const tcp::GroupSecret right = tcp::derive_group_secret(kToken, r.stored, r.group_id);
+          const cpu::GroupSecret wrong =
+              cpu::derive_group_secret(kOtherToken, r.stored, r.group_id);
+          const cpu::GroupSecret right = cpu::derive_group_secret(kToken, r.stored, r.group_id);
           if (accept_proof_valid(attempts[0], r.stored)) {
             throw ChildCheckFailed{
                 "the bytes in the store are the group secret: a reader can join"};

@@ -14,7 +14,7 @@
 #include <string>
 #include <vector>
 
-#include "tcp/transport.hpp"
+#include "cpu/transports/transport.hpp"
 
 namespace chorus::test {
 
@@ -37,7 +37,7 @@ class LoopbackFabric {
     std::uint64_t token;
   };
 
-  class Endpoint : public tcp::Transport {
+  class Endpoint : public cpu::Transport {
    public:
     Endpoint(LoopbackFabric* f, int rank) : fabric_(f), rank_(rank) {}
     void post_send(int peer, const void* data, std::size_t bytes, std::uint64_t token) override {
@@ -53,7 +53,7 @@ class LoopbackFabric {
     int rank_;
   };
 
-  tcp::Transport& endpoint(int rank) { return endpoints_[static_cast<std::size_t>(rank)]; }
+  cpu::Transport& endpoint(int rank) { return endpoints_[static_cast<std::size_t>(rank)]; }
 
   // Performs one transfer chosen at random among the ready ones; appends the send's and the
   // receive's completions. False if nothing can move (done, or deadlocked).

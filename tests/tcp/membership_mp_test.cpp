@@ -15,8 +15,8 @@
 #include <fmt/format.h>
 #include <catch2/catch.hpp>
 
+#include "cpu/bootstrap/membership.hpp"
 #include "net/address.hpp"
-#include "tcp/membership.hpp"
 #include "tcp/mp_common.hpp"
 
 namespace chorus::test {
@@ -32,11 +32,11 @@ float allreduce_one(ProcessGroup& pg, float value) {
 // Rank r's "host:port" in the group's current formation (the layout of tcp/membership.hpp).
 std::string current_address(Store& group_ns, int rank, Duration timeout) {
   // `current` is "<epoch> <leader record>".
-  std::string epoch = group_ns.get_string(tcp::kCurrentEpochKey, timeout);
+  std::string epoch = group_ns.get_string(cpu::kCurrentEpochKey, timeout);
   epoch = epoch.substr(0, epoch.find(' '));
   // The record is "host:port host-id".
   const std::string record =
-      group_ns.get_string(tcp::epoch_key(epoch, fmt::format("addr/{}", rank)), timeout);
+      group_ns.get_string(cpu::epoch_key(epoch, fmt::format("addr/{}", rank)), timeout);
   return record.substr(0, record.find(' '));
 }
 
@@ -129,18 +129,18 @@ TEST_CASE("a hello without the formation's membership proof never joins the grou
           auto group_ns = make_prefix_store("tcp/g1", ns);
           const std::string target = current_address(*group_ns, 2, 30s);
           // `current` is "<epoch> <world size> <group id> ...".
-          std::istringstream leader(group_ns->get_string(tcp::kCurrentEpochKey, 30s));
+          std::istringstream leader(group_ns->get_string(cpu::kCurrentEpochKey, 30s));
           std::string epoch;
           int size = 0;
           std::string id_hex;
           leader >> epoch >> size >> id_hex;
-          const auto open = tcp::make_open(
+          const auto open = cpu::make_open(
               {std::stoull(id_hex, nullptr, 16), 1, 2, 0, 2, static_cast<std::uint32_t>(size)});
           const int fd = connect_loopback(target);
           CHILD_CHECK(::write(fd, open.data(), open.size()) == static_cast<ssize_t>(open.size()));
           base->set("go", std::string_view("1"));  // rank 1 connects after the impostor
           // Rank 2 answers once its group has formed (its link connector runs).
-          std::uint8_t answer[tcp::kAnswerBytes];
+          std::uint8_t answer[cpu::kAnswerBytes];
           std::size_t got = 0;
           while (got < sizeof answer) {
             const ssize_t k = ::read(fd, answer + got, sizeof answer - got);

@@ -24,7 +24,7 @@
 #include <string>
 #include <vector>
 
-#include "tcp/transport.hpp"
+#include "cpu/transports/transport.hpp"
 
 namespace chorus::test {
 
@@ -40,7 +40,7 @@ class MemoryFabric {
     }
   }
 
-  std::unique_ptr<tcp::EngineTransport> endpoint(int rank) {
+  std::unique_ptr<cpu::EngineTransport> endpoint(int rank) {
     return std::make_unique<Endpoint>(this, rank);
   }
 
@@ -111,18 +111,18 @@ class MemoryFabric {
   }
   // News from a scripted rank: a control frame, or its link closing (with or without a
   // goodbye sent before, which decides "left" vs "died").
-  void inject(int from, int to, tcp::FrameType type, std::vector<std::uint8_t> payload) {
+  void inject(int from, int to, cpu::FrameType type, std::vector<std::uint8_t> payload) {
     std::lock_guard lock(mu_);
     send_frame(from, to, type, 0, std::move(payload));
   }
   void inject_close(int from, int to, const std::string& why) {
     std::lock_guard lock(mu_);
-    deliver(from, to, Item{Item::closed, from, tcp::FrameType::abort, 0, {}, why});
+    deliver(from, to, Item{Item::closed, from, cpu::FrameType::abort, 0, {}, why});
     cv_.notify_all();
   }
 
   // Control frames of one type that `from` sent to `to` (to check probes and notices).
-  std::vector<std::vector<std::uint8_t>> sent(int from, int to, tcp::FrameType type) {
+  std::vector<std::vector<std::uint8_t>> sent(int from, int to, cpu::FrameType type) {
     std::lock_guard lock(mu_);
     std::vector<std::vector<std::uint8_t>> out;
     for (const auto& s : log_) {
@@ -137,7 +137,7 @@ class MemoryFabric {
   struct Item {
     enum Kind { frame, corrupt, broken, closed } kind;
     int from;
-    tcp::FrameType type;
+    cpu::FrameType type;
     std::uint32_t tag;
     std::vector<std::uint8_t> payload;
     std::string error;
@@ -171,7 +171,7 @@ class MemoryFabric {
   struct Rank {
     std::deque<Item> inbox;
     std::vector<std::uint64_t> completed;
-    std::vector<tcp::TransportEvent> events;
+    std::vector<cpu::TransportEvent> events;
     std::vector<Posted> posted;
     std::deque<Unexpected> unexpected;
     std::vector<bool> failed;              // peer_failed reported (or link reset by this rank)
@@ -185,7 +185,7 @@ class MemoryFabric {
   struct Logged {
     int from;
     int to;
-    tcp::FrameType type;
+    cpu::FrameType type;
     std::vector<std::uint8_t> payload;
   };
 
@@ -213,7 +213,7 @@ class MemoryFabric {
     if (l.broken || l.dropped) {
       return;
     }
-    deliver(from, to, Item{Item::broken, from, tcp::FrameType::abort, 0, {}, why});
+    deliver(from, to, Item{Item::broken, from, cpu::FrameType::abort, 0, {}, why});
     l.broken = true;
     l.sends.clear();
     l.recvs.clear();
@@ -240,8 +240,8 @@ class MemoryFabric {
       return;
     }
     me.failed[static_cast<std::size_t>(peer)] = true;
-    tcp::TransportEvent ev;
-    ev.kind = tcp::TransportEvent::Kind::peer_failed;
+    cpu::TransportEvent ev;
+    ev.kind = cpu::TransportEvent::Kind::peer_failed;
     ev.peer = peer;
     ev.error = why;
     ev.left = me.goodbye[static_cast<std::size_t>(peer)];
@@ -256,8 +256,8 @@ class MemoryFabric {
                        [&](const Posted& p) { return p.peer == peer; });
   }
   void p2p_done(int self, int peer, std::uint64_t token, std::string error) {
-    tcp::TransportEvent ev;
-    ev.kind = tcp::TransportEvent::Kind::p2p_done;
+    cpu::TransportEvent ev;
+    ev.kind = cpu::TransportEvent::Kind::p2p_done;
     ev.peer = peer;
     ev.token = token;
     ev.error = std::move(error);
@@ -300,10 +300,10 @@ class MemoryFabric {
           break;
         case Item::frame:
           me.heard[up] = Clock::now();
-          if (item.type == tcp::FrameType::heartbeat) {
+          if (item.type == cpu::FrameType::heartbeat) {
             break;  // only heard
           }
-          if (item.type == tcp::FrameType::p2p) {
+          if (item.type == cpu::FrameType::p2p) {
             auto it = std::find_if(me.posted.begin(), me.posted.end(), [&](const Posted& p) {
               return p.peer == from && p.tag == item.tag;
             });
@@ -322,11 +322,11 @@ class MemoryFabric {
             }
             break;
           }
-          if (item.type == tcp::FrameType::goodbye) {
+          if (item.type == cpu::FrameType::goodbye) {
             me.goodbye[up] = true;
           }
-          tcp::TransportEvent ev;
-          ev.kind = tcp::TransportEvent::Kind::control;
+          cpu::TransportEvent ev;
+          ev.kind = cpu::TransportEvent::Kind::control;
           ev.peer = from;
           ev.frame = item.type;
           ev.payload = std::move(item.payload);
@@ -336,7 +336,7 @@ class MemoryFabric {
     }
   }
 
-  void send_frame(int self, int peer, tcp::FrameType type, std::uint32_t tag,
+  void send_frame(int self, int peer, cpu::FrameType type, std::uint32_t tag,
                   std::vector<std::uint8_t> payload) {
     log_.push_back({self, peer, type, payload});
     Link& l = link(self, peer);
@@ -349,7 +349,7 @@ class MemoryFabric {
     cv_.notify_all();
   }
 
-  class Endpoint final : public tcp::EngineTransport {
+  class Endpoint final : public cpu::EngineTransport {
    public:
     Endpoint(MemoryFabric* f, int rank)
         : f_(f), rank_(rank), address_("mem:" + std::to_string(rank)) {
@@ -373,7 +373,7 @@ class MemoryFabric {
         return;
       }
       const auto* b = static_cast<const std::uint8_t*>(data);
-      f_->send_frame(rank_, peer, tcp::FrameType::p2p, tag,
+      f_->send_frame(rank_, peer, cpu::FrameType::p2p, tag,
                      std::vector<std::uint8_t>(b, b + bytes));
       f_->p2p_done(rank_, peer, token, {});
     }
@@ -400,14 +400,14 @@ class MemoryFabric {
       }
       me.posted.push_back({peer, tag, static_cast<std::byte*>(data), bytes, token});
     }
-    void send_control(int peer, tcp::FrameType type, std::vector<std::uint8_t> payload) override {
+    void send_control(int peer, cpu::FrameType type, std::vector<std::uint8_t> payload) override {
       std::lock_guard lock(f_->mu_);
       if (!f_->gone(rank_, peer)) {
         f_->send_frame(rank_, peer, type, 0, std::move(payload));
       }
     }
     void poll(Deadline until, std::vector<std::uint64_t>& completed,
-              std::vector<tcp::TransportEvent>& events) override {
+              std::vector<cpu::TransportEvent>& events) override {
       std::unique_lock lock(f_->mu_);
       Rank& me = f_->rank(rank_);
       auto ready = [&] {
@@ -445,8 +445,8 @@ class MemoryFabric {
       me.posted.clear();
       me.completed.clear();
       me.events.erase(std::remove_if(me.events.begin(), me.events.end(),
-                                     [](const tcp::TransportEvent& e) {
-                                       return e.kind == tcp::TransportEvent::Kind::p2p_done;
+                                     [](const cpu::TransportEvent& e) {
+                                       return e.kind == cpu::TransportEvent::Kind::p2p_done;
                                      }),
                       me.events.end());
     }
@@ -462,7 +462,7 @@ class MemoryFabric {
           f_->deliver(rank_, p,
                       Item{Item::closed,
                            rank_,
-                           tcp::FrameType::abort,
+                           cpu::FrameType::abort,
                            0,
                            {},
                            "the connection was closed without the peer leaving the group"});

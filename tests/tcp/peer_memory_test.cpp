@@ -14,8 +14,8 @@
 #include <chorus/shared_buffer.hpp>
 
 #include "core/shared_regions.hpp"
-#include "tcp/peer_buffers.hpp"
-#include "tcp/peer_memory.hpp"
+#include "cpu/transports/cma/peer_buffers.hpp"
+#include "cpu/transports/cma/peer_memory.hpp"
 
 namespace chorus::test {
 namespace {
@@ -41,49 +41,49 @@ TEST_CASE("peer memory: reads and writes move exactly the bytes asked for", "[tc
   std::iota(src.begin(), src.end(), std::uint8_t{7});
   std::vector<std::uint8_t> dst(src.size() + 2, 0xee);
   const std::int64_t me = ::getpid();
-  REQUIRE(tcp::read_peer_memory(me, dst.data() + 1, address_of(src.data()), src.size()) == "");
+  REQUIRE(cpu::read_peer_memory(me, dst.data() + 1, address_of(src.data()), src.size()) == "");
   CHECK(std::equal(src.begin(), src.end(), dst.begin() + 1));
   CHECK(dst.front() == 0xee);
   CHECK(dst.back() == 0xee);
 
   std::vector<std::uint8_t> back(src.size(), 0);
-  REQUIRE(tcp::write_peer_memory(me, address_of(back.data()), src.data(), src.size()) == "");
+  REQUIRE(cpu::write_peer_memory(me, address_of(back.data()), src.data(), src.size()) == "");
   CHECK(back == src);
 }
 
 TEST_CASE("peer memory: a failure says what happened", "[tcp][peer_memory]") {
   std::uint64_t word = 0;
-  const std::string gone = tcp::read_peer_memory(reaped_pid(), &word, address_of(&word), 8);
+  const std::string gone = cpu::read_peer_memory(reaped_pid(), &word, address_of(&word), 8);
   CHECK(gone.find("ESRCH") != std::string::npos);
   CHECK(gone.find("has exited") != std::string::npos);
   // Address 8 is never mapped.
-  const std::string unmapped = tcp::read_peer_memory(::getpid(), &word, 8, 8);
+  const std::string unmapped = cpu::read_peer_memory(::getpid(), &word, 8, 8);
   CHECK(unmapped.find("not mapped") != std::string::npos);
 }
 
 TEST_CASE("peer memory probe: passes for the publisher, fails for anyone else",
           "[tcp][peer_memory]") {
   std::uint64_t word = 0;
-  const tcp::MemoryProbe probe = tcp::publish_probe(word);
+  const cpu::MemoryProbe probe = cpu::publish_probe(word);
   CHECK(word != 0);
-  tcp::MemoryProbe decoded;
-  REQUIRE(tcp::decode_probe(tcp::encode_probe(probe), decoded));
+  cpu::MemoryProbe decoded;
+  REQUIRE(cpu::decode_probe(cpu::encode_probe(probe), decoded));
   CHECK(decoded.pid == probe.pid);
   CHECK(decoded.address == probe.address);
   CHECK(decoded.value == probe.value);
-  CHECK(tcp::check_probe(decoded) == "");
+  CHECK(cpu::check_probe(decoded) == "");
 
   // The word at that address holds something else: another process behind the same pid.
-  tcp::MemoryProbe stranger = decoded;
+  cpu::MemoryProbe stranger = decoded;
   stranger.value ^= 1;
-  CHECK(tcp::check_probe(stranger).find("pid namespaces") != std::string::npos);
+  CHECK(cpu::check_probe(stranger).find("pid namespaces") != std::string::npos);
   stranger = decoded;
   stranger.pid = reaped_pid();
-  CHECK(tcp::check_probe(stranger).find("has exited") != std::string::npos);
+  CHECK(cpu::check_probe(stranger).find("has exited") != std::string::npos);
 
   for (const char* bad : {"", "12", "12 ab", "12 ab cd ef", "-3 ab cd", "x 1 2", "12 ab cd "}) {
     INFO(bad);
-    CHECK_FALSE(tcp::decode_probe(bad, decoded));
+    CHECK_FALSE(cpu::decode_probe(bad, decoded));
   }
 }
 
@@ -97,7 +97,7 @@ TEST_CASE("peer buffers: a SharedBuffer mapped through /proc is the same memory"
   std::iota(mine, mine + b.size(), std::uint8_t{1});
   const auto region = find_shared_region(mine, b.size());
   REQUIRE(region);
-  tcp::PeerBuffers peers;
+  cpu::PeerBuffers peers;
   std::string why;
   auto m = peers.map(::getpid(), *region, why);
   INFO(why);
@@ -117,7 +117,7 @@ TEST_CASE("peer buffers: an fd that names another file, or no file, is refused w
   SharedBuffer b(4096);
   SharedBuffer other(4096);
   auto region = *find_shared_region(b.data(), 1);
-  tcp::PeerBuffers peers;
+  cpu::PeerBuffers peers;
   std::string why;
   SharedRegion wrong = region;
   wrong.fd = find_shared_region(other.data(), 1)->fd;  // a live memfd, but not this buffer
@@ -140,11 +140,11 @@ TEST_CASE("peer buffers: a few mappings are kept per peer, the least recently us
           "[tcp][peer_memory]") {
   std::vector<SharedBuffer> buffers;
   std::vector<SharedRegion> regions;
-  for (std::size_t i = 0; i < tcp::PeerBuffers::kPerPeer + 2; ++i) {
+  for (std::size_t i = 0; i < cpu::PeerBuffers::kPerPeer + 2; ++i) {
     buffers.emplace_back(4096);
     regions.push_back(*find_shared_region(buffers.back().data(), 1));
   }
-  tcp::PeerBuffers peers;
+  cpu::PeerBuffers peers;
   std::string why;
   const auto first = peers.map(::getpid(), regions[0], why);
   for (std::size_t i = 1; i < regions.size(); ++i) {
@@ -153,7 +153,7 @@ TEST_CASE("peer buffers: a few mappings are kept per peer, the least recently us
       REQUIRE(peers.map(::getpid(), regions[0], why) == first);  // used again: kept
     }
   }
-  CHECK(peers.kept() == tcp::PeerBuffers::kPerPeer);
+  CHECK(peers.kept() == cpu::PeerBuffers::kPerPeer);
   CHECK(peers.map(::getpid(), regions[0], why) == first);  // still kept
   // A dropped mapping stays valid for whoever still holds it.
   auto* p = static_cast<std::uint8_t*>(buffers[0].data());

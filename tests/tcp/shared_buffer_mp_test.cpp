@@ -23,7 +23,7 @@
 namespace chorus::test {
 namespace {
 
-// Element counts of at least 256 KiB (tcp::kSharedBufferMinBytes) per op, odd so that no chunk
+// Element counts of at least 256 KiB (cpu::kSharedBufferMinBytes) per op, odd so that no chunk
 // splits evenly; 3 MiB ones take many 128 KiB pieces.
 std::size_t shared_count(DataType dt, std::size_t bytes) { return bytes / element_size(dt) + 3; }
 

@@ -14,10 +14,10 @@
 
 #include <catch2/catch.hpp>
 
-#include "tcp/shm_segment.hpp"
-#include "tcp/slot_board.hpp"
+#include "cpu/transports/shm/shm_segment.hpp"
+#include "cpu/transports/shm/slot_board.hpp"
 
-namespace chorus::tcp {
+namespace chorus::cpu {
 namespace {
 
 constexpr std::size_t kRingBytes = 4096;
@@ -147,4 +147,4 @@ TEST_CASE("a board round reduces payloads in the header's line and past it", "[b
   }
 }
 
-}  // namespace chorus::tcp
+}  // namespace chorus::cpu

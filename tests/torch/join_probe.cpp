@@ -25,12 +25,12 @@
 #include <string>
 #include <vector>
 
+#include "cpu/bootstrap/group_key.hpp"
+#include "cpu/bootstrap/handshake.hpp"
 #include "net/address.hpp"
 #include "net/connect.hpp"
 #include "net/hmac.hpp"
 #include "net/socket.hpp"
-#include "tcp/group_key.hpp"
-#include "tcp/handshake.hpp"
 
 namespace {
 
@@ -41,7 +41,7 @@ constexpr auto kWait = std::chrono::seconds(10);
 struct Record {
   int size = 0;
   std::uint64_t group_id = 0;
-  tcp::GroupSecret seed{};
+  cpu::GroupSecret seed{};
 };
 
 bool parse_record(const std::string& text, Record& r) {
@@ -54,12 +54,12 @@ bool parse_record(const std::string& text, Record& r) {
   return net::from_hex(seed, r.seed);
 }
 
-bool key_of(const std::string& arg, const Record& r, tcp::GroupSecret& out) {
+bool key_of(const std::string& arg, const Record& r, cpu::GroupSecret& out) {
   if (arg.rfind("hex:", 0) == 0) {
     return net::from_hex(arg.substr(4), out);
   }
   if (arg.rfind("token:", 0) == 0) {
-    out = tcp::derive_group_secret(arg.substr(6), r.seed, r.group_id);
+    out = cpu::derive_group_secret(arg.substr(6), r.seed, r.group_id);
     return true;
   }
   return false;
@@ -67,28 +67,28 @@ bool key_of(const std::string& arg, const Record& r, tcp::GroupSecret& out) {
 
 // One handshake attempt; returns the report line's fields.
 std::string attempt(const net::SocketAddress& target, const Record& r, int claim, int rank,
-                    int channels, const tcp::GroupSecret& secret) {
+                    int channels, const cpu::GroupSecret& secret) {
   const Deadline deadline = Deadline::after(kWait);
   net::Socket s;
   if (net::connect_once(target, deadline, s) != 0) {
     return "answered=no (connect failed)";
   }
-  const tcp::Open open = tcp::make_open(
+  const cpu::Open open = cpu::make_open(
       {r.group_id, static_cast<std::uint32_t>(claim), static_cast<std::uint32_t>(rank), 0,
        static_cast<std::uint16_t>(channels), static_cast<std::uint32_t>(r.size)});
   if (!net::send_all(s, open.data(), open.size(), deadline).ok()) {
     return "answered=no (send failed)";
   }
-  std::array<std::uint8_t, tcp::kAnswerBytes> answer{};
+  std::array<std::uint8_t, cpu::kAnswerBytes> answer{};
   if (!net::recv_exact(s, answer.data(), answer.size(), deadline).ok()) {
     return "answered=no";
   }
   net::Mac theirs{};
-  std::copy(answer.begin() + tcp::kOpenBytes, answer.end(), theirs.begin());
-  if (net::equal_macs(theirs, tcp::accept_proof(secret, open.data(), answer.data()))) {
+  std::copy(answer.begin() + cpu::kOpenBytes, answer.end(), theirs.begin());
+  if (net::equal_macs(theirs, cpu::accept_proof(secret, open.data(), answer.data()))) {
     return "answered=yes accept_proof=valid after_proof=skipped";
   }
-  const net::Mac mine = tcp::connect_proof(secret, open.data(), answer.data());
+  const net::Mac mine = cpu::connect_proof(secret, open.data(), answer.data());
   if (!net::send_all(s, mine.data(), mine.size(), deadline).ok()) {
     return "answered=yes accept_proof=invalid after_proof=closed";
   }
@@ -123,7 +123,7 @@ int main(int argc, char** argv) {
       return 2;
     }
     for (int i = 6; i < argc; ++i) {
-      tcp::GroupSecret secret{};
+      cpu::GroupSecret secret{};
       if (!key_of(argv[i], r, secret)) {
         std::fprintf(stderr, "chorus_join_probe: bad KEY \"%s\" (hex:<64 hex> or token:<text>)\n",
                      argv[i]);

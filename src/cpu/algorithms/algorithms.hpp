@@ -1,0 +1,182 @@
+// SPDX-License-Identifier: BSD-3-Clause
+// The collective algorithms: each builds a Schedule for one rank. They see only the
+// Schedule (and through it the Transport contract), never sockets.
+#pragma once
+
+#include "core/private.hpp"
+
+#include <algorithm>
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <chorus/shared_buffer.hpp>
+
+#include "core/signature.hpp"
+#include "cpu/algorithms/cost_model.hpp"
+#include "cpu/algorithms/registry.hpp"
+#include "cpu/engine/schedule.hpp"
+
+namespace chorus::cpu {
+
+class PeerBuffers;
+
+// Which ranks of a group share a host (host_id.hpp), for the hierarchical algorithms.
+struct HostMap {
+  std::vector<int> host_of;               // by rank: index into members
+  std::vector<std::vector<int>> members;  // by host (in order of their lowest rank): sorted ranks
+  // True when a hierarchical algorithm pays: several hosts, and one of them with several ranks.
+  bool mixed() const noexcept;
+};
+// Groups ranks by equal host ids ("" counts as a host of its own).
+HostMap make_host_map(const std::vector<std::string>& host_ids);
+
+// Validated arguments of one collective. Counts follow OpSignature::count.
+struct CollectiveArgs {
+  OpKind kind = OpKind::barrier;
+  const void* in = nullptr;
+  void* out = nullptr;
+  std::size_t count = 0;
+  DataType dtype = DataType::uint8;
+  ReduceOp op = ReduceOp::sum;
+  int root = 0;
+  // The variable-size collectives' elements per rank (OpDescriptor::in_counts/out_counts,
+  // size() entries; owned by the Op); null for the other ops.
+  const std::size_t* in_counts = nullptr;
+  const std::size_t* out_counts = nullptr;
+  // TcpGroupOptions: the hierarchical allreduce's phases use their latency algorithms up to
+  // small_bytes; slice_bytes per pipeline slice.
+  std::size_t small_bytes = 64 * 1024;
+  std::size_t slice_bytes = 256 * 1024;
+  const HostMap* hosts = nullptr;               // the group's hosts (nullptr: treat as one host)
+  AlgorithmId forced = AlgorithmId::automatic;  // CHORUS_ALGO's algorithm for this op, if any
+  const LinkCosts* costs = nullptr;             // the group's agreed figures (nullptr: defaults)
+  // Every rank of the group runs on this host and reaches the others' memory
+  // (peer_memory.hpp): the single-copy "direct" algorithms apply.
+  bool peer_memory = false;
+  // Every rank of the group runs on this host and the streams go through shared memory
+  // (shm_transport.hpp), not sockets.
+  bool shared_memory = false;
+  // Every rank's buffers of this op lie in SharedBuffers (OpSignature::shared_buffers, so the
+  // ranks agree), with peer_memory: the direct algorithms map them (peer_buffers.hpp).
+  bool shared_buffers = false;
+  PeerBuffers* peer_buffers = nullptr;  // the group's mappings of its peers' SharedBuffers
+};
+
+// Ops whose buffers may go through the peers' SharedBuffer mappings, from this many bytes
+// (the op's count in bytes); below it the rings and the board win. The same on every rank.
+inline constexpr std::size_t kSharedBufferMinBytes = kSharedBufferMinOpBytes;
+// Whether `kind` has a direct algorithm that maps SharedBuffers.
+inline bool maps_shared_buffers(OpKind kind) noexcept {
+  return kind == OpKind::allreduce || kind == OpKind::reduce_scatter || kind == OpKind::allgather ||
+         kind == OpKind::broadcast;
+}
+
+// CHORUS_ALGO: "op=algorithm[,op=algorithm...]", e.g. "allreduce=ring,broadcast=tree".
+// Indexed by OpKind; automatic where the cost model chooses. Throws InvalidArgument naming the
+// variable, the entry and the algorithms that op has.
+using AlgorithmOverrides = std::array<AlgorithmId, static_cast<std::size_t>(kLastOpKind) + 1>;
+AlgorithmOverrides parse_algorithm_overrides(const std::string& text);
+
+// The selection inputs of an op (registry.hpp).
+Selection selection_of(int size, const CollectiveArgs& a);
+// The algorithm for the op: `local` for one rank; else the forced one where it runs; else the
+// cheapest that runs and may be the default at this size (ties: the registry's order). Every
+// input is group-wide, so every rank picks the same one.
+AlgorithmId select_algorithm(int size, const CollectiveArgs& a);
+// Its name (a static string, for the flight recorder and logs).
+const char* choose_algorithm(int size, const CollectiveArgs& a);
+// Builds the algorithm select_algorithm() picks into `s` (not finalized).
+void build_schedule(Schedule& s, const CollectiveArgs& a);
+// The choice for every op at each size in `sizes` (bytes), with the predicted time of each
+// algorithm that may be the default: "op bytes chosen (alg us, alg us, ...)" lines. `group`
+// carries the group-wide fields (hosts, peer_memory, shared_memory, costs).
+std::string describe_choices(int size, const CollectiveArgs& group,
+                             const std::vector<std::size_t>& sizes);
+
+void build_ring_allreduce(Schedule& s, const CollectiveArgs& a);
+void build_rd_allreduce(Schedule& s, const CollectiveArgs& a);
+// Reduce-scatter by recursive halving, allgather by recursive doubling.
+void build_hd_allreduce(Schedule& s, const CollectiveArgs& a);
+// Reduce to each host's lowest rank, allreduce among those, broadcast back inside each host.
+void build_hierarchical_allreduce(Schedule& s, const CollectiveArgs& a);
+void build_ring_allgather(Schedule& s, const CollectiveArgs& a);
+// Single-copy algorithms through the other ranks' memory (direct.cpp; needs peer_memory).
+void build_direct_allreduce(Schedule& s, const CollectiveArgs& a);
+void build_direct_reduce_scatter(Schedule& s, const CollectiveArgs& a);
+void build_direct_allgather(Schedule& s, const CollectiveArgs& a);
+void build_direct_broadcast(Schedule& s, const CollectiveArgs& a);
+void build_ring_reduce_scatter(Schedule& s, const CollectiveArgs& a);
+void build_chain_broadcast(Schedule& s, const CollectiveArgs& a);
+void build_tree_broadcast(Schedule& s, const CollectiveArgs& a);
+void build_chain_reduce(Schedule& s, const CollectiveArgs& a);
+void build_tree_reduce(Schedule& s, const CollectiveArgs& a);
+void build_gather(Schedule& s, const CollectiveArgs& a);
+void build_scatter(Schedule& s, const CollectiveArgs& a);
+void build_all_to_all(Schedule& s, const CollectiveArgs& a);
+// The variable-size collectives (variable_size.cpp): every peer at once, one message each way.
+void build_pairwise_allgatherv(Schedule& s, const CollectiveArgs& a);
+void build_pairwise_reduce_scatterv(Schedule& s, const CollectiveArgs& a);
+void build_pairwise_all_to_allv(Schedule& s, const CollectiveArgs& a);
+void build_variable_single_rank(Schedule& s, const CollectiveArgs& a);
+void build_barrier(Schedule& s, const CollectiveArgs& a);
+
+// ---- helpers shared by the algorithm files ----
+
+// Block c of `count` elements split into n near-equal blocks (the first count % n get one more).
+struct Span {
+  std::size_t offset = 0;  // elements
+  std::size_t count = 0;
+};
+inline Span block_of(std::size_t count, int n, int c) {
+  const auto un = static_cast<std::size_t>(n);
+  const auto uc = static_cast<std::size_t>(c);
+  const std::size_t base = count / un;
+  const std::size_t extra = count % un;
+  return {uc * base + std::min(uc, extra), base + (uc < extra ? 1 : 0)};
+}
+// Elements per pipeline slice (at least one).
+inline std::size_t slice_elems(const CollectiveArgs& a) {
+  return std::max<std::size_t>(1, a.slice_bytes / element_size(a.dtype));
+}
+inline std::size_t num_slices(std::size_t count, std::size_t per_slice) {
+  return (count + per_slice - 1) / per_slice;
+}
+inline int mod(int x, int n) { return ((x % n) + n) % n; }
+inline std::byte* at(void* base, std::size_t elems, DataType dt) {
+  return static_cast<std::byte*>(base) + elems * element_size(dt);
+}
+inline const std::byte* at(const void* base, std::size_t elems, DataType dt) {
+  return static_cast<const std::byte*>(base) + elems * element_size(dt);
+}
+// What every ring algorithm starts from: this rank's place in the ring and the slice size.
+struct RingSetup {
+  int n;     // world size
+  int r;     // this rank
+  int next;  // r + 1 mod n: where this rank sends
+  int prev;  // r - 1 mod n: where it receives from
+  DataType dt;
+  std::size_t es;   // bytes per element
+  std::size_t per;  // elements per pipeline slice
+};
+inline RingSetup ring_setup(const Schedule& s, const CollectiveArgs& a) {
+  const int n = s.size();
+  const int r = s.rank();
+  return {n, r, mod(r + 1, n), mod(r - 1, n), a.dtype, element_size(a.dtype), slice_elems(a)};
+}
+// Elements in slice j of a block of `count` elements cut into slices of `per`.
+inline std::size_t slice_count(std::size_t count, std::size_t per, std::size_t j) {
+  return std::min(per, count - j * per);
+}
+// Receive slots of the pipelined algorithms: enough to keep a few slices in flight.
+inline constexpr std::size_t kPipelineSlots = 4;
+// Elements per receive slot: a slice, or less when no message of the op is that large (the
+// largest message is `largest` elements). A 7-element op then takes 7-element slots, not
+// kPipelineSlots x slice_bytes of scratch.
+inline std::size_t slot_elems(std::size_t per_slice, std::size_t largest) {
+  return std::max<std::size_t>(1, std::min(per_slice, largest));
+}
+
+}  // namespace chorus::cpu

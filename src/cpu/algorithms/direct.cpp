@@ -1,0 +1,414 @@
+// SPDX-License-Identifier: BSD-3-Clause
+// Single-copy ("direct") collectives for a group whose ranks all run on one host and reach
+// each other's memory (peer_memory.hpp; CollectiveArgs::peer_memory). A ring over shared
+// memory copies every byte twice per hop (into the ring, out of it) and, for allreduce, makes
+// n-1 hops of reduce-scatter and n-1 of allgather; here each rank reads what it needs straight
+// from the other ranks' buffers, once.
+//
+// Every op has three parts:
+//   1. each rank tells its peers where its buffers are (pid and addresses, one small message
+//      on the collective stream, after the signature header);
+//   2. a call task does the work through process_vm_readv/writev;
+//   3. each rank tells its peers it is done with their memory (one byte), and the op ends
+//      only when every peer whose memory may still be touched said so: until then a rank's
+//      buffers stay valid (its op has not completed, so its caller cannot reuse them).
+//
+// allreduce: rank r owns chunk r (block_of(count, n, r)). Piece by piece (kPieceBytes, to stay
+//   in cache), it reads chunk r of every other rank's input into a scratch piece and reduces it
+//   into its own output, starting from its own input, in rank order of the others; then it
+//   writes the finished piece into every other rank's output. Chunk r of every buffer is
+//   touched by rank r alone, so in place is safe, and all ranks end with the same bits (one
+//   rank computed each). Memory traffic per rank: the count read once and written once, the
+//   least an allreduce can do (a ring at n = 4 reads and writes nearly twice that, besides
+//   copying every message into and out of a shared ring).
+// reduce_scatter: rank r reads chunk r of every other input and reduces it into its output.
+// allgather: rank r reads every other rank's input into its block of the output.
+// broadcast: every other rank reads the root's buffer.
+//
+// When every rank's buffers are SharedBuffers (CollectiveArgs::shared_buffers), each rank also
+// describes their memfds, and the peers map them (peer_buffers.hpp): part 2 is then plain
+// memcpy and reductions straight from the peers' inputs, without the scratch piece or a system
+// call per piece. A peer whose buffer cannot be mapped is reached through process_vm_readv/
+// writev as before, so the op still completes.
+#include <sys/types.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "core/logging.hpp"
+#include "core/reduce.hpp"
+#include "core/shared_regions.hpp"
+#include "core/stream_copy.hpp"
+#include "cpu/algorithms/algorithms.hpp"
+#include "cpu/transports/cma/peer_buffers.hpp"
+#include "cpu/transports/cma/peer_memory.hpp"
+
+namespace chorus::cpu {
+namespace {
+
+// Bytes reduced per step: a scratch piece and the output piece it is reduced into stay in the
+// L2 cache until the piece has been written to every peer.
+constexpr std::size_t kPieceBytes = 128 * 1024;
+
+// An out-of-place allreduce with every peer mapped writes its outputs with non-temporal stores
+// (reduce_and_stream) once the group's outputs together reach this size: they no longer fit the
+// last-level cache, so a plain store would first read each output line from memory. Measured on
+// the 2-core VM (32 MiB L3; docs/results.md, "SharedBuffers: the mapped single-copy path"): 8 MiB
+// at 4 ranks 4.41 -> 5.13 GB/s, 64 MiB at 2 and 4 ranks +13 % and +16 %, but 8 MiB at 2 ranks 10.6
+// -> 9.1. In place the outputs are the inputs just read, already in cache, and streaming lost (64
+// MiB at 2 ranks 9.6 -> 7.1), so it never streams there.
+constexpr std::size_t kStreamMinGroupBytes = std::size_t{32} << 20;
+
+// What a rank tells its peers: its pid and its buffers (addresses in its own address space),
+// and with shared_buffers the SharedBuffers holding them.
+struct Buffers {
+  std::int64_t pid = 0;
+  std::uint64_t in = 0;
+  std::uint64_t out = 0;
+  SharedRegion in_region;
+  SharedRegion out_region;
+};
+
+// The bytes of a rank's input and output that its peers may touch (the same on every rank:
+// the signatures agree on the counts).
+struct Extents {
+  std::size_t in = 0;
+  std::size_t out = 0;
+};
+Extents extents_of(const CollectiveArgs& a, int n) {
+  const std::size_t bytes = a.count * element_size(a.dtype);
+  const auto un = static_cast<std::size_t>(n);
+  switch (a.kind) {
+    case OpKind::reduce_scatter:
+      return {bytes * un, bytes};
+    case OpKind::allgather:
+      return {bytes, bytes * un};
+    default:
+      return {bytes, bytes};
+  }
+}
+
+// How this rank reaches one peer's buffers: mapped here, or else by pid and address.
+struct PeerAccess {
+  std::int64_t pid = 0;
+  std::uint64_t in = 0;
+  std::uint64_t out = 0;
+  const std::byte* in_map = nullptr;  // the peer's input mapped here, if it is
+  std::byte* out_map = nullptr;       // its output mapped here, if it is
+  std::vector<std::shared_ptr<PeerMapping>> held;
+};
+
+struct Exchange {
+  Buffers* of = nullptr;      // by group rank (this rank's own entry included)
+  std::vector<TaskId> heard;  // the receives of the peers' entries
+};
+
+// Part 1: sends this rank's Buffers to `tell` and receives those of `hear_from`.
+Exchange exchange_buffers(Schedule& s, const CollectiveArgs& a, const std::vector<int>& tell,
+                          const std::vector<int>& hear_from) {
+  Exchange x;
+  x.of = static_cast<Buffers*>(s.scratch(sizeof(Buffers) * static_cast<std::size_t>(s.size())));
+  Buffers& mine = x.of[s.rank()];
+  mine = {static_cast<std::int64_t>(::getpid()),
+          reinterpret_cast<std::uintptr_t>(a.in),
+          reinterpret_cast<std::uintptr_t>(a.out),
+          {},
+          {}};
+  if (a.shared_buffers) {
+    const Extents e = extents_of(a, s.size());
+    mine.in_region = find_shared_region(a.in, e.in).value_or(SharedRegion{});
+    mine.out_region = find_shared_region(a.out, e.out).value_or(SharedRegion{});
+  }
+  for (int p : tell) {
+    s.send(p, &mine, sizeof mine);
+  }
+  for (int p : hear_from) {
+    x.heard.push_back(s.recv(p, &x.of[p], sizeof(Buffers)));
+  }
+  return x;
+}
+
+// Parts 2 and 3: `work` once every entry arrived, then a byte to `tell` and one from each of
+// `wait_for`.
+void run_then_release(Schedule& s, const Exchange& x, LocalWork work, const std::vector<int>& tell,
+                      const std::vector<int>& wait_for) {
+  const TaskId done = s.call(std::move(work));
+  for (TaskId h : x.heard) {
+    s.depend(done, h);
+  }
+  auto* flags = static_cast<std::uint8_t*>(s.scratch(static_cast<std::size_t>(s.size()) + 1));
+  flags[0] = 1;
+  for (int p : tell) {
+    s.send(p, flags, 1, {done});
+  }
+  for (int p : wait_for) {
+    s.recv(p, flags + 1 + p, 1);
+  }
+}
+
+std::vector<int> others(const Schedule& s) {
+  std::vector<int> v;
+  for (int p = 0; p < s.size(); ++p) {
+    if (p != s.rank()) {
+      v.push_back(p);
+    }
+  }
+  return v;
+}
+
+// One of the peer's buffers mapped here, or nullptr (not a SharedBuffer, or not mappable:
+// logged at INFO, and the op goes on through process_vm_readv/writev).
+std::byte* map_buffer(const CollectiveArgs& a, int peer, std::int64_t pid, std::uint64_t address,
+                      std::size_t extent, const SharedRegion& region, PeerAccess& access) {
+  if (!a.shared_buffers || a.peer_buffers == nullptr || region.fd < 0 || extent == 0 ||
+      address < region.base || address - region.base > region.bytes ||
+      extent > region.bytes - (address - region.base)) {
+    return nullptr;
+  }
+  std::string why;
+  std::shared_ptr<PeerMapping> m = a.peer_buffers->map(pid, region, why);
+  if (m == nullptr) {
+    CHORUS_INFO(coll,
+                "rank {}'s SharedBuffer cannot be mapped here ({}); reading and writing it "
+                "through process_vm_readv/writev",
+                peer, why);
+    return nullptr;
+  }
+  access.held.push_back(m);
+  return m->at(region.base, address);
+}
+
+// How this rank reaches each rank's buffers (its own entry unused), mapping the peers'
+// SharedBuffers where every rank passed them.
+std::vector<PeerAccess> reach(const CollectiveArgs& a, const Buffers* of, int n, int r) {
+  const Extents e = extents_of(a, n);
+  std::vector<PeerAccess> v(static_cast<std::size_t>(n));
+  for (int q = 0; q < n; ++q) {
+    if (q == r) {
+      continue;
+    }
+    PeerAccess& p = v[static_cast<std::size_t>(q)];
+    p.pid = of[q].pid;
+    p.in = of[q].in;
+    p.out = of[q].out;
+    p.in_map = map_buffer(a, q, p.pid, p.in, e.in, of[q].in_region, p);
+    p.out_map = map_buffer(a, q, p.pid, p.out, e.out, of[q].out_region, p);
+  }
+  return v;
+}
+
+// Copies `bytes` at byte `offset` of the peer's input to `to`. Returns "" or what failed.
+std::string read_input(const PeerAccess& p, void* to, std::size_t offset, std::size_t bytes) {
+  if (p.in_map != nullptr) {
+    std::memcpy(to, p.in_map + offset, bytes);
+    return {};
+  }
+  return read_peer_memory(p.pid, to, p.in + offset, bytes);
+}
+
+// Copies `bytes` from `from` to byte `offset` of the peer's output. Returns "" or what failed.
+std::string write_output(const PeerAccess& p, std::size_t offset, const void* from,
+                         std::size_t bytes) {
+  if (p.out_map != nullptr) {
+    std::memcpy(p.out_map + offset, from, bytes);
+    return {};
+  }
+  return write_peer_memory(p.pid, p.out + offset, from, bytes);
+}
+
+std::optional<LocalFailure> failed(int peer, const char* reading, const std::string& err) {
+  return LocalFailure{peer,
+                      fmt::format("{} rank {}'s buffer on this host failed: {}; if the kernel "
+                                  "refuses, CHORUS_ALGO can force another algorithm (e.g. "
+                                  "allreduce=ring)",
+                                  reading, peer, err)};
+}
+
+// Reduces `count` elements at element `in_offset` of every rank's input, piece by piece, into
+// into(done) (this rank's memory; `done` elements of the count before it), and hands each
+// finished piece to `then(done, count)` before the next one. Sources: this rank's own input
+// (in place: the destination itself) first, then the others in rank order, each read straight
+// from its mapping or else through `piece`.
+template <typename Into, typename Then>
+std::optional<LocalFailure> reduce_chunk(const CollectiveArgs& a, const std::vector<PeerAccess>& of,
+                                         int n, int r, std::byte* piece, std::size_t count,
+                                         std::size_t in_offset, Into into, Then then) {
+  const std::size_t es = element_size(a.dtype);
+  const std::size_t per = std::max<std::size_t>(1, kPieceBytes / es);
+  const int divisor = a.op == ReduceOp::avg ? n : 0;
+  for (std::size_t done = 0; done < count; done += per) {
+    const std::size_t cnt = std::min(per, count - done);
+    const std::size_t off = (in_offset + done) * es;  // into the inputs
+    std::byte* dst = into(done);
+    const auto* own = static_cast<const std::byte*>(a.in) + off;
+    int step = 0;
+    for (int q = 0; q < n; ++q) {
+      if (q == r) {
+        continue;
+      }
+      const PeerAccess& p = of[static_cast<std::size_t>(q)];
+      const std::byte* theirs = p.in_map != nullptr ? p.in_map + off : piece;
+      if (p.in_map == nullptr) {
+        if (std::string err = read_input(p, piece, off, cnt * es); !err.empty()) {
+          return failed(q, "reading", err);
+        }
+      }
+      ++step;
+      reduce(dst, step == 1 ? own : dst, theirs, cnt, a.dtype, a.op, step == n - 1 ? divisor : 0);
+    }
+    if (auto f = then(done, cnt)) {
+      return f;
+    }
+  }
+  return std::nullopt;
+}
+
+// Whether every peer's input and output are mapped here.
+bool all_mapped(const std::vector<PeerAccess>& of, int r) {
+  for (std::size_t q = 0; q < of.size(); ++q) {
+    if (static_cast<int>(q) != r && (of[q].in_map == nullptr || of[q].out_map == nullptr)) {
+      return false;
+    }
+  }
+  return true;
+}
+
+// Allreduce of `chunk` with every peer mapped and the op larger than the caches: each piece is
+// reduced into `piece` (it stays in L2) and then streamed to every output, this rank's own
+// included, with non-temporal stores, so no output line is read from memory before it is
+// overwritten (stream_copy.hpp). Per rank the count is read once and written once, and nothing
+// more crosses the memory bus.
+void reduce_and_stream(const CollectiveArgs& a, const std::vector<PeerAccess>& of, int n, int r,
+                       std::byte* piece, Span chunk) {
+  const std::size_t es = element_size(a.dtype);
+  reduce_chunk(
+      a, of, n, r, piece, chunk.count, chunk.offset, [piece](std::size_t) { return piece; },
+      [&](std::size_t done, std::size_t cnt) -> std::optional<LocalFailure> {
+        const std::size_t off = (chunk.offset + done) * es;
+        stream_copy(static_cast<std::byte*>(a.out) + off, piece, cnt * es);
+        for (int q = 0; q < n; ++q) {
+          if (q != r) {
+            stream_copy(of[static_cast<std::size_t>(q)].out_map + off, piece, cnt * es);
+          }
+        }
+        return std::nullopt;
+      });
+  stream_fence();  // before the release bytes tell the peers that their outputs are written
+}
+
+}  // namespace
+
+void build_direct_allreduce(Schedule& s, const CollectiveArgs& a) {
+  const int n = s.size();
+  const int r = s.rank();
+  const std::vector<int> peers = others(s);
+  const Exchange x = exchange_buffers(s, a, peers, peers);
+  const Span chunk = block_of(a.count, n, r);
+  const std::size_t es = element_size(a.dtype);
+  auto* piece = static_cast<std::byte*>(s.scratch(std::min(kPieceBytes, chunk.count * es)));
+  const Buffers* buffers = x.of;
+  LocalWork work = [a, buffers, n, r, piece, chunk, es]() -> std::optional<LocalFailure> {
+    const std::vector<PeerAccess> of = reach(a, buffers, n, r);
+    const bool out_of_cache = a.count * es * static_cast<std::size_t>(n) >= kStreamMinGroupBytes;
+    if (a.in != a.out && out_of_cache && all_mapped(of, r)) {
+      reduce_and_stream(a, of, n, r, piece, chunk);
+      return std::nullopt;
+    }
+    std::byte* into = static_cast<std::byte*>(a.out) + chunk.offset * es;
+    return reduce_chunk(
+        a, of, n, r, piece, chunk.count, chunk.offset,
+        [&](std::size_t done) { return into + done * es; },
+        [&](std::size_t done, std::size_t cnt) -> std::optional<LocalFailure> {
+          const std::size_t off = (chunk.offset + done) * es;
+          for (int q = 0; q < n; ++q) {
+            if (q == r) {
+              continue;
+            }
+            if (std::string err =
+                    write_output(of[static_cast<std::size_t>(q)], off, into + done * es, cnt * es);
+                !err.empty()) {
+              return failed(q, "writing into", err);
+            }
+          }
+          return std::nullopt;
+        });
+  };
+  run_then_release(s, x, std::move(work), peers, peers);
+}
+
+void build_direct_reduce_scatter(Schedule& s, const CollectiveArgs& a) {
+  const int n = s.size();
+  const int r = s.rank();
+  const std::vector<int> peers = others(s);
+  const Exchange x = exchange_buffers(s, a, peers, peers);
+  const std::size_t m = a.count;
+  const std::size_t es = element_size(a.dtype);
+  auto* piece = static_cast<std::byte*>(s.scratch(std::min(kPieceBytes, m * es)));
+  const Buffers* buffers = x.of;
+  LocalWork work = [a, buffers, n, r, piece, m]() -> std::optional<LocalFailure> {
+    const std::vector<PeerAccess> of = reach(a, buffers, n, r);
+    const std::size_t es = element_size(a.dtype);
+    return reduce_chunk(
+        a, of, n, r, piece, m, static_cast<std::size_t>(r) * m,
+        [&](std::size_t done) { return static_cast<std::byte*>(a.out) + done * es; },
+        [](std::size_t, std::size_t) { return std::optional<LocalFailure>{}; });
+  };
+  run_then_release(s, x, std::move(work), peers, peers);
+}
+
+void build_direct_allgather(Schedule& s, const CollectiveArgs& a) {
+  const int r = s.rank();
+  const std::vector<int> peers = others(s);
+  const Exchange x = exchange_buffers(s, a, peers, peers);
+  const std::size_t bytes = a.count * element_size(a.dtype);
+  s.copy(static_cast<std::byte*>(a.out) + static_cast<std::size_t>(r) * bytes, a.in, bytes);
+  const Buffers* buffers = x.of;
+  LocalWork work = [a, buffers, peers, bytes, r]() -> std::optional<LocalFailure> {
+    const std::vector<PeerAccess> of = reach(a, buffers, static_cast<int>(peers.size()) + 1, r);
+    for (int q : peers) {
+      std::byte* dst = static_cast<std::byte*>(a.out) + static_cast<std::size_t>(q) * bytes;
+      if (std::string err = read_input(of[static_cast<std::size_t>(q)], dst, 0, bytes);
+          !err.empty()) {
+        return failed(q, "reading", err);
+      }
+    }
+    return std::nullopt;
+  };
+  run_then_release(s, x, std::move(work), peers, peers);
+}
+
+void build_direct_broadcast(Schedule& s, const CollectiveArgs& a) {
+  const int root = a.root;
+  const std::size_t bytes = a.count * element_size(a.dtype);
+  if (s.rank() == root) {
+    // The root only lends its buffer: it waits until every reader is done with it.
+    const std::vector<int> peers = others(s);
+    const Exchange x = exchange_buffers(s, a, peers, {});
+    run_then_release(
+        s, x, [] { return std::optional<LocalFailure>{}; }, {}, peers);
+    return;
+  }
+  const Exchange x = exchange_buffers(s, a, {}, {root});
+  const Buffers* buffers = x.of;
+  const int n = s.size();
+  const int r = s.rank();
+  LocalWork work = [a, buffers, root, bytes, n, r]() -> std::optional<LocalFailure> {
+    const std::vector<PeerAccess> of = reach(a, buffers, n, r);
+    if (std::string err = read_input(of[static_cast<std::size_t>(root)], a.out, 0, bytes);
+        !err.empty()) {
+      return failed(root, "reading", err);
+    }
+    return std::nullopt;
+  };
+  run_then_release(s, x, std::move(work), {root}, {});
+}
+
+}  // namespace chorus::cpu

@@ -1,0 +1,183 @@
+// SPDX-License-Identifier: BSD-3-Clause
+// Picking an algorithm: the forced one (CHORUS_ALGO, parsed once into ids), else the cheapest
+// of the op's registered algorithms that applies (registry.cpp) under the group's agreed α/β
+// figures (link_costs.hpp). World size 1 is a local copy.
+#include <algorithm>
+#include <limits>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <chorus/errors.hpp>
+
+#include "core/check.hpp"
+#include "cpu/algorithms/algorithms.hpp"
+
+namespace chorus::cpu {
+namespace {
+
+constexpr OpKind kAllOps[] = {OpKind::allreduce,  OpKind::allgather,       OpKind::reduce_scatter,
+                              OpKind::broadcast,  OpKind::reduce,          OpKind::gather,
+                              OpKind::scatter,    OpKind::all_to_all,      OpKind::barrier,
+                              OpKind::allgatherv, OpKind::reduce_scatterv, OpKind::all_to_allv};
+
+void build_single_rank(Schedule& s, const CollectiveArgs& a) {
+  const std::size_t bytes = a.count * element_size(a.dtype);
+  switch (a.kind) {
+    case OpKind::allreduce:
+    case OpKind::reduce:
+    case OpKind::allgather:
+    case OpKind::reduce_scatter:
+    case OpKind::gather:
+    case OpKind::scatter:
+    case OpKind::all_to_all:
+      // avg over one rank is the value itself.
+      s.copy(a.out, a.in, bytes);
+      break;
+    case OpKind::allgatherv:
+    case OpKind::reduce_scatterv:
+    case OpKind::all_to_allv:
+      return build_variable_single_rank(s, a);
+    case OpKind::broadcast:
+    case OpKind::barrier:
+      break;
+  }
+}
+
+bool may_be_default(const AlgorithmSpec& spec, const Selection& sel) {
+  return spec.may_be_default(sel) && (!spec.latency || sel.bytes <= sel.small_bytes) &&
+         spec.runs(sel);
+}
+
+// The cheapest default candidate; nullptr only for an op without algorithms.
+const AlgorithmSpec* cheapest(const Selection& sel) {
+  const AlgorithmSpec* best = nullptr;
+  double best_us = std::numeric_limits<double>::infinity();
+  for (const AlgorithmSpec& spec : algorithms_of(sel.kind)) {
+    if (!may_be_default(spec, sel)) {
+      continue;
+    }
+    const double us = spec.cost_us(sel);
+    if (best == nullptr || us < best_us) {
+      best = &spec;
+      best_us = us;
+    }
+  }
+  return best;
+}
+
+const AlgorithmSpec& spec_of(const CollectiveArgs& a, AlgorithmId id) {
+  const AlgorithmSpec* spec = find_algorithm(a.kind, id);
+  CHORUS_CHECK(spec != nullptr, "{} has no algorithm {}", to_string(a.kind), algorithm_name(id));
+  return *spec;
+}
+
+}  // namespace
+
+AlgorithmOverrides parse_algorithm_overrides(const std::string& text) {
+  AlgorithmOverrides out{};
+  std::size_t pos = 0;
+  while (pos <= text.size()) {
+    const std::size_t end = std::min(text.find(',', pos), text.size());
+    const std::string entry = text.substr(pos, end - pos);
+    pos = end + 1;
+    const std::size_t eq = entry.find('=');
+    const std::string op = entry.substr(0, eq);
+    const std::string name = eq == std::string::npos ? "" : entry.substr(eq + 1);
+    const auto kind = std::find_if(std::begin(kAllOps), std::end(kAllOps),
+                                   [&](OpKind k) { return op == to_string(k); });
+    if (kind == std::end(kAllOps)) {
+      throw InvalidArgument(fmt::format(
+          "CHORUS_ALGO='{}': '{}' names no collective; use op=algorithm entries separated by "
+          "commas, e.g. allreduce=ring,broadcast=tree",
+          text, entry));
+    }
+    const AlgorithmSpec* spec = find_algorithm(*kind, name);
+    if (spec == nullptr) {
+      std::vector<const char*> names;
+      for (const AlgorithmSpec& a : algorithms_of(*kind)) {
+        names.push_back(algorithm_name(a.id));
+      }
+      throw InvalidArgument(fmt::format("CHORUS_ALGO='{}': {} has no algorithm '{}'; it has {}",
+                                        text, op, name, fmt::join(names, ", ")));
+    }
+    out[static_cast<std::size_t>(*kind)] = spec->id;
+  }
+  return out;
+}
+
+Selection selection_of(int size, const CollectiveArgs& a) {
+  static const LinkCosts defaults = default_link_costs();
+  Selection sel;
+  sel.kind = a.kind;
+  sel.op = a.op;
+  sel.size = size;
+  sel.bytes = static_cast<double>(a.count * element_size(a.dtype));
+  sel.slice_bytes = static_cast<double>(std::max<std::size_t>(1, a.slice_bytes));
+  sel.small_bytes = static_cast<double>(a.small_bytes);
+  sel.hosts = a.hosts;
+  sel.peer_memory = a.peer_memory;
+  sel.shared_memory = a.shared_memory;
+  sel.shared_buffers = a.shared_buffers;
+  sel.costs = a.costs != nullptr ? a.costs : &defaults;
+  return sel;
+}
+
+AlgorithmId select_algorithm(int size, const CollectiveArgs& a) {
+  if (size == 1) {
+    return AlgorithmId::local;
+  }
+  const Selection sel = selection_of(size, a);
+  if (a.forced != AlgorithmId::automatic) {
+    const AlgorithmSpec* forced = find_algorithm(a.kind, a.forced);
+    if (forced != nullptr && forced->runs(sel)) {
+      return a.forced;
+    }
+  }
+  const AlgorithmSpec* best = cheapest(sel);
+  CHORUS_CHECK(best != nullptr, "no algorithm for {}", to_string(a.kind));
+  return best->id;
+}
+
+const char* choose_algorithm(int size, const CollectiveArgs& a) {
+  return algorithm_name(select_algorithm(size, a));
+}
+
+void build_schedule(Schedule& s, const CollectiveArgs& a) {
+  const AlgorithmId id = select_algorithm(s.size(), a);
+  if (id == AlgorithmId::local) {
+    return build_single_rank(s, a);
+  }
+  spec_of(a, id).build(s, a);
+}
+
+std::string describe_choices(int size, const CollectiveArgs& group,
+                             const std::vector<std::size_t>& sizes) {
+  std::string out;
+  for (OpKind kind : kAllOps) {
+    if (algorithms_of(kind).size() < 2) {
+      continue;  // one algorithm: nothing is chosen
+    }
+    for (std::size_t bytes : sizes) {
+      CollectiveArgs a = group;
+      a.kind = kind;
+      a.dtype = DataType::uint8;
+      a.count = bytes;
+      const Selection sel = selection_of(size, a);
+      std::vector<std::string> costs;
+      for (const AlgorithmSpec& spec : algorithms_of(kind)) {
+        if (may_be_default(spec, sel)) {
+          costs.push_back(fmt::format("{} {:.1f}", algorithm_name(spec.id), spec.cost_us(sel)));
+        }
+      }
+      out += fmt::format("{:<15} {:>10} {:<18} ({} us)\n", to_string(kind), bytes,
+                         choose_algorithm(size, a), fmt::join(costs, ", "));
+    }
+  }
+  return out;
+}
+
+}  // namespace chorus::cpu

@@ -1,0 +1,432 @@
+// SPDX-License-Identifier: BSD-3-Clause
+// CpuProcessGroup: the tcp backend. The base (core/backend.hpp) has checked the op's
+// descriptor; start() here only turns it into an Op and hands that to the engine.
+
+#include <algorithm>
+#include <atomic>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include <chorus/errors.hpp>
+#include <chorus/process_group.hpp>
+#include <chorus/shared_buffer.hpp>
+
+#include "core/backend.hpp"
+#include "core/callback_thread.hpp"
+#include "core/check.hpp"
+#include "core/env.hpp"
+#include "core/format.hpp"
+#include "core/logging.hpp"
+#include "cpu/algorithms/algorithms.hpp"
+#include "cpu/bootstrap/host_id.hpp"
+#include "cpu/bootstrap/link_costs.hpp"
+#include "cpu/bootstrap/mesh.hpp"
+#include "cpu/engine/engine.hpp"
+#include "cpu/transports/cma/peer_buffers.hpp"
+#include "cpu/transports/transport_stack.hpp"
+
+namespace chorus {
+namespace cpu {
+namespace {
+
+struct WeakKeyLess {
+  bool operator()(const std::pair<std::weak_ptr<Store>, int>& a,
+                  const std::pair<std::weak_ptr<Store>, int>& b) const {
+    if (a.first.owner_before(b.first)) {
+      return true;
+    }
+    if (b.first.owner_before(a.first)) {
+      return false;
+    }
+    return a.second < b.second;
+  }
+};
+
+// More ranks than this is never what was meant (a WORLD_SIZE typo).
+constexpr int kMaxTcpWorldSize = 1 << 20;
+
+// Work::wait() on a collective of up to kWaitSpinMaxBytes looks for up to kWaitSpin before it
+// blocks (WorkState::spin_before_blocking). Measured on 2 cores: an 8-byte allreduce over tcp
+// 1.5x faster at 2 and 4 ranks; at 1-8 MiB and 4 ranks the waiting threads took 10-20 % of
+// the bandwidth from the ranks that move the data, so larger ops block at once.
+constexpr std::size_t kWaitSpinMaxBytes = std::size_t{64} << 10;
+constexpr std::chrono::microseconds kWaitSpin{50};
+
+// The sizes CHORUS_ALGO_SHOW lists the choice for: those of `make bench` (8 B to 32 MiB,
+// times 4), then 64 and 256 MiB.
+const std::vector<std::size_t> kChoiceTableSizes = {8,       32,       128,      512,      2048,
+                                                    8192,    32768,    131072,   524288,   2097152,
+                                                    8388608, 33554432, 67108864, 268435456};
+
+std::uint64_t next_group_index(const std::shared_ptr<Store>& store, int rank);
+void check_world_size_fits(int rank, int size);
+
+class CpuProcessGroup final : public detail::Backend {
+ public:
+  CpuProcessGroup(std::shared_ptr<Store> store, int rank, int size, const TcpGroupOptions& options)
+      : Backend(rank, size, options.group), store_(std::move(store)), options_(options) {
+    // Before any connection: a bad value fails every rank alike, at once.
+    if (const auto algo = env::get("CHORUS_ALGO")) {
+      forced_ = parse_algorithm_overrides(*algo);
+    }
+    MeshOptions mo;
+    mo.rank = rank;
+    mo.size = size;
+    mo.sockets_per_peer = options.sockets_per_peer;
+    mo.local_send_buffer = options.local_send_buffer_bytes;
+    mo.interface = options.interface;
+    mo.group_name = name();
+    mo.timeout = timeout();
+    mo.deadline = Deadline::after(timeout());
+    mo.hello_timeout = options.hello_timeout;
+    mo.peer_timeout = env::resolve_peer_timeout(options.peer_timeout);
+    mo.host_id = local_host_id();
+    mo.link_host_peers = env::transport_choice() != env::TransportChoice::tcp;
+    if (const auto sockets = env::max_peer_sockets()) {
+      mo.max_links = static_cast<std::size_t>(
+          std::max<long long>(1, *sockets / (options.sockets_per_peer + 1)));
+    }
+    Mesh mesh = build_mesh(*store_, mo);
+    membership_ = mesh.membership;
+    hosts_ = make_host_map(host_ids(membership_));
+    link_costs_ = agree_on_link_costs(*store_, membership_.epoch, rank, mo.deadline);
+    EngineConfig ec;
+    ec.rank = rank;
+    ec.size = size;
+    ec.group = name();
+    ec.peer_timeout = mo.peer_timeout;
+    ec.on_failure = [this](std::exception_ptr e) { record_failure(std::move(e)); };
+    ec.on_start = [this](const OpCall& call, const char* algorithm) {
+      trace_started(call, algorithm);
+    };
+    // The single-copy algorithms and the small-op board need every rank of the group on
+    // this host.
+    TransportStack stack = make_transport(
+        rank, size, std::move(mesh),
+        hosts_.members[static_cast<std::size_t>(hosts_.host_of[static_cast<std::size_t>(rank)])],
+        mo.deadline, hosts_.members.size() == 1);
+    peer_memory_ = stack.peer_memory;
+    shared_memory_ = stack.shared_memory;
+    board_ = stack.board != nullptr;
+    if (board_) {
+      record_small_allreduces_late(SlotBoard::kSlotBytes);  // collective(): the board path
+    }
+    ec.board = std::move(stack.board);
+    engine_ = std::make_unique<Engine>(std::move(ec), std::move(stack.transport));
+    if (rank == 0 && env::get("CHORUS_ALGO_SHOW")) {  // the choice table, for experiments
+      fmt::print(stderr, "chorus: tcp group [{}] of {}: {}\n{}", name(), size,
+                 format_link_costs(link_costs_),
+                 describe_choices(size, group_args(), kChoiceTableSizes));
+    }
+  }
+
+  ~CpuProcessGroup() override {
+    engine_.reset();  // fails what is pending: their callbacks go to the callback thread
+    callbacks_->close(CallbackThread::kCloseBound);
+    // A healthy group removes its store keys (a failed one may have lost its store: skip the
+    // round trips; an earlier launch's records never stop a relaunch, see membership.hpp).
+    if (!failure()) {
+      leave_group(*store_, membership_, rank());
+    }
+  }
+
+  const char* backend_name() const noexcept override { return "tcp"; }
+  Device device() const noexcept override { return Device::cpu(); }
+
+  void abort(const std::string& reason) override {
+    auto error = std::make_exception_ptr(Error(
+        ErrorCode::aborted,
+        fmt::format("tcp group [{}] on rank {}/{} was aborted: {}", name(), rank(), size(), reason),
+        ErrorContext{.rank = rank(), .size = size(), .group = name(), .op = "abort"}));
+    record_failure(error);
+    engine_->abort(failure());
+  }
+
+  std::unique_ptr<Backend> split(const std::vector<int>& ranks, GroupOptions options) override {
+    check_arg(!ranks.empty(), "split on rank {}/{} [{}]: the rank list is empty", rank(), size(),
+              name());
+    for (std::size_t i = 0; i < ranks.size(); ++i) {
+      check_arg(ranks[i] >= 0 && ranks[i] < size() && (i == 0 || ranks[i] > ranks[i - 1]),
+                "split on rank {}/{} [{}]: ranks must be sorted, distinct and in [0, {}); got {}",
+                rank(), size(), name(), size(), format_ranks(ranks));
+    }
+    // Every rank calls split in the same order, so the counter names the same subgroup
+    // everywhere; its store namespace and hence its group id are new.
+    const std::uint64_t index = splits_.fetch_add(1);
+    const auto it = std::find(ranks.begin(), ranks.end(), rank());
+    if (it == ranks.end()) {
+      return nullptr;
+    }
+    TcpGroupOptions sub = options_;
+    sub.group = std::move(options);
+    if (sub.group.name == GroupOptions{}.name) {
+      sub.group.name = fmt::format("{}/split{}", name(), index);
+    }
+    if (!sub.group.timeout) {
+      sub.group.timeout = timeout();
+    }
+    return std::make_unique<CpuProcessGroup>(
+        make_prefix_store(fmt::format("split{}", index), store_),
+        static_cast<int>(it - ranks.begin()), static_cast<int>(ranks.size()), sub);
+  }
+
+ protected:
+  std::shared_ptr<Work> start(const OpDescriptor& op, const OpCall& call) override {
+    const Tensor& in = op.in;
+    const Tensor& out = op.out;
+    const bool root = rank() == op.root;
+    switch (op.type) {
+      case OpType::allreduce:
+        return collective(OpKind::allreduce, in, out, in.count(), op.op, 0, call);
+      case OpType::allgather:
+        return collective(OpKind::allgather, in, out, in.count(), ReduceOp::sum, 0, call);
+      case OpType::reduce_scatter:
+        return collective(OpKind::reduce_scatter, in, out, out.count(), op.op, 0, call);
+      case OpType::broadcast:
+        return collective(OpKind::broadcast, in, in, in.count(), ReduceOp::sum, op.root, call);
+      case OpType::reduce:
+        // Only the root has an output; elsewhere the algorithm needs none.
+        return collective(OpKind::reduce, in, root ? out : Tensor(), in.count(), op.op, op.root,
+                          call);
+      case OpType::gather:
+        return collective(OpKind::gather, in, root ? out : Tensor(), in.count(), ReduceOp::sum,
+                          op.root, call);
+      case OpType::scatter:
+        return collective(OpKind::scatter, root ? in : Tensor(), out, out.count(), ReduceOp::sum,
+                          op.root, call);
+      case OpType::all_to_all:
+        return collective(OpKind::all_to_all, in, out, in.count(), ReduceOp::sum, 0, call);
+      case OpType::barrier:
+        return collective(OpKind::barrier, Tensor(), Tensor(), 0, ReduceOp::sum, 0, call);
+      case OpType::send:
+        return p2p(Op::Kind::send, in, op.peer, op.tag, call);
+      case OpType::recv:
+        return p2p(Op::Kind::recv, in, op.peer, op.tag, call);
+      case OpType::allgatherv:
+        return collective(OpKind::allgatherv, in, out, out.count(), ReduceOp::sum, 0, call, nullptr,
+                          &op.out_counts);
+      case OpType::reduce_scatterv:
+        return collective(OpKind::reduce_scatterv, in, out, in.count(), op.op, 0, call,
+                          &op.in_counts);
+      case OpType::all_to_allv:
+        // The totals differ between ranks: the signature carries none (signature.hpp).
+        return collective(OpKind::all_to_allv, in, out, 0, ReduceOp::sum, 0, call, &op.in_counts,
+                          &op.out_counts);
+    }
+    throw InvalidArgument(fmt::format("{}: not an op of the tcp backend", call.name));
+  }
+
+ private:
+  // `in_counts`/`out_counts`: the variable-size collectives' counts per rank (copied into
+  // the Op, which the engine owns).
+  std::shared_ptr<Work> collective(OpKind kind, Tensor in, Tensor out, std::size_t count,
+                                   ReduceOp op, int root, const OpCall& call,
+                                   const std::vector<std::size_t>* in_counts = nullptr,
+                                   const std::vector<std::size_t>* out_counts = nullptr) {
+    // Built here, on the heap only if the engine runs it: an op run inline never leaves this call.
+    Op built;
+    Op* o = &built;
+    o->kind = Op::Kind::collective;
+    const DataType dtype =
+        kind == OpKind::barrier ? DataType::uint8 : (in.count() ? in.dtype() : out.dtype());
+    o->args = group_args();
+    o->args.kind = kind;
+    o->args.in = in.data();
+    o->args.out = out.data();
+    o->args.count = count;
+    o->args.dtype = dtype;
+    if (in_counts != nullptr) {
+      o->in_counts = *in_counts;
+    }
+    if (out_counts != nullptr) {
+      o->out_counts = *out_counts;
+    }
+    o->args.op = op;
+    o->args.root = root;
+    o->args.forced = forced_[static_cast<std::size_t>(kind)];
+    o->args.shared_buffers = takes_shared_buffers(o->args);
+    o->args.peer_buffers = &peer_buffers_;
+    o->sig.shared_buffers = o->args.shared_buffers;
+    o->sig.kind = kind;
+    o->sig.seq = call.seq;
+    if (kind != OpKind::barrier) {
+      o->sig.dtype = dtype;
+      o->sig.count = count;
+    }
+    if (kind == OpKind::allreduce || kind == OpKind::reduce || kind == OpKind::reduce_scatter ||
+        kind == OpKind::reduce_scatterv) {
+      o->sig.redop = op;
+    }
+    if (kind == OpKind::broadcast || kind == OpKind::reduce || kind == OpKind::gather ||
+        kind == OpKind::scatter) {
+      o->sig.root = root;
+    }
+    o->bytes = (kind == OpKind::all_to_allv ? in.count() : count) * element_size(dtype);
+    o->call = call;
+    // A small allreduce goes through the board (the same choice on every rank); this thread
+    // runs it when the engine has no collective left to run: the last one handed to it is
+    // complete, and none can be handed over meanwhile (this runs under the issue lock). Never
+    // on a thread that runs the engine's loop (a caller driving it): that thread must go back
+    // to its loop. Done here, it returns a DoneWork: no WorkState, no driver.
+    o->on_board = board_ && kind == OpKind::allreduce && o->args.forced == AlgorithmId::automatic &&
+                  SlotBoard::takes(o->bytes);
+    if (o->on_board && (!last_engine_collective_ || last_engine_collective_->is_completed()) &&
+        !engine_->on_engine_thread()) {
+      trace_issued(call, "board");  // issued and started in one update
+      std::exception_ptr error;
+      if (engine_->run_on_board(*o, error)) {
+        return DoneWork::make(call.name, call.seq, std::move(error));
+      }
+      // Handed to the engine after all (late peers, a mismatch), published already.
+    }
+    trace_issued(call, nullptr);  // before the engine thread may note its start
+    auto queued = std::make_unique<Op>(std::move(built));
+    o = queued.get();
+    // Into the Op's own vectors, now that it has its final address.
+    o->args.in_counts = o->in_counts.empty() ? nullptr : o->in_counts.data();
+    o->args.out_counts = o->out_counts.empty() ? nullptr : o->out_counts.data();
+    o->work = make_work(call);
+    if (o->bytes <= kWaitSpinMaxBytes) {
+      o->work->spin_before_blocking(kWaitSpin);
+      o->work->drive_with(engine_->driver());
+    }
+    auto work = o->work;
+    last_engine_collective_ = work;
+    engine_->submit(std::move(queued));
+    return work;
+  }
+
+  // The group-wide fields of every op's arguments: what its algorithm is chosen by.
+  CollectiveArgs group_args() const {
+    CollectiveArgs a;
+    a.small_bytes = options_.small_allreduce_bytes;
+    a.slice_bytes = options_.slice_bytes;
+    a.hosts = &hosts_;
+    a.peer_memory = peer_memory_;
+    a.shared_memory = shared_memory_;
+    a.costs = &link_costs_;
+    return a;
+  }
+
+  // Whether the op maps its peers' SharedBuffers: the direct algorithms apply (every rank on
+  // this host, in reach; a large enough op of a kind that has one; no other algorithm forced)
+  // and the buffers its peers touch are SharedBuffers here. The last part may differ between
+  // ranks, so it goes into the signature.
+  bool takes_shared_buffers(const CollectiveArgs& a) const noexcept {
+    const std::size_t bytes = a.count * element_size(a.dtype);
+    if (!peer_memory_ || !maps_shared_buffers(a.kind) || bytes < kSharedBufferMinBytes ||
+        (a.forced != AlgorithmId::automatic && a.forced != AlgorithmId::direct)) {
+      return false;
+    }
+    const auto n = static_cast<std::size_t>(size());
+    switch (a.kind) {
+      case OpKind::allreduce:  // peers read the input and write the output
+        return in_shared_buffer(a.in, bytes) && in_shared_buffer(a.out, bytes);
+      case OpKind::reduce_scatter:  // peers read the input (n blocks)
+        return in_shared_buffer(a.in, bytes * n);
+      default:  // allgather, broadcast: peers read the input
+        return in_shared_buffer(a.in, bytes);
+    }
+  }
+
+  // The Work of an op the engine runs: its callbacks run on the callback thread, so that no
+  // user code runs on the engine thread (heartbeats, failure detection, every other op).
+  std::shared_ptr<WorkState> make_work(const OpCall& call) const {
+    auto work = std::make_shared<WorkState>(call.name, call.seq);
+    work->run_callbacks_on(callbacks_);
+    return work;
+  }
+
+  std::shared_ptr<Work> p2p(Op::Kind kind, Tensor t, int peer, std::uint32_t tag,
+                            const OpCall& call) {
+    auto o = std::make_unique<Op>();
+    o->kind = kind;
+    o->peer = peer;
+    o->tag = tag;
+    o->data = t.data();
+    o->bytes = t.nbytes();
+    o->call = call;
+    o->args.count = t.count();
+    o->args.dtype = t.dtype();
+    o->work = make_work(call);
+    auto work = o->work;
+    engine_->submit(std::move(o));
+    return work;
+  }
+
+  std::shared_ptr<Store> store_;
+  TcpGroupOptions options_;
+  std::atomic<std::uint64_t> splits_{0};
+  Membership membership_;
+  HostMap hosts_;                // which ranks share a host: picks the hierarchical algorithms
+  AlgorithmOverrides forced_{};  // CHORUS_ALGO
+  LinkCosts link_costs_;         // the α/β figures every rank of the group chooses by
+  bool peer_memory_ = false;     // every rank on this host, in reach: peer_memory.hpp
+  bool shared_memory_ = false;   // every rank on this host, streams through shared memory
+  bool board_ = false;           // every rank on this host, sharing a segment: slot_board.hpp
+  PeerBuffers peer_buffers_;     // the peers' SharedBuffers mapped here (peer_buffers.hpp)
+  // The last collective handed to the engine (the issue lock guards it): once it is complete,
+  // the engine has no collective queued or running.
+  std::shared_ptr<WorkState> last_engine_collective_;
+  // Where the Works' then() callbacks run (a thread started by the first one).
+  const std::shared_ptr<CallbackThread> callbacks_ = std::make_shared<CallbackThread>(name());
+  std::unique_ptr<Engine> engine_;
+};
+
+// Index of the next group created as `rank` on `store` in this process (1-based). Keyed by
+// the store object (held weakly, so a freed store's address is never mistaken for a new one).
+std::uint64_t next_group_index(const std::shared_ptr<Store>& store, int rank) {
+  static std::mutex mutex;
+  static std::map<std::pair<std::weak_ptr<Store>, int>, std::uint64_t, WeakKeyLess> counters;
+  std::lock_guard<std::mutex> lock(mutex);
+  std::erase_if(counters, [](const auto& entry) { return entry.first.first.expired(); });
+  return ++counters[{std::weak_ptr<Store>(store), rank}];
+}
+
+// Refuse a world size that cannot be meant (a WORLD_SIZE typo) before anything is sized by it.
+// There is no open-file check: links are made on demand (an allreduce-only group of any size
+// holds a few per rank), and a dial that runs out of descriptors names the limit.
+void check_world_size_fits(int rank, int size) {
+  if (size > kMaxTcpWorldSize) {
+    throw InvalidArgument(fmt::format(
+        "make_tcp_group on rank {}: size {} is more than the tcp backend supports ({}); check "
+        "WORLD_SIZE",
+        rank, size, kMaxTcpWorldSize));
+  }
+}
+
+}  // namespace
+}  // namespace cpu
+
+std::shared_ptr<ProcessGroup> make_tcp_group(std::shared_ptr<Store> store, int rank, int size,
+                                             TcpGroupOptions options) {
+  check_arg(store != nullptr,
+            "make_tcp_group: the store is null; pass the store every rank shares");
+  check_arg(options.sockets_per_peer >= 1 && options.sockets_per_peer <= 8,
+            "make_tcp_group: sockets_per_peer must be in 1..8, got {}", options.sockets_per_peer);
+  check_arg(options.slice_bytes >= 1, "make_tcp_group: slice_bytes must be at least 1");
+  check_arg(options.local_send_buffer_bytes >= 0,
+            "make_tcp_group: local_send_buffer_bytes must be 0 (kernel autotuning) or positive, "
+            "got {}",
+            options.local_send_buffer_bytes);
+  check_arg(options.hello_timeout > Duration::zero(),
+            "make_tcp_group: hello_timeout must be positive");
+  check_arg(size >= 1 && rank >= 0 && rank < size,
+            "make_tcp_group: rank {} is not in [0, {}); check RANK and WORLD_SIZE", rank, size);
+  cpu::check_world_size_fits(rank, size);
+  // Each group gets its own namespace in the store: the k-th group this process creates as
+  // `rank` on `store` is "tcp/g<k>" (all ranks create their groups in the same order, like
+  // every other collective), so two groups over one store never read each other's addresses.
+  // The count lives in the process, not the store, so a relaunch starts again at g1 on every
+  // rank (membership.hpp replaces a dead launch's records).
+  const std::uint64_t instance = cpu::next_group_index(store, rank);
+  auto group_store = make_prefix_store(fmt::format("tcp/g{}", instance), std::move(store));
+  return detail::GroupAccess::wrap(
+      std::make_unique<cpu::CpuProcessGroup>(std::move(group_store), rank, size, options));
+}
+
+}  // namespace chorus

@@ -1,0 +1,417 @@
+// SPDX-License-Identifier: BSD-3-Clause
+// Engine: submit, one turn of the loop, the op queue, completions and events (see engine.hpp for
+// the model and where the rest lives).
+#include "cpu/engine/engine.hpp"
+
+#include <algorithm>
+
+#include <fmt/format.h>
+
+#include <chorus/errors.hpp>
+
+namespace chorus::cpu {
+namespace {
+
+constexpr std::uint64_t kP2pTokenBit = 1ull << 63;
+
+}  // namespace
+
+Engine::Engine(EngineConfig config, std::unique_ptr<EngineTransport> transport)
+    : config_(std::move(config)),
+      transport_(std::move(transport)),
+      local_address_(transport_->local_address()),
+      report_(config_.rank, config_.size, config_.group, *transport_),
+      liveness_(config_.rank, config_.size, config_.peer_timeout) {
+  left_.resize(static_cast<std::size_t>(config_.size), false);
+  gate_ = std::make_shared<Gate>(this);
+  thread_ = std::thread([this] { run(); });
+}
+
+Engine::~Engine() {
+  {
+    std::lock_guard lock(mu_);
+    stop_ = true;
+  }
+  stopping_.store(true);
+  poke();          // a driver in poll() returns and sees stopping_
+  gate_->close();  // no new driver; waits for the ones inside
+  if (thread_.joinable()) {
+    thread_.join();
+  }
+}
+
+void Engine::note_issued(std::uint64_t seq) noexcept {
+  // Callers hold the group's issue lock, so writers take turns: a load and a store will do (no
+  // locked instruction on every op).
+  if (issued_seq_.load(std::memory_order_relaxed) < seq) {
+    issued_seq_.store(seq, std::memory_order_relaxed);
+  }
+}
+
+void Engine::submit(std::unique_ptr<Op> op) {
+  const bool driven = op->work->has_driver();
+  if (op->kind == Op::Kind::collective) {
+    note_issued(op->call.seq);
+  }
+  std::exception_ptr failed;
+  {
+    std::lock_guard lock(mu_);
+    if (failed_) {
+      failed = failed_;
+    } else {
+      submitted_.push_back(std::move(op));
+    }
+  }
+  if (failed) {
+    op->work->complete(failed);
+    return;
+  }
+  // An op whose caller may drive the loop (drive()) does not unpark the engine thread: if
+  // nobody waits for it, the engine looks in within kParkTick.
+  if (driven) {
+    transport_->wakeup();
+  } else {
+    poke();
+  }
+}
+
+void Engine::abort(std::exception_ptr error) {
+  if (on_engine_thread()) {
+    fail_group(std::move(error), true, config_.rank);
+    return;
+  }
+  std::unique_lock lock(mu_);
+  abort_request_ = std::move(error);
+  abort_done_ = false;
+  lock.unlock();
+  poke();
+  lock.lock();
+  // The engine answers within one loop iteration (it never blocks on a peer); the bound only
+  // guards against a bug turning abort() into a hang.
+  cv_.wait_for(lock, std::chrono::seconds(10), [&] { return abort_done_ || stop_; });
+}
+
+void Engine::iterate(bool wait, const WorkState* driven) {
+  take_submitted();
+  start_next();
+  // After take_submitted(): the deadlines of the ops just taken count. A driving caller whose
+  // op completed above (say, an abort) does not wait: it leaves.
+  const bool done = driven != nullptr && driven->is_completed();
+  const Deadline until = wait && !done ? nearest_deadline() : Deadline::after(Duration::zero());
+  transport_->await_board(current_ && current_->on_board);
+  transport_->spin_before_sleep(spin_budget());
+  try {
+    transport_->poll(until, completed_, events_);
+  } catch (const std::exception& e) {
+    fail_group(report_.error(ErrorCode::internal, nullptr,
+                             fmt::format("event loop failed: {}", e.what()), {}),
+               true, config_.rank);
+  }
+  for (std::uint64_t token : completed_) {
+    on_completion(token);
+  }
+  completed_.clear();
+  for (auto& ev : events_) {
+    on_event(ev);
+  }
+  events_.clear();
+  if (current_ && current_->on_board && !failure_) {
+    settle_board();
+  }
+  release_held_headers();
+  check_held_failure();
+  check_deadlines();
+  tend_liveness();
+}
+
+void Engine::release_held_headers() {
+  if (executor_ && !failure_ && headers_until_.expired()) {
+    headers_until_ = Deadline::never();
+    executor_->release_headers();
+  }
+}
+
+std::chrono::microseconds Engine::spin_budget() const {
+  if (current_) {
+    const bool small = !current_->on_board && current_->bytes <= kSpinMaxBytes;
+    return small ? kSpin : std::chrono::microseconds::zero();
+  }
+  const auto linger = std::chrono::ceil<std::chrono::microseconds>(linger_until_ - Clock::now());
+  return queue_.empty() ? std::max(linger, std::chrono::microseconds::zero())
+                        : std::chrono::microseconds::zero();
+}
+
+void Engine::take_submitted() {
+  std::vector<std::unique_ptr<Op>> ops;
+  ops.swap(taken_);  // empty, with the memory of an earlier batch: submitters append there
+  std::exception_ptr abort_request;
+  {
+    std::lock_guard lock(mu_);
+    ops.swap(submitted_);
+    abort_request = std::move(abort_request_);
+    abort_request_ = nullptr;
+  }
+  if (abort_request) {
+    fail_group(abort_request, true, config_.rank);
+    {
+      std::lock_guard lock(mu_);
+      abort_done_ = true;
+    }
+    cv_.notify_all();
+  }
+  for (auto& op : ops) {
+    if (failure_) {
+      op->work->complete(failure_);
+      continue;
+    }
+    track_deadline(*op);
+    if (op->kind == Op::Kind::collective) {
+      queue_.push_back(std::move(op));
+      continue;
+    }
+    const std::uint64_t token = kP2pTokenBit | next_p2p_token_++;
+    Op& p = *op;
+    p2p_.emplace(token, std::move(op));
+    if (p.kind == Op::Kind::send) {
+      transport_->send_p2p(p.peer, p.tag, p.data, p.bytes, token);
+    } else {
+      transport_->recv_p2p(p.peer, p.tag, p.data, p.bytes, token);
+    }
+  }
+  ops.clear();
+  taken_.swap(ops);
+}
+
+void Engine::start_next() {
+  while (!current_ && !queue_.empty() && !failure_) {
+    current_ = std::move(queue_.front());
+    queue_.pop_front();
+    if (current_->on_board) {
+      transport_->op_started(current_->call.seq);
+      if (!current_->board_started) {  // else handed over by run_on_board(): published already
+        if (config_.on_start) {
+          config_.on_start(current_->call, "board");
+        }
+        config_.board->publish(current_->sig, current_->args.in, current_->bytes);
+        config_.board->wake_peers();
+      }
+      settle_board();
+      continue;
+    }
+    if (config_.board) {
+      config_.board->announce(current_->sig);
+    }
+    build_run(*current_);
+    transport_->op_started(current_->call.seq);
+    if (config_.on_start) {
+      config_.on_start(current_->call, choose_algorithm(config_.size, current_->args));
+    }
+    executor_->start();
+    headers_until_ = executor_->holds_headers() ? Deadline::after(kHeaderHold) : Deadline::never();
+    settle_current();
+  }
+}
+
+void Engine::build_run(const Op& op) {
+  const bool reuse = spare_schedule_ != nullptr && spare_executor_ != nullptr;
+  if (reuse) {
+    schedule_ = std::move(spare_schedule_);
+    schedule_->clear(op.args.dtype, op.args.op);
+  } else {
+    spare_executor_.reset();
+    schedule_ =
+        std::make_unique<Schedule>(config_.rank, config_.size, op.args.dtype, op.args.op, arena_);
+  }
+  build_schedule(*schedule_, op.args);
+  schedule_->finalize(op.sig);
+  const std::uint64_t tokens = (++epoch_) << 32;
+  if (reuse) {
+    executor_ = std::move(spare_executor_);  // bound to schedule_ (recycle_run())
+    executor_->restart(tokens);
+  } else {
+    executor_ = std::make_unique<Executor>(*transport_, *schedule_, tokens);
+  }
+}
+
+void Engine::recycle_run() noexcept {
+  if (!schedule_ || !executor_) {
+    executor_.reset();
+    schedule_.reset();
+    return;
+  }
+  schedule_->clear(schedule_->dtype(), schedule_->op());  // lets go of call tasks' captures
+  spare_schedule_ = std::move(schedule_);
+  spare_executor_ = std::move(executor_);
+}
+
+void Engine::track_deadline(const Op& op) {
+  if (!op.call.deadline.is_never()) {
+    deadlines_.insert(op.call.deadline.when());
+  }
+}
+
+void Engine::untrack_deadline(const Op& op) {
+  if (!op.call.deadline.is_never()) {
+    const auto it = deadlines_.find(op.call.deadline.when());
+    if (it != deadlines_.end()) {
+      deadlines_.erase(it);
+    }
+  }
+}
+
+void Engine::finish_current(std::exception_ptr error) {
+  std::unique_ptr<Op> op = std::move(current_);
+  untrack_deadline(*op);
+  recycle_run();
+  arena_.reset();
+  if (probe_ && probe_->op() == op.get()) {
+    probe_.reset();  // it made it after all, within the probe's grace
+  }
+  if (!op->on_board && op->bytes <= kSpinMaxBytes) {
+    linger_until_ = Clock::now() + kSpin;
+  }
+  op->work->complete(std::move(error));
+}
+
+void Engine::on_completion(std::uint64_t token) {
+  if (!executor_ || !executor_->owns(token)) {
+    return;  // a transfer of an op that already failed
+  }
+  executor_->complete(token);
+  settle_current();
+}
+
+void Engine::settle_current() {
+  if (executor_->local_failure()) {
+    if (!held_failure_) {
+      held_failure_ = executor_->local_failure();
+      held_until_ = Deadline::after(kLocalFailureGrace);
+    }
+  } else if (executor_->failed()) {
+    const SignatureMismatch& m = *executor_->mismatch();
+    const Op* op = current_.get();
+    std::string what;
+    if (m.theirs) {
+      what = describe_mismatch(op->sig, config_.rank, *m.theirs, m.peer);
+    } else {
+      what = fmt::format(
+          "the data from rank {} is not a signature header: its stream is out of step", m.peer);
+    }
+    fail_group(report_.mismatch(*op, m.peer, what), true, config_.rank);
+  } else if (executor_->done()) {
+    finish_current(nullptr);
+  }
+}
+
+void Engine::on_event(TransportEvent& ev) {
+  switch (ev.kind) {
+    case TransportEvent::Kind::p2p_done: {
+      auto it = p2p_.find(ev.token);
+      if (it == p2p_.end()) {
+        return;
+      }
+      std::unique_ptr<Op> op = std::move(it->second);
+      p2p_.erase(it);
+      untrack_deadline(*op);
+      if (op->kind == Op::Kind::recv) {
+        op->work->set_source_rank(ev.peer);  // says who sent it, for a recv from any rank
+      }
+      if (probe_ && probe_->op() == op.get()) {
+        probe_.reset();
+      }
+      std::exception_ptr error;
+      if (!ev.error.empty()) {
+        error = report_.error(ErrorCode::invalid_argument, op.get(), ev.error, {ev.peer});
+      }
+      op->work->complete(error);
+      return;
+    }
+    case TransportEvent::Kind::peer_failed: {
+      if (failure_) {
+        return;
+      }
+      fail_group(report_.peer_failed(current_.get(), ev), true, ev.peer);
+      return;
+    }
+    case TransportEvent::Kind::control:
+      on_control(ev);
+      return;
+    case TransportEvent::Kind::fault: {
+      if (failure_) {
+        return;
+      }
+      const Op* op = current_.get();
+      fail_group(report_.error(ErrorCode::aborted, op, ev.error, {config_.rank}), true,
+                 config_.rank);
+      return;
+    }
+  }
+}
+
+void Engine::on_control(TransportEvent& ev) {
+  switch (ev.frame) {
+    case FrameType::abort: {
+      if (failure_) {
+        return;
+      }
+      if (auto notice = decode_abort(ev.payload)) {
+        fail_from_news(ev.peer, *notice, false);
+      } else {
+        const Op* op = current_.get();
+        fail_group(report_.error(ErrorCode::network, op,
+                                 fmt::format("{} failed and aborted the group (its notice was "
+                                             "unreadable)",
+                                             report_.rank_name(ev.peer)),
+                                 {ev.peer}),
+                   false, ev.peer);
+      }
+      return;
+    }
+    case FrameType::goodbye: {
+      // A goodbye alone fails nothing (the peer's transport reports it if this rank still
+      // needs the peer; a board op looks at left_). A goodbye of a failed group is news of that
+      // failure, with its root.
+      left_[static_cast<std::size_t>(ev.peer)] = true;
+      const auto bye = decode_goodbye(ev.payload);
+      if (!failure_ && bye && bye->cause) {
+        fail_from_news(ev.peer, *bye->cause, true);
+      } else if (!failure_ && current_ && current_->on_board) {
+        settle_board();
+      }
+      return;
+    }
+    case FrameType::status_request: {
+      StatusReply reply;
+      reply.issued_seq = issued_seq_.load();
+      reply.running_seq = current_ ? current_->call.seq : 0;
+      transport_->send_control(ev.peer, FrameType::status_reply, encode(reply));
+      return;
+    }
+    case FrameType::status_reply:
+      if (probe_) {
+        probe_->answer(ev.peer, decode_status(ev.payload));
+      }
+      return;
+    case FrameType::p2p:
+    case FrameType::p2p_more:
+    case FrameType::heartbeat:  // the transport keeps these (it notes when each peer was heard)
+    case FrameType::link_release:
+    case FrameType::link_release_ok:
+    case FrameType::link_release_no:
+      return;
+  }
+}
+
+Deadline Engine::nearest_deadline() const {
+  if (failure_) {
+    return Deadline::never();
+  }
+  const Deadline liveness = earliest(earliest(liveness_.deadline(), held_until_),
+                                     executor_ ? headers_until_ : Deadline::never());
+  if (probe_) {
+    return earliest(probe_->until(), liveness);
+  }
+  return deadlines_.empty() ? liveness : earliest(liveness, Deadline::at(*deadlines_.begin()));
+}
+
+}  // namespace chorus::cpu

@@ -1,0 +1,225 @@
+// SPDX-License-Identifier: BSD-3-Clause
+// Executor: dependency counting, FIFO posting per peer, inline copies and reductions.
+// A recv_reduce is offered to the transport to reduce on arrival; where it declines, the
+// receive lands in the task's slot and the reduction runs when it completes.
+#include "cpu/engine/executor.hpp"
+
+#include <cstring>
+
+#include "core/check.hpp"
+#include "core/reduce.hpp"
+
+namespace chorus::cpu {
+namespace {
+constexpr std::uint8_t kWaiting = 0;
+constexpr std::uint8_t kReady = 1;
+constexpr std::uint8_t kPosted = 2;
+constexpr std::uint8_t kDone = 3;
+// A recv_reduce the transport could not reduce on arrival: posted as a receive into its slot,
+// reduced on completion.
+constexpr std::uint8_t kPostedStaged = 4;
+}  // namespace
+
+Executor::Executor(Transport& transport, Schedule& schedule, std::uint64_t token_base)
+    : transport_(transport), schedule_(schedule) {
+  restart(token_base);
+}
+
+void Executor::restart(std::uint64_t token_base) {
+  token_base_ = token_base;
+  state_.assign(schedule_.tasks().size(), kWaiting);
+  send_pos_.assign(static_cast<std::size_t>(schedule_.size()), 0);
+  recv_pos_.assign(static_cast<std::size_t>(schedule_.size()), 0);
+  worklist_.clear();
+  hold_headers_ = true;
+  remaining_ = schedule_.tasks().size();
+  mismatch_.reset();
+  local_failure_.reset();
+}
+
+void Executor::start() {
+  auto& tasks = schedule_.tasks();
+  for (std::size_t i = 0; i < tasks.size(); ++i) {
+    if (tasks[i].deps == 0) {
+      ready(static_cast<TaskId>(i));
+    }
+  }
+  run_worklist();
+}
+
+void Executor::run_worklist() {
+  while (!worklist_.empty() && !failed()) {
+    const TaskId id = worklist_.back();
+    worklist_.pop_back();
+    run_local(id);
+  }
+}
+
+void Executor::ready(TaskId id) {
+  Task& t = schedule_.tasks()[static_cast<std::size_t>(id)];
+  state_[static_cast<std::size_t>(id)] = kReady;
+  switch (t.kind) {
+    case TaskKind::send:
+      pump_send(t.peer);
+      break;
+    case TaskKind::recv:
+    case TaskKind::recv_reduce:
+      pump_recv(t.peer);
+      break;
+    case TaskKind::copy:
+    case TaskKind::reduce:
+    case TaskKind::call:
+      worklist_.push_back(id);
+      break;
+  }
+}
+
+// Posts the head of the peer's send FIFO while it is ready: later sends never overtake it.
+// A header waits for the data send behind it (start()).
+void Executor::pump_send(int peer) {
+  const auto& fifo = schedule_.send_fifo(peer);
+  auto& pos = send_pos_[static_cast<std::size_t>(peer)];
+  while (pos < fifo.size() && state_[static_cast<std::size_t>(fifo[pos])] == kReady) {
+    if (held(peer)) {
+      break;
+    }
+    const TaskId id = fifo[pos++];
+    state_[static_cast<std::size_t>(id)] = kPosted;
+    const Task& t = schedule_.tasks()[static_cast<std::size_t>(id)];
+    transport_.post_send(peer, t.src, t.size, token_base_ + static_cast<std::uint64_t>(id));
+  }
+}
+
+// The head of the peer's send FIFO is a ready header whose first data send is not ready.
+bool Executor::held(int peer) const noexcept {
+  const auto& fifo = schedule_.send_fifo(peer);
+  const std::uint32_t pos = send_pos_[static_cast<std::size_t>(peer)];
+  return hold_headers_ && pos + 1 < fifo.size() &&
+         schedule_.tasks()[static_cast<std::size_t>(fifo[pos])].header &&
+         state_[static_cast<std::size_t>(fifo[pos])] == kReady &&
+         state_[static_cast<std::size_t>(fifo[pos + 1])] != kReady;
+}
+
+void Executor::release_headers() {
+  hold_headers_ = false;
+  for (int p = 0; p < schedule_.size(); ++p) {
+    pump_send(p);
+  }
+}
+
+bool Executor::holds_headers() const noexcept {
+  for (int p = 0; p < schedule_.size(); ++p) {
+    if (held(p)) {
+      return true;
+    }
+  }
+  return false;
+}
+
+void Executor::pump_recv(int peer) {
+  const auto& fifo = schedule_.recv_fifo(peer);
+  auto& pos = recv_pos_[static_cast<std::size_t>(peer)];
+  while (pos < fifo.size() && state_[static_cast<std::size_t>(fifo[pos])] == kReady) {
+    const TaskId id = fifo[pos++];
+    state_[static_cast<std::size_t>(id)] = kPosted;
+    const Task& t = schedule_.tasks()[static_cast<std::size_t>(id)];
+    const std::uint64_t token = token_base_ + static_cast<std::uint64_t>(id);
+    if (t.kind == TaskKind::recv) {
+      transport_.post_recv(peer, t.dst, t.size, token);
+      continue;
+    }
+    if (!transport_.post_recv_reduce(peer, arrival(t), token)) {
+      // src2 is the op's own scratch slot (Schedule::recv_reduce): writable.
+      state_[static_cast<std::size_t>(id)] = kPostedStaged;
+      transport_.post_recv(peer, const_cast<void*>(t.src2),
+                           t.size * element_size(schedule_.dtype()), token);
+    }
+  }
+}
+
+ReduceOnArrival Executor::arrival(const Task& t) const {
+  return {t.dst, t.src, t.size, schedule_.dtype(), schedule_.op(), t.divisor, t.local_first};
+}
+
+void Executor::run_local(TaskId id) {
+  const Task& t = schedule_.tasks()[static_cast<std::size_t>(id)];
+  if (t.kind == TaskKind::copy) {
+    if (t.size > 0) {
+      std::memcpy(t.dst, t.src, t.size);
+    }
+  } else if (t.kind == TaskKind::call) {
+    local_failure_ = schedule_.local_work(t.size)();
+    if (local_failure_) {
+      return;
+    }
+  } else {
+    reduce(t.dst, t.src, t.src2, t.size, schedule_.dtype(), schedule_.op(), t.divisor);
+  }
+  finish(id);
+}
+
+void Executor::finish(TaskId id) {
+  auto& tasks = schedule_.tasks();
+  state_[static_cast<std::size_t>(id)] = kDone;
+  --remaining_;
+  const Task& t = tasks[static_cast<std::size_t>(id)];
+  if (t.header && t.kind == TaskKind::recv) {
+    const auto theirs = decode_signature(schedule_.received_header(t.peer));
+    if (!theirs || !(*theirs == schedule_.signature())) {
+      mismatch_ = SignatureMismatch{t.peer, theirs};
+      return;
+    }
+  }
+  const auto& succ = schedule_.successors();
+  for (std::uint32_t i = 0; i < t.succ_count; ++i) {
+    const TaskId s = succ[t.succ_begin + i];
+    if (--tasks[static_cast<std::size_t>(s)].deps == 0) {
+      ready(s);
+    }
+  }
+}
+
+void Executor::complete(std::uint64_t token) {
+  if (failed()) {
+    return;
+  }
+  const auto id = static_cast<TaskId>(token - token_base_);
+  CHORUS_CHECK(id >= 0 && static_cast<std::size_t>(id) < state_.size() &&
+                   (state_[static_cast<std::size_t>(id)] == kPosted ||
+                    state_[static_cast<std::size_t>(id)] == kPostedStaged),
+               "completion of task {} which is not in flight", id);
+  if (state_[static_cast<std::size_t>(id)] == kPostedStaged) {
+    const Task& t = schedule_.tasks()[static_cast<std::size_t>(id)];
+    reduce_arrived(arrival(t), t.dst, t.src, t.src2, t.size);
+  }
+  finish(id);
+  run_worklist();
+}
+
+std::vector<int> Executor::waiting_for_recv() const {
+  std::vector<int> peers;
+  for (int p = 0; p < schedule_.size(); ++p) {
+    for (TaskId id : schedule_.recv_fifo(p)) {
+      if (state_[static_cast<std::size_t>(id)] != kDone) {
+        peers.push_back(p);
+        break;
+      }
+    }
+  }
+  return peers;
+}
+
+std::vector<int> Executor::waiting_for_send() const {
+  std::vector<int> peers;
+  for (int p = 0; p < schedule_.size(); ++p) {
+    for (TaskId id : schedule_.send_fifo(p)) {
+      if (state_[static_cast<std::size_t>(id)] != kDone) {
+        peers.push_back(p);
+        break;
+      }
+    }
+  }
+  return peers;
+}
+
+}  // namespace chorus::cpu

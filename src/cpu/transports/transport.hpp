@@ -1,0 +1,152 @@
+// SPDX-License-Identifier: BSD-3-Clause
+// The transport seam: everything the engine needs from the wire, as two interfaces.
+//
+// Transport (what the collective algorithms need): every ordered pair of ranks has a message
+// stream (the collective channel). Messages from one rank to a peer leave in posting order and
+// the i-th send to a peer is the i-th receive that peer posts for this rank, with the same
+// length; algorithms are written so that both sides post in the same order (see
+// schedule.hpp). Completion is reported by token to whoever drives the transport.
+//
+// EngineTransport (what the engine needs on top): tagged point-to-point messages and control
+// frames (abort notices, goodbyes, status probes) on a per-peer control channel, one poll()
+// that sleeps until something happens, failure events that name the peer, and teardown.
+// Control frames overtake queued tagged payloads (a frame already partly written is finished
+// first); what a peer wrote before its link broke is delivered before the peer_failed event.
+//
+// Implementations: socket_transport.hpp (sockets, production), fault_transport.hpp (a
+// decorator injecting CHORUS_FAULT faults), tests/tcp/memory_fabric.hpp (in memory, with
+// injectable faults) and tests/tcp/loopback_transport.hpp (collective streams only).
+// Algorithms never include net/.
+#pragma once
+
+#include "core/private.hpp"
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <chorus/deadline.hpp>
+#include <chorus/types.hpp>
+
+#include "core/reduce.hpp"
+#include "cpu/transports/wire.hpp"
+
+namespace chorus::cpu {
+
+// A receive of `count` elements that is reduced as it arrives, element by element:
+// out = local op received (received op local when !local_first), divided by `divisor` when it
+// is not 0 (core/reduce.hpp). `out` may be exactly `local`. The message is never staged whole,
+// which saves a copy where the transport can read it in place (shared-memory rings).
+struct ReduceOnArrival {
+  void* out = nullptr;
+  const void* local = nullptr;
+  std::size_t count = 0;
+  DataType dtype = DataType::float32;
+  ReduceOp op = ReduceOp::sum;
+  int divisor = 0;
+  bool local_first = true;
+};
+
+// Reduces `count` elements that arrived (`received`) with `local` into `out`, in the operand
+// order `r` names. The one place both the fused and the staged path compute it.
+inline void reduce_arrived(const ReduceOnArrival& r, void* out, const void* local,
+                           const void* received, std::size_t count) {
+  reduce(out, r.local_first ? local : received, r.local_first ? received : local, count, r.dtype,
+         r.op, r.divisor);
+}
+
+class Transport {
+ public:
+  virtual ~Transport() = default;
+
+  // Queues `bytes` from `data` for `peer`. `data` is borrowed until `token` completes.
+  virtual void post_send(int peer, const void* data, std::size_t bytes, std::uint64_t token) = 0;
+  // Queues a receive of exactly `bytes` from `peer` into `data` (borrowed until completion).
+  virtual void post_recv(int peer, void* data, std::size_t bytes, std::uint64_t token) = 0;
+  // Queues a receive of count * element_size(dtype) bytes from `peer`, reduced as it arrives
+  // (buffers borrowed until completion), in the stream's order like post_recv. Returns false,
+  // queueing nothing, where this transport cannot do that for `peer`: the caller then receives
+  // into scratch with post_recv and reduces once the message is complete.
+  virtual bool post_recv_reduce(int peer, const ReduceOnArrival& r, std::uint64_t token) {
+    (void)peer;
+    (void)r;
+    (void)token;
+    return false;
+  }
+};
+
+struct TransportEvent {
+  enum class Kind : std::uint8_t {
+    p2p_done,     // a tagged send/recv finished (error set if it failed on its own)
+    control,      // a control frame arrived (abort, goodbye, status)
+    peer_failed,  // a connection to `peer` broke: reset, or closed without a goodbye
+    fault,        // an injected fault (CHORUS_FAULT) failed this rank; error says which
+  };
+  Kind kind = Kind::control;
+  int peer = -1;
+  std::uint64_t token = 0;
+  FrameType frame = FrameType::abort;
+  std::vector<std::uint8_t> payload;
+  std::string error;  // p2p_done: why it failed; peer_failed: what happened
+  int os_error = 0;
+  bool left = false;  // peer_failed: the peer had said goodbye (left the group)
+};
+
+// recv_p2p's peer for a message from any peer (the public kAnySource).
+inline constexpr int kAnyPeer = -1;
+
+// Every method except wakeup() runs on the engine's thread.
+class EngineTransport : public Transport {
+ public:
+  // Tagged point-to-point on the control channel. The recv matches the first frame from
+  // `peer` with `tag` (`peer` kAnyPeer: from any peer, the first to arrive); a frame that
+  // arrives before its recv is buffered. Completion (or a failure of this message alone, e.g. a
+  // size mismatch) comes back as a p2p_done event naming the peer the message came from.
+  virtual void send_p2p(int peer, std::uint32_t tag, const void* data, std::size_t bytes,
+                        std::uint64_t token) = 0;
+  virtual void recv_p2p(int peer, std::uint32_t tag, void* data, std::size_t bytes,
+                        std::uint64_t token) = 0;
+  // Queues a control frame ahead of any queued tagged payload (best effort: dropped if the
+  // peer is gone).
+  virtual void send_control(int peer, FrameType type, std::vector<std::uint8_t> payload) = 0;
+
+  // Waits until something happens or `until` passes (not at all if results are pending) and
+  // hands over what happened: appends completed collective tokens, and other events.
+  virtual void poll(Deadline until, std::vector<std::uint64_t>& completed,
+                    std::vector<TransportEvent>& events) = 0;
+  // Any thread: makes a blocked poll() return soon.
+  virtual void wakeup() noexcept = 0;
+
+  // Forgets every posted transfer (the group failed): no user buffer is touched afterwards.
+  virtual void drop_all() noexcept = 0;
+  // Writes queued control frames until none is left or `until` passes (for goodbyes/aborts).
+  virtual void flush_control(Deadline until) = 0;
+  virtual void close_all() noexcept = 0;
+
+  // Fault injection: closes every connection to `peer` at once, as a crash would (no goodbye,
+  // no event here; later transfers to `peer` are dropped). The peer sees a dead link.
+  virtual void reset_link(int peer) noexcept = 0;
+  // The engine is about to start collective `seq` (nothing of it is posted yet). A hook for
+  // fault injection; real transports ignore it.
+  virtual void op_started(std::uint64_t seq) noexcept { (void)seq; }
+  // Whether the engine waits for its peers' entries on the small-op board (slot_board.hpp):
+  // the shared-memory transport then sleeps where a board publish wakes it. Others ignore it.
+  virtual void await_board(bool waiting) noexcept { (void)waiting; }
+  // The engine expects data soon (a small op is in flight): the next poll() looks again and
+  // again, yielding the core between looks, for up to `spin` before it sleeps. Waking a
+  // sleeping thread costs tens of microseconds on a VM; a small op's reply usually comes
+  // sooner. Zero: sleep at once. Transports without a kernel wake-up ignore it.
+  virtual void spin_before_sleep(std::chrono::microseconds spin) noexcept { (void)spin; }
+
+  virtual bool peer_connected(int peer) const = 0;
+  // Peer liveness: when something (data or a frame) last arrived from `peer`; nullopt when
+  // the peer is not watched (it left the group, or its failure was already reported).
+  virtual std::optional<Clock::time_point> last_heard(int peer) const = 0;
+  // "host:port" of a peer, and of this rank: for error messages.
+  virtual const std::string& address(int peer) const = 0;
+  virtual const std::string& local_address() const = 0;
+};
+
+}  // namespace chorus::cpu
