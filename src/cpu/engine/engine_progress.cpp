@@ -9,8 +9,8 @@
 
 #include <fmt/format.h>
 
+#include "core/futex.hpp"
 #include "core/logging.hpp"
-#include "cpu/transports/shm/futex.hpp"
 
 namespace chorus::cpu {
 

@@ -16,8 +16,8 @@
 #include <chorus/errors.hpp>
 
 #include "core/format.hpp"
+#include "core/futex.hpp"
 #include "cpu/transports/cma/peer_memory.hpp"
-#include "cpu/transports/shm/futex.hpp"
 #include "cpu/transports/shm/slot_board.hpp"
 #include "net/hmac.hpp"
 #include "net/socket.hpp"

@@ -6,7 +6,7 @@
 #include <thread>
 
 #include "core/check.hpp"
-#include "cpu/transports/shm/futex.hpp"
+#include "core/futex.hpp"
 
 namespace chorus::cpu {
 namespace {

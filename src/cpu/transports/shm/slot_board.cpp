@@ -9,8 +9,8 @@
 #include <cstring>
 #include <new>
 
+#include "core/futex.hpp"
 #include "core/reduce.hpp"
-#include "cpu/transports/shm/futex.hpp"
 #include "cpu/transports/shm/shm_segment.hpp"
 
 namespace chorus::cpu {

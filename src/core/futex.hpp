@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: BSD-3-Clause
-// Futex wait and wake on a 32-bit word in memory shared between processes (not
-// FUTEX_PRIVATE: the word lives in a mapping of several processes).
+// Futex wait and wake on a 32-bit word, shared between processes or not (not FUTEX_PRIVATE:
+// the shared-memory transport's words live in a mapping of several processes). In core, not in
+// a transport: the cpu engine parks its thread on one too.
 #pragma once
 
 #include "core/private.hpp"
@@ -15,7 +16,7 @@
 #include <cstdint>
 #include <ctime>
 
-namespace chorus::cpu {
+namespace chorus {
 
 // Sleeps while `word` holds `expected`, at most `timeout` (or until a wake; spurious returns
 // are possible: callers look again).
@@ -33,4 +34,4 @@ inline void futex_wake(std::atomic<std::uint32_t>& word) noexcept {
             nullptr, 0);
 }
 
-}  // namespace chorus::cpu
+}  // namespace chorus
