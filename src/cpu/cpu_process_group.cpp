@@ -103,20 +103,18 @@ class CpuProcessGroup final : public detail::Backend {
     ec.on_start = [this](const OpCall& call, const char* algorithm) {
       trace_started(call, algorithm);
     };
-    // The single-copy algorithms and the small-op board need every rank of the group on
-    // this host.
+    // The single-copy algorithms and the shared-memory transport's small-op path need every
+    // rank of the group on this host.
     TransportStack stack = make_transport(
         rank, size, std::move(mesh),
         hosts_.members[static_cast<std::size_t>(hosts_.host_of[static_cast<std::size_t>(rank)])],
         mo.deadline, hosts_.members.size() == 1);
     peer_memory_ = stack.peer_memory;
     shared_memory_ = stack.shared_memory;
-    board_ = stack.board != nullptr;
-    if (board_) {
-      record_small_allreduces_late(SlotBoard::kSlotBytes);  // collective(): the board path
-    }
-    ec.board = std::move(stack.board);
     engine_ = std::make_unique<Engine>(std::move(ec), std::move(stack.transport));
+    if (const SmallOps* small = engine_->small_ops()) {
+      record_small_allreduces_late(small->max_bytes());  // start(): the caller-run small path
+    }
     if (rank == 0 && env::get("CHORUS_ALGO_SHOW")) {  // the choice table, for experiments
       fmt::print(stderr, "chorus: tcp group [{}] of {}: {}\n{}", name(), size,
                  format_link_costs(link_costs_),
@@ -267,18 +265,18 @@ class CpuProcessGroup final : public detail::Backend {
     }
     o->bytes = (kind == OpKind::all_to_allv ? in.count() : count) * element_size(dtype);
     o->call = call;
-    // A small allreduce goes through the board (the same choice on every rank); this thread
-    // runs it when the engine has no collective left to run: the last one handed to it is
+    // A small op the transport can run without messages (its SmallOps capability: the
+    // shared-memory board of a one-host group) goes there (the same choice on every rank); this
+    // thread runs it when the engine has no collective left to run: the last one handed to it is
     // complete, and none can be handed over meanwhile (this runs under the issue lock). Never
     // on a thread that runs the engine's loop (a caller driving it): that thread must go back
     // to its loop. Done here, it returns a DoneWork: no WorkState, no driver.
-    o->on_board = board_ && kind == OpKind::allreduce && o->args.forced == AlgorithmId::automatic &&
-                  SlotBoard::takes(o->bytes);
-    if (o->on_board && (!last_engine_collective_ || last_engine_collective_->is_completed()) &&
+    o->via_small_ops = engine_->runs_small(*o);
+    if (o->via_small_ops && (!last_engine_collective_ || last_engine_collective_->is_completed()) &&
         !engine_->on_engine_thread()) {
-      trace_issued(call, "board");  // issued and started in one update
+      trace_issued(call, engine_->small_ops()->name());  // issued and started in one update
       std::exception_ptr error;
-      if (engine_->run_on_board(*o, error)) {
+      if (engine_->run_small_op(*o, error)) {
         return DoneWork::make(call.name, call.seq, std::move(error));
       }
       // Handed to the engine after all (late peers, a mismatch), published already.
@@ -367,7 +365,6 @@ class CpuProcessGroup final : public detail::Backend {
   LinkCosts link_costs_;         // the α/β figures every rank of the group chooses by
   bool peer_memory_ = false;     // every rank on this host, in reach: peer_memory.hpp
   bool shared_memory_ = false;   // every rank on this host, streams through shared memory
-  bool board_ = false;           // every rank on this host, sharing a segment: slot_board.hpp
   PeerBuffers peer_buffers_;     // the peers' SharedBuffers mapped here (peer_buffers.hpp)
   // The last collective handed to the engine (the issue lock guards it): once it is complete,
   // the engine has no collective queued or running.

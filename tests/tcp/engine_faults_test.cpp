@@ -22,6 +22,9 @@
 #include "core/format.hpp"
 #include "cpu/engine/engine.hpp"
 #include "cpu/transports/fault/fault_transport.hpp"
+#include "cpu/transports/forwarding_transport.hpp"
+#include "cpu/transports/small_ops.hpp"
+#include "cpu/transports/transport_stack.hpp"
 #include "tcp/memory_fabric.hpp"
 
 namespace chorus::test {
@@ -483,14 +486,17 @@ TEST_CASE(
 TEST_CASE("fabric: CHORUS_FAULT close_link fails the faulty rank at once and survivors name it",
           "[tcp][fabric][fault]") {
   MemoryFabric fabric(3);
+  // Rank 1's stack built from a table as production builds it, with the fabric in the socket
+  // transport's place: CHORUS_FAULT puts the fault layer on top. (Set before any engine thread
+  // runs, unset before the others start: the environment is not for concurrent writers.)
+  ::setenv("CHORUS_FAULT", "rank=1:close_link=2", 1);
+  cpu::StackContext ctx;
+  ctx.rank = 1;
+  ctx.size = 3;
+  cpu::TransportStack stack = cpu::build_stack({fabric.layer(), cpu::fault_layer()}, ctx);
+  ::unsetenv("CHORUS_FAULT");
   Group g(3, fabric, {0, 2});
-  cpu::Fault f;
-  f.kind = cpu::Fault::Kind::close_link;
-  f.rank = 1;
-  f.peer = 2;
-  f.after_bytes = 0;
-  g.start(1,
-          std::make_unique<cpu::FaultTransport>(1, fabric.endpoint(1), std::vector<cpu::Fault>{f}));
+  g.start(1, std::move(stack.transport));
   std::vector<std::vector<float>> data(3, std::vector<float>(1000, 1.0f));
   std::vector<std::shared_ptr<WorkState>> w;
   for (int r = 0; r < 3; ++r) {
@@ -648,6 +654,76 @@ TEST_CASE("fabric liveness: heartbeats keep idle peers alive across many peer ti
     CHECK(data[static_cast<std::size_t>(r)][0] == 3.0f);
   }
   CHECK(fabric.sent(0, 1, FrameType::heartbeat).size() >= 5);
+}
+
+namespace {
+
+// A SmallOps that does nothing: the table tests only ask who offers it.
+class NoSmallOps final : public cpu::SmallOps {
+ public:
+  const char* name() const noexcept override { return "none"; }
+  bool takes(const OpSignature&, std::size_t) const noexcept override { return false; }
+  std::size_t max_bytes() const noexcept override { return 0; }
+  void announce(const OpSignature&) noexcept override {}
+  void publish(const OpSignature&, const void*, std::size_t) noexcept override {}
+  void wake_peers() noexcept override {}
+  bool ready(const OpSignature&, std::optional<Mismatch>&) const noexcept override { return false; }
+  void finish(void*, std::size_t, DataType, ReduceOp) noexcept override {}
+  std::vector<std::pair<int, std::uint64_t>> missing(std::uint64_t) const override { return {}; }
+  std::uint64_t snapshot() const noexcept override { return 0; }
+  bool wait(std::uint64_t, Deadline) noexcept override { return false; }
+};
+
+// A decorator offering a capability, as the shared-memory transport offers its board.
+class Offering final : public cpu::ForwardingTransport {
+ public:
+  Offering(std::unique_ptr<cpu::EngineTransport> inner, cpu::SmallOps* small)
+      : ForwardingTransport(std::move(inner)), small_(small) {}
+  cpu::SmallOps* small_ops() noexcept override { return small_; }
+
+ private:
+  cpu::SmallOps* small_;
+};
+
+cpu::TransportLayer offering_layer(cpu::SmallOps* small) {
+  cpu::TransportLayer l;
+  l.name = "offering";
+  l.applies = [](const cpu::StackContext&) { return true; };
+  l.prepare = [small](cpu::StackContext&) -> cpu::LayerBuild {
+    return [small](std::unique_ptr<cpu::EngineTransport> below, cpu::StackContext&) {
+      return std::make_unique<Offering>(std::move(below), small);
+    };
+  };
+  return l;
+}
+
+}  // namespace
+
+TEST_CASE(
+    "transport table: a capability passes through the layers above; CHORUS_FAULT hides "
+    "the small-op path on every rank, named or not",
+    "[tcp][fabric][fault]") {
+  MemoryFabric fabric(2);
+  NoSmallOps small;
+  const std::vector<cpu::TransportLayer> table = {fabric.layer(), offering_layer(&small),
+                                                  cpu::fault_layer()};
+  for (int r = 0; r < 2; ++r) {
+    cpu::StackContext ctx;
+    ctx.rank = r;
+    ctx.size = 2;
+    // Unset: the fault layer does not apply, and the capability reaches the top.
+    CHECK(cpu::build_stack(table, ctx).transport->small_ops() == &small);
+    CHECK(cpu::build_stack({fabric.layer()}, ctx).transport->small_ops() == nullptr);
+  }
+  ::setenv("CHORUS_FAULT", "rank=1:stall=1ms", 1);
+  for (int r = 0; r < 2; ++r) {
+    INFO("rank " << r);
+    cpu::StackContext ctx;
+    ctx.rank = r;
+    ctx.size = 2;
+    CHECK(cpu::build_stack(table, ctx).transport->small_ops() == nullptr);
+  }
+  ::unsetenv("CHORUS_FAULT");
 }
 
 }  // namespace chorus::test

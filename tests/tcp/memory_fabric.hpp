@@ -12,6 +12,10 @@
 // (delay: a link's traffic waits), stall/unstall (a rank neither reads nor writes), and
 // corrupt_next_header (the next control frame is garbage: a protocol error at the receiver).
 // Scripted ranks (no engine): inject() and inject_close() deliver news as if a rank sent it.
+//
+// endpoint(r) is rank r's transport; layer() is the fabric as the bottom entry of a transport
+// table (transport_stack.hpp), so a test builds a stack as production does, e.g. the fault
+// transport over the fabric: build_stack({fabric.layer(), cpu::fault_layer()}, ctx).
 #pragma once
 
 #include <algorithm>
@@ -25,6 +29,7 @@
 #include <vector>
 
 #include "cpu/transports/transport.hpp"
+#include "cpu/transports/transport_stack.hpp"
 
 namespace chorus::test {
 
@@ -42,6 +47,19 @@ class MemoryFabric {
 
   std::unique_ptr<cpu::EngineTransport> endpoint(int rank) {
     return std::make_unique<Endpoint>(this, rank);
+  }
+  // The bottom layer of a transport table: StackContext::rank's endpoint (no mesh needed).
+  cpu::TransportLayer layer() {
+    cpu::TransportLayer l;
+    l.name = "memory_fabric";
+    l.applies = [](const cpu::StackContext&) { return true; };
+    l.prepare = [this](cpu::StackContext&) -> cpu::LayerBuild {
+      return [this](std::unique_ptr<cpu::EngineTransport> below, cpu::StackContext& ctx) {
+        (void)below;  // the bottom: nothing below
+        return endpoint(ctx.rank);
+      };
+    };
+    return l;
   }
 
   // ---- faults --------------------------------------------------------------------------
@@ -471,7 +489,7 @@ class MemoryFabric {
       me.closed = true;
       f_->cv_.notify_all();
     }
-    void reset_link(int peer) noexcept override {
+    void sever(int peer) noexcept override {
       std::lock_guard lock(f_->mu_);
       f_->rank(rank_).failed[static_cast<std::size_t>(peer)] = true;
       f_->break_link(rank_, peer, "the connection was closed without the peer leaving the group");

@@ -19,6 +19,7 @@ constexpr std::uint64_t kP2pTokenBit = 1ull << 63;
 Engine::Engine(EngineConfig config, std::unique_ptr<EngineTransport> transport)
     : config_(std::move(config)),
       transport_(std::move(transport)),
+      small_ops_(transport_->small_ops()),
       local_address_(transport_->local_address()),
       report_(config_.rank, config_.size, config_.group, *transport_),
       liveness_(config_.rank, config_.size, config_.peer_timeout) {
@@ -98,8 +99,10 @@ void Engine::iterate(bool wait, const WorkState* driven) {
   // op completed above (say, an abort) does not wait: it leaves.
   const bool done = driven != nullptr && driven->is_completed();
   const Deadline until = wait && !done ? nearest_deadline() : Deadline::after(Duration::zero());
-  transport_->await_board(current_ && current_->on_board);
-  transport_->spin_before_sleep(spin_budget());
+  PollHint hint;
+  hint.spin = spin_budget();
+  hint.small_op = current_ && current_->via_small_ops;
+  transport_->before_poll(hint);
   try {
     transport_->poll(until, completed_, events_);
   } catch (const std::exception& e) {
@@ -115,8 +118,8 @@ void Engine::iterate(bool wait, const WorkState* driven) {
     on_event(ev);
   }
   events_.clear();
-  if (current_ && current_->on_board && !failure_) {
-    settle_board();
+  if (current_ && current_->via_small_ops && !failure_) {
+    settle_small_op();
   }
   release_held_headers();
   check_held_failure();
@@ -133,7 +136,7 @@ void Engine::release_held_headers() {
 
 std::chrono::microseconds Engine::spin_budget() const {
   if (current_) {
-    const bool small = !current_->on_board && current_->bytes <= kSpinMaxBytes;
+    const bool small = !current_->via_small_ops && current_->bytes <= kSpinMaxBytes;
     return small ? kSpin : std::chrono::microseconds::zero();
   }
   const auto linger = std::chrono::ceil<std::chrono::microseconds>(linger_until_ - Clock::now());
@@ -186,23 +189,23 @@ void Engine::start_next() {
   while (!current_ && !queue_.empty() && !failure_) {
     current_ = std::move(queue_.front());
     queue_.pop_front();
-    if (current_->on_board) {
-      transport_->op_started(current_->call.seq);
-      if (!current_->board_started) {  // else handed over by run_on_board(): published already
+    if (current_->via_small_ops) {
+      transport_->op_starting(current_->sig);
+      if (!current_->small_published) {  // else handed over by run_small_op(): published
         if (config_.on_start) {
-          config_.on_start(current_->call, "board");
+          config_.on_start(current_->call, small_ops_->name());
         }
-        config_.board->publish(current_->sig, current_->args.in, current_->bytes);
-        config_.board->wake_peers();
+        small_ops_->publish(current_->sig, current_->args.in, current_->bytes);
+        small_ops_->wake_peers();
       }
-      settle_board();
+      settle_small_op();
       continue;
     }
-    if (config_.board) {
-      config_.board->announce(current_->sig);
+    if (small_ops_ != nullptr) {
+      small_ops_->announce(current_->sig);
     }
     build_run(*current_);
-    transport_->op_started(current_->call.seq);
+    transport_->op_starting(current_->sig);
     if (config_.on_start) {
       config_.on_start(current_->call, choose_algorithm(config_.size, current_->args));
     }
@@ -267,7 +270,7 @@ void Engine::finish_current(std::exception_ptr error) {
   if (probe_ && probe_->op() == op.get()) {
     probe_.reset();  // it made it after all, within the probe's grace
   }
-  if (!op->on_board && op->bytes <= kSpinMaxBytes) {
+  if (!op->via_small_ops && op->bytes <= kSpinMaxBytes) {
     linger_until_ = Clock::now() + kSpin;
   }
   op->work->complete(std::move(error));
@@ -336,13 +339,12 @@ void Engine::on_event(TransportEvent& ev) {
     case TransportEvent::Kind::control:
       on_control(ev);
       return;
-    case TransportEvent::Kind::fault: {
+    case TransportEvent::Kind::local_failure: {
       if (failure_) {
         return;
       }
       const Op* op = current_.get();
-      fail_group(report_.error(ErrorCode::aborted, op, ev.error, {config_.rank}), true,
-                 config_.rank);
+      fail_group(report_.error(ev.code, op, ev.error, {config_.rank}), true, config_.rank);
       return;
     }
   }
@@ -369,14 +371,14 @@ void Engine::on_control(TransportEvent& ev) {
     }
     case FrameType::goodbye: {
       // A goodbye alone fails nothing (the peer's transport reports it if this rank still
-      // needs the peer; a board op looks at left_). A goodbye of a failed group is news of that
+      // needs the peer; a small op looks at left_). A goodbye of a failed group is news of that
       // failure, with its root.
       left_[static_cast<std::size_t>(ev.peer)] = true;
       const auto bye = decode_goodbye(ev.payload);
       if (!failure_ && bye && bye->cause) {
         fail_from_news(ev.peer, *bye->cause, true);
-      } else if (!failure_ && current_ && current_->on_board) {
-        settle_board();
+      } else if (!failure_ && current_ && current_->via_small_ops) {
+        settle_small_op();
       }
       return;
     }

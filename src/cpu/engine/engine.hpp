@@ -22,15 +22,16 @@
 // goodbye of a failed group carry the root cause (the rank where the failure began), so a
 // survivor names that rank whatever order the news reaches it in.
 //
-// The engine receives its transport (EngineTransport): sockets in production, a fault
-// injecting decorator under CHORUS_FAULT, an in-memory fabric in tests.
+// The engine receives its transport (EngineTransport, built by transport_stack.hpp in
+// production, by tests from their own tables) and knows only the seam: transport.hpp and the
+// capabilities it offers (small_ops.hpp), never which transport it runs on.
 //
 // Where things are: engine.cpp runs ops (submit, one turn of the loop, the op queue, events);
 // engine_progress.cpp hands the loop between the engine thread and driving callers;
-// engine_board.cpp runs board ops; engine_failure.cpp ends ops that do not complete (deadlines,
-// probes, fail_group, news, shutdown). Pieces with their own state: FailureReport (the wording
-// of every failure), StatusProbe (the probe of a timed-out op), Liveness (heartbeats, silent
-// peers).
+// engine_small_ops.cpp runs ops through the transport's SmallOps capability; engine_failure.cpp
+// ends ops that do not complete (deadlines, probes, fail_group, news, shutdown). Pieces with their
+// own state: FailureReport (the wording of every failure), StatusProbe (the probe of a timed-out
+// op), Liveness (heartbeats, silent peers).
 #pragma once
 
 #include "core/private.hpp"
@@ -58,7 +59,7 @@
 #include "cpu/engine/op.hpp"
 #include "cpu/engine/schedule.hpp"
 #include "cpu/engine/status_probe.hpp"
-#include "cpu/transports/shm/slot_board.hpp"
+#include "cpu/transports/small_ops.hpp"
 #include "cpu/transports/transport.hpp"
 #include "cpu/transports/wire.hpp"
 
@@ -78,9 +79,6 @@ struct EngineConfig {
   // peer_timeout, and a peer not heard from for peer_timeout fails the group naming it.
   // Zero: off.
   Duration peer_timeout = Duration::zero();
-  // The small-op board of a group whose ranks all share this host (null otherwise): ops with
-  // Op::on_board run through it, and every collective announces itself there.
-  std::shared_ptr<SlotBoard> board;
 };
 
 class Engine {
@@ -92,13 +90,22 @@ class Engine {
 
   // Any thread. The op's Work completes in the loop (or here, if the group failed).
   void submit(std::unique_ptr<Op> op);
-  // The caller's thread, for an Op::on_board op, when no collective is queued or running on
-  // the engine and none can be submitted meanwhile (the caller holds the group's issue order):
-  // runs it here, through the board, and returns true: done, or (`error` set) the group had
-  // failed. The op needs no Work for that. One whose peers are late (kInlineWait), or that
-  // meets a mismatch, returns false, published: the caller gives it its Work and submit()s it,
-  // and the engine waits on, or probes the peers and names them as for any op.
-  bool run_on_board(Op& op, std::exception_ptr& error);
+  // The transport's small-op capability (EngineTransport::small_ops()), or null: ops for which
+  // runs_small() says so run through it, and every other collective announces itself there.
+  const SmallOps* small_ops() const noexcept { return small_ops_; }
+  // Whether collective `op` (its args, sig and bytes set) runs through small_ops(): the same
+  // answer on every rank. Not when CHORUS_ALGO forces an algorithm for it.
+  bool runs_small(const Op& op) const noexcept {
+    return small_ops_ != nullptr && op.args.forced == AlgorithmId::automatic &&
+           small_ops_->takes(op.sig, op.bytes);
+  }
+  // The caller's thread, for an Op::via_small_ops op, when no collective is queued or running
+  // on the engine and none can be submitted meanwhile (the caller holds the group's issue
+  // order): runs it here, through small_ops(), and returns true: done, or (`error` set) the
+  // group had failed. The op needs no Work for that. One whose peers are late (kInlineWait), or
+  // that meets a mismatch, returns false, published: the caller gives it its Work and
+  // submit()s it, and the engine waits on, or probes the peers and names them as for any op.
+  bool run_small_op(Op& op, std::exception_ptr& error);
   // Whether the calling thread runs the engine's loop now (the engine thread, or a caller in
   // drive()): a Work callback issuing an op.
   bool on_engine_thread() const noexcept { return runner_.load() == std::this_thread::get_id(); }
@@ -168,9 +175,9 @@ class Engine {
   void track_deadline(const Op& op);
   void untrack_deadline(const Op& op);
   void finish_current(std::exception_ptr error);
-  // The current op is a board op: finishes it if every rank has published, fails the group on
-  // a mismatch.
-  void settle_board();
+  // The current op runs through small_ops(): finishes it if every rank has published, fails the
+  // group on a mismatch or when a rank it waits for left.
+  void settle_small_op();
   void on_completion(std::uint64_t token);
   // After the current executor ran: finishes the op if it is done, fails the group if it failed
   // (a failed call task only after kLocalFailureGrace: see held_failure_).
@@ -197,6 +204,7 @@ class Engine {
 
   EngineConfig config_;
   std::unique_ptr<EngineTransport> transport_;
+  SmallOps* small_ops_;  // transport_->small_ops(), asked once (the caller's thread uses it too)
   std::string local_address_;
   FailureReport report_;  // the wording of every failure (engine thread)
   Liveness liveness_;     // heartbeats and the silent-peer watch (loop)
@@ -210,7 +218,7 @@ class Engine {
   bool abort_done_ = false;                     // guarded by mu_
   bool stop_ = false;                           // guarded by mu_
   std::exception_ptr failed_;                   // guarded by mu_ (written by the engine thread)
-  std::atomic<bool> has_failed_{false};         // failed_ is set (read without mu_ by board waits)
+  std::atomic<bool> has_failed_{false};         // failed_ is set (read without mu_ by run_small_op)
   std::atomic<std::uint64_t> issued_seq_{0};
 
   // The loop's: touched only by the holder of lease_ (the engine thread, or a driving caller).
@@ -236,7 +244,7 @@ class Engine {
   // within milliseconds and names the root cause better, so the failure waits for it, at most
   // kLocalFailureGrace, before it is raised as is.
   static constexpr Duration kLocalFailureGrace = std::chrono::milliseconds(500);
-  // run_on_board() waits this long for late peers before it hands the op to the engine (it
+  // run_small_op() waits this long for late peers before it hands the op to the engine (it
   // holds the issue lock meanwhile); long enough to ride out a peer off its core for a slice.
   static constexpr Duration kInlineWait = std::chrono::milliseconds(5);
   // The executor holds a signature header until the first data send behind it is ready, so
@@ -247,7 +255,7 @@ class Engine {
   // against 54 us (docs/results.md, "Small ops over loopback tcp: headers held for their data").
   static constexpr Duration kHeaderHold = std::chrono::milliseconds(1);
   // A collective of up to kSpinMaxBytes in flight: the transport looks for its data for up to
-  // kSpin before it sleeps (EngineTransport::spin_before_sleep). Measured on 2 cores over
+  // kSpin before it sleeps (PollHint::spin). Measured on 2 cores over
   // loopback tcp (with Work::wait's own looking): an 8 B allreduce 3.4x faster at 2 ranks and
   // 2x at 4, 1 MiB 1.35x at 2 ranks; no change at 64 MiB. Over shared memory at 4 ranks: 8 and
   // 16 MiB 1.1-1.2x faster (16 MiB over tcp: no change); 64 MiB slightly slower, so the bound.
@@ -266,7 +274,7 @@ class Engine {
   AbortNotice failure_notice_;  // the same, as told to peers (in abort notices and goodbyes)
   std::vector<std::uint64_t> completed_;
   std::vector<TransportEvent> events_;
-  std::vector<bool> left_;  // by rank: said goodbye (a board op it never published fails)
+  std::vector<bool> left_;  // by rank: said goodbye (a small op it never published fails)
 
   std::shared_ptr<Gate> gate_;
   std::mutex lease_;

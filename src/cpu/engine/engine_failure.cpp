@@ -78,11 +78,11 @@ void Engine::conclude_probe() {
   // What the op waits for, as far as this rank can tell.
   std::vector<int> direct;
   std::string waiting;
-  if (op == current_.get() && op->on_board) {
-    for (const auto& [peer, last] : config_.board->missing(op->sig.seq)) {
+  if (op == current_.get() && op->via_small_ops) {
+    for (const auto& [peer, last] : small_ops_->missing(op->sig.seq)) {
       direct.push_back(peer);
     }
-    waiting = direct.empty() ? "" : " waiting for the small-op board entries of ";
+    waiting = direct.empty() ? "" : " waiting for the small-op entries of ";
   } else if (op == current_.get() && executor_) {
     direct = executor_->waiting_for_recv();
     if (!direct.empty()) {

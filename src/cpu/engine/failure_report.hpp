@@ -53,7 +53,7 @@ class FailureReport {
   // The op's signature differs from `peer`'s: `what` says how. Either side may be the odd
   // one: the message names both.
   std::exception_ptr mismatch(const Op& op, int peer, const std::string& what) const;
-  // `peer` said goodbye while this rank still needed it (for a board op, `detail` is its last
+  // `peer` said goodbye while this rank still needed it (for a small op, `detail` is its last
   // collective; for a transport event, what the transport saw).
   std::exception_ptr peer_left(const Op* op, int peer, const std::string& detail) const;
   // A connection to a peer broke (TransportEvent::Kind::peer_failed).

@@ -29,10 +29,11 @@ struct Op {
   // The variable-size collectives' counts per rank, which args.in_counts/out_counts point into.
   std::vector<std::size_t> in_counts;
   std::vector<std::size_t> out_counts;
-  OpSignature sig;             // collective
-  bool on_board = false;       // a small allreduce through the group's SlotBoard (slot_board.hpp)
-  bool board_started = false;  // published there by the caller's thread (Engine::run_on_board)
-  int peer = -1;               // send/recv (a recv's may be kAnyPeer)
+  OpSignature sig;  // collective
+  // Runs through the transport's SmallOps capability (Engine::runs_small()), not a schedule.
+  bool via_small_ops = false;
+  bool small_published = false;  // published there by the caller's thread (run_small_op())
+  int peer = -1;                 // send/recv (a recv's may be kAnyPeer)
   std::uint32_t tag = 0;
   void* data = nullptr;
   std::size_t bytes = 0;  // payload bytes of this rank (for messages)

@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: BSD-3-Clause
 // ForwardingTransport: an EngineTransport that hands every call to the transport it wraps.
 // Decorators (ShmTransport, FaultTransport) derive from it and override only what they change.
+// Capabilities (small_ops()) are forwarded: a decorator offers what the layer below offers,
+// unless it overrides the accessor (to offer its own, or to hide the one below).
 // post_recv_reduce is not forwarded (it keeps Transport's "cannot"): a decorator that watches
 // transfers would not see the fused ones. A decorator that can fuse overrides it.
 #pragma once
@@ -43,12 +45,10 @@ class ForwardingTransport : public EngineTransport {
   void drop_all() noexcept override { inner_->drop_all(); }
   void flush_control(Deadline until) override { inner_->flush_control(until); }
   void close_all() noexcept override { inner_->close_all(); }
-  void reset_link(int peer) noexcept override { inner_->reset_link(peer); }
-  void op_started(std::uint64_t seq) noexcept override { inner_->op_started(seq); }
-  void await_board(bool waiting) noexcept override { inner_->await_board(waiting); }
-  void spin_before_sleep(std::chrono::microseconds spin) noexcept override {
-    inner_->spin_before_sleep(spin);
-  }
+  void sever(int peer) noexcept override { inner_->sever(peer); }
+  void op_starting(const OpSignature& sig) noexcept override { inner_->op_starting(sig); }
+  void before_poll(const PollHint& hint) noexcept override { inner_->before_poll(hint); }
+  SmallOps* small_ops() noexcept override { return inner_->small_ops(); }
   bool peer_connected(int peer) const override { return inner_->peer_connected(peer); }
   std::optional<Clock::time_point> last_heard(int peer) const override {
     return inner_->last_heard(peer);

@@ -9,14 +9,25 @@
 //
 // EngineTransport (what the engine needs on top): tagged point-to-point messages and control
 // frames (abort notices, goodbyes, status probes) on a per-peer control channel, one poll()
-// that sleeps until something happens, failure events that name the peer, and teardown.
-// Control frames overtake queued tagged payloads (a frame already partly written is finished
-// first); what a peer wrote before its link broke is delivered before the peer_failed event.
+// that sleeps until something happens, failure events that name the peer (or this rank), and
+// teardown. Control frames overtake queued tagged payloads (a frame already partly written is
+// finished first); what a peer wrote before its link broke is delivered before the peer_failed
+// event.
 //
-// Implementations: socket_transport.hpp (sockets, production), fault_transport.hpp (a
-// decorator injecting CHORUS_FAULT faults), tests/tcp/memory_fabric.hpp (in memory, with
-// injectable faults) and tests/tcp/loopback_transport.hpp (collective streams only).
-// Algorithms never include net/.
+// Beyond that contract a transport may offer optional features, capabilities: an accessor
+// returns the feature's interface, or nullptr where the transport does not offer it (small_ops()
+// below; ForwardingTransport forwards them, so a decorator offers what the layer below does
+// unless it overrides the accessor). The engine and the algorithms use a capability without
+// knowing which transport offers it, and take another path where it is null. Hooks (op_starting,
+// before_poll) tell a transport what the engine does; every transport may ignore them.
+//
+// Implementations: socket/ (sockets, production), shm/ (the collective streams of one host's
+// ranks through shared memory, over the socket transport), fault/ (a decorator injecting
+// CHORUS_FAULT faults), tests/tcp/memory_fabric.hpp (in memory, with injectable faults) and
+// tests/tcp/loopback_transport.hpp (collective streams only). transport_stack.hpp builds a
+// rank's stack from a table of them; docs/adding-a-transport.md says how to add one. The engine
+// and the algorithms include only the seam (this file, small_ops.hpp, wire.hpp), never a
+// transport's folder (scripts/check_layering.sh).
 #pragma once
 
 #include "core/private.hpp"
@@ -28,9 +39,11 @@
 #include <vector>
 
 #include <chorus/deadline.hpp>
+#include <chorus/errors.hpp>
 #include <chorus/types.hpp>
 
 #include "core/reduce.hpp"
+#include "core/signature.hpp"
 #include "cpu/transports/wire.hpp"
 
 namespace chorus::cpu {
@@ -82,20 +95,39 @@ struct TransportEvent {
     p2p_done,     // a tagged send/recv finished (error set if it failed on its own)
     control,      // a control frame arrived (abort, goodbye, status)
     peer_failed,  // a connection to `peer` broke: reset, or closed without a goodbye
-    fault,        // an injected fault (CHORUS_FAULT) failed this rank; error says which
+    // This rank's transport failed on its own, not because of a peer (a device error, or a
+    // rehearsed failure): the group fails with `code`, this rank as the root, `error` as the
+    // message. `peer` names the peer involved, if any (-1: none).
+    local_failure,
   };
   Kind kind = Kind::control;
   int peer = -1;
   std::uint64_t token = 0;
   FrameType frame = FrameType::abort;
   std::vector<std::uint8_t> payload;
-  std::string error;  // p2p_done: why it failed; peer_failed: what happened
+  std::string error;  // p2p_done: why it failed; peer_failed, local_failure: what happened
+  ErrorCode code = ErrorCode::network;  // local_failure: the error the group fails with
   int os_error = 0;
   bool left = false;  // peer_failed: the peer had said goodbye (left the group)
 };
 
 // recv_p2p's peer for a message from any peer (the public kAnySource).
 inline constexpr int kAnyPeer = -1;
+
+// What the engine expects of its next poll(), told before each one (before_poll). Hints: a
+// transport that cannot use one ignores it.
+struct PollHint {
+  // Data is expected soon (a small collective in flight or just finished): look again and
+  // again, yielding the core between looks, for up to `spin` before sleeping. Waking a sleeping
+  // thread costs tens of microseconds on a VM; a small op's reply usually comes sooner. Zero:
+  // sleep at once.
+  std::chrono::microseconds spin{0};
+  // The current op runs through small_ops(): it waits for no transfer, yet a poll should end
+  // soon after a peer publishes there (the capability's publishes may wake what poll sleeps on).
+  bool small_op = false;
+};
+
+class SmallOps;  // small_ops.hpp
 
 // Every method except wakeup() runs on the engine's thread.
 class EngineTransport : public Transport {
@@ -125,20 +157,24 @@ class EngineTransport : public Transport {
   virtual void flush_control(Deadline until) = 0;
   virtual void close_all() noexcept = 0;
 
-  // Fault injection: closes every connection to `peer` at once, as a crash would (no goodbye,
-  // no event here; later transfers to `peer` are dropped). The peer sees a dead link.
-  virtual void reset_link(int peer) noexcept = 0;
-  // The engine is about to start collective `seq` (nothing of it is posted yet). A hook for
-  // fault injection; real transports ignore it.
-  virtual void op_started(std::uint64_t seq) noexcept { (void)seq; }
-  // Whether the engine waits for its peers' entries on the small-op board (slot_board.hpp):
-  // the shared-memory transport then sleeps where a board publish wakes it. Others ignore it.
-  virtual void await_board(bool waiting) noexcept { (void)waiting; }
-  // The engine expects data soon (a small op is in flight): the next poll() looks again and
-  // again, yielding the core between looks, for up to `spin` before it sleeps. Waking a
-  // sleeping thread costs tens of microseconds on a VM; a small op's reply usually comes
-  // sooner. Zero: sleep at once. Transports without a kernel wake-up ignore it.
-  virtual void spin_before_sleep(std::chrono::microseconds spin) noexcept { (void)spin; }
+  // Closes every connection to `peer` at once, as a crash would: no goodbye, no event here,
+  // later transfers to `peer` are dropped; the peer sees a dead link. The engine never calls
+  // it; a decorator may (FaultTransport's close_link), and so may a transport that must cut off
+  // a peer it can no longer trust.
+  virtual void sever(int peer) noexcept = 0;
+  // The engine's loop is about to start collective `sig` (nothing of it is posted yet), on
+  // either path. (A small op that the issuing caller runs itself through small_ops() is not
+  // told: that runs beside the engine's thread. A transport that needs to see every op hides
+  // small_ops().) For a transport that prepares per op, counts, traces or injects faults; most
+  // ignore it.
+  virtual void op_starting(const OpSignature& sig) noexcept { (void)sig; }
+  // Told before every poll(): what the engine expects of it (PollHint).
+  virtual void before_poll(const PollHint& hint) noexcept { (void)hint; }
+
+  // Capabilities (see the top of this file): nullptr where not offered.
+  // Small collectives without messages (small_ops.hpp). The engine asks once, when it is made,
+  // and may use it from a caller's thread while its own thread polls.
+  virtual SmallOps* small_ops() noexcept { return nullptr; }
 
   virtual bool peer_connected(int peer) const = 0;
   // Peer liveness: when something (data or a frame) last arrived from `peer`; nullopt when

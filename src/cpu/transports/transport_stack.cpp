@@ -1,70 +1,61 @@
 // SPDX-License-Identifier: BSD-3-Clause
+// The table of transport layers and the one function that builds a stack from a table (see
+// transport_stack.hpp). Knows no transport: each entry comes from its transport's folder.
 #include "cpu/transports/transport_stack.hpp"
 
-#include <fmt/format.h>
+#include <utility>
 
-#include <chorus/errors.hpp>
-
-#include "core/env.hpp"
-#include "core/format.hpp"
-#include "core/logging.hpp"
-#include "cpu/transports/fault/fault_transport.hpp"
-#include "cpu/transports/shm/shm_segment.hpp"
-#include "cpu/transports/shm/shm_transport.hpp"
-#include "cpu/transports/socket/socket_transport.hpp"
+#include "core/check.hpp"
 
 namespace chorus::cpu {
 
-TransportStack make_transport(int rank, int size, Mesh mesh, const std::vector<int>& locals,
-                              Deadline deadline, bool whole_group) {
+const std::vector<TransportLayer>& transport_layers() {
+  // Bottom first. A new transport for the collective streams goes above socket (which keeps
+  // the control channel, tagged messages and failure detection); a decorator that must see
+  // every call (fault) stays on top.
+  static const std::vector<TransportLayer> table = {socket_layer(), shm_layer(), fault_layer()};
+  return table;
+}
+
+TransportStack build_stack(const std::vector<TransportLayer>& layers, StackContext& ctx) {
+  CHORUS_CHECK(!layers.empty(), "an empty transport table");
+  // Every layer's set-up first, in table order: set-ups may still talk to their peers over the
+  // mesh's control sockets, which the bottom layer's build takes.
+  std::vector<LayerBuild> builds;
+  builds.reserve(layers.size());
+  for (std::size_t i = 0; i < layers.size(); ++i) {
+    const TransportLayer& layer = layers[i];
+    if (!layer.applies(ctx)) {
+      CHORUS_CHECK(i > 0, "the bottom transport layer {} does not apply", layer.name);
+      continue;
+    }
+    LayerBuild build = layer.prepare(ctx);
+    CHORUS_CHECK(i > 0 || build, "the bottom transport layer {} declined", layer.name);
+    if (build) {
+      builds.push_back(std::move(build));
+    }
+  }
+  std::unique_ptr<EngineTransport> transport;
+  for (LayerBuild& build : builds) {
+    transport = build(std::move(transport), ctx);
+  }
   TransportStack out;
-  const env::TransportChoice choice = env::transport_choice();
-  std::unique_ptr<ShmSegment> segment;
-  if (choice != env::TransportChoice::tcp && locals.size() > 1) {
-    std::string why_not;
-    segment = attach_host_segment(mesh, rank, locals, deadline, whole_group, why_not);
-    if (!segment) {
-      if (choice == env::TransportChoice::shm) {
-        throw InvalidArgument(fmt::format(
-            "CHORUS_TRANSPORT=shm on rank {}: shared memory between host ranks {} cannot be set "
-            "up: {}; check /dev/shm (mounted, writable, free space), or use "
-            "CHORUS_TRANSPORT=auto to fall back to tcp",
-            rank, format_ranks(locals), why_not));
-      }
-      CHORUS_WARN(init,
-                  "rank {}: shared memory between host ranks {} cannot be set up ({}); their "
-                  "collectives go over loopback tcp",
-                  rank, format_ranks(locals), why_not);
-    }
-  }
-  std::vector<Fault> faults = faults_for(rank, size);
-  std::unique_ptr<EngineTransport> transport =
-      std::make_unique<SocketTransport>(rank, size, std::move(mesh), locals);
-  if (segment) {
-    CHORUS_INFO(init, "rank {}: collectives with host ranks {} go through shared memory", rank,
-                format_ranks(locals));
-    out.peer_memory = segment->peer_memory();
-    if (!out.peer_memory && whole_group) {
-      CHORUS_INFO(init,
-                  "rank {}: host ranks {} cannot reach each other's memory ({}); the single-copy "
-                  "algorithms are off",
-                  rank, format_ranks(locals), segment->peer_memory_why_not());
-    }
-    out.shared_memory = whole_group;
-    std::shared_ptr<ShmSegment> shared = std::move(segment);
-    // Not under CHORUS_FAULT: faults are rehearsed on the engine's paths (they fire when the
-    // engine starts an op, and board ops mostly run on the caller's thread).
-    if (whole_group && faults.empty()) {
-      out.board = std::make_shared<SlotBoard>(shared, rank, size);
-    }
-    transport =
-        std::make_unique<ShmTransport>(rank, size, locals, std::move(shared), std::move(transport));
-  }
-  if (!faults.empty()) {
-    transport = std::make_unique<FaultTransport>(rank, std::move(transport), std::move(faults));
-  }
   out.transport = std::move(transport);
+  out.peer_memory = ctx.peer_memory;
+  out.shared_memory = ctx.shared_memory;
   return out;
+}
+
+TransportStack make_transport(int rank, int size, Mesh mesh, const std::vector<int>& host_ranks,
+                              Deadline deadline, bool whole_group) {
+  StackContext ctx;
+  ctx.rank = rank;
+  ctx.size = size;
+  ctx.mesh = &mesh;
+  ctx.host_ranks = host_ranks;
+  ctx.whole_group = whole_group;
+  ctx.deadline = deadline;
+  return build_stack(transport_layers(), ctx);
 }
 
 }  // namespace chorus::cpu

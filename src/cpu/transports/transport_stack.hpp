@@ -1,42 +1,97 @@
 // SPDX-License-Identifier: BSD-3-Clause
-// The transport of one rank of a group, built in layers over the mesh:
-//   SocketTransport            every peer: control channel, tagged messages, liveness, and
-//                              the collective streams to other hosts
-//   ShmTransport (if any)      the collective streams to ranks on this host
-//                              (CHORUS_TRANSPORT=auto|shm, shm_transport.hpp)
-//   FaultTransport (if any)    CHORUS_FAULT faults of this rank (fault_transport.hpp)
+// The transport of one rank of a group, built in layers from a table (transport_layers()),
+// bottom first; a layer applies or not, and wraps the one below:
+//   socket   always               every peer: control channel, tagged messages, liveness, and
+//                                 the collective streams to other hosts (socket/)
+//   shm      ranks on this host   the collective streams to ranks on this host, and the
+//            (CHORUS_TRANSPORT    small-op board when the whole group is on it (shm/)
+//            auto|shm)
+//   fault    CHORUS_FAULT set     the faults CHORUS_FAULT names for this rank (fault/)
+// Each transport defines its own entry next to its code (socket_layer(), shm_layer(),
+// fault_layer()); this table is the one place that lists them. Tests build stacks from their
+// own tables through the same build_stack() (tests/tcp/memory_fabric.hpp's layer() as the
+// bottom, fault_layer() above it). docs/adding-a-transport.md says how to add an entry.
 #pragma once
 
 #include "core/private.hpp"
 
+#include <functional>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include <chorus/deadline.hpp>
 
 #include "cpu/bootstrap/mesh.hpp"
-#include "cpu/transports/shm/slot_board.hpp"
 #include "cpu/transports/transport.hpp"
 
 namespace chorus::cpu {
 
+// What the layers of one rank's stack see while it is built, and what they report back.
+struct StackContext {
+  int rank = 0;
+  int size = 1;
+  // This rank's links (production); the bottom layer takes them. Layers above may talk to their
+  // peers over the links' control sockets in prepare(), before the bottom layer takes them.
+  // Null where the bottom layer needs none (tests).
+  Mesh* mesh = nullptr;
+  // The sorted group ranks on this rank's host, this one included.
+  std::vector<int> host_ranks;
+  // Every rank of the group is on this host (the same on every rank).
+  bool whole_group = false;
+  Deadline deadline = Deadline::never();
+  // Reported by the layers, for the algorithm choice (only when every rank of the group is on
+  // this host; false otherwise):
+  bool peer_memory = false;    // the ranks reach each other's memory (cma/peer_memory.hpp), so
+                               // the single-copy algorithms can run
+  bool shared_memory = false;  // the collective streams go through shared memory
+};
+
+// Builds a layer's transport over `below` (null for the bottom layer, which must not be null
+// otherwise). Runs after every layer's prepare().
+using LayerBuild = std::function<std::unique_ptr<EngineTransport>(
+    std::unique_ptr<EngineTransport> below, StackContext& ctx)>;
+
+// One entry of the table.
+struct TransportLayer {
+  std::string name;  // for logs and docs: "socket", "shm", "fault"
+  // Whether the layer may apply to this rank's stack: cheap, no I/O, no peers (ranks on one
+  // host, an environment variable set). Where it depends on something every rank sees alike, all
+  // ranks decide alike.
+  std::function<bool(const StackContext&)> applies;
+  // The layer's set-up, collective with the peers it involves where needed (over ctx.mesh's
+  // control sockets, before the bottom layer takes them); may throw (say, a setting it cannot
+  // honour). Returns the layer's build step, or an empty function when it declines after all
+  // (its peers agreed it cannot run here).
+  std::function<LayerBuild(StackContext& ctx)> prepare;
+};
+
 // What make_transport built, and what the algorithm choice needs to know about it.
 struct TransportStack {
   std::unique_ptr<EngineTransport> transport;
-  // Only when every rank of the group is on this host (the other fields stay false / null):
-  bool peer_memory = false;          // the ranks reach each other's memory (peer_memory.hpp), so
-                                     // the single-copy algorithms can run
-  bool shared_memory = false;        // the collective streams go through shared memory
-  std::shared_ptr<SlotBoard> board;  // the small-op board (slot_board.hpp), unless CHORUS_FAULT
-                                     // is set
+  bool peer_memory = false;    // StackContext::peer_memory
+  bool shared_memory = false;  // StackContext::shared_memory
 };
 
-// Collective over the group (ranks on one host agree on shared memory over their control
-// sockets before the sockets are handed over). Throws InvalidArgument when
-// CHORUS_TRANSPORT=shm and shared memory cannot be set up.
+// The entries of the production table, each defined in its transport's folder
+// (<name>/<name>_layer.cpp).
+TransportLayer socket_layer();
+TransportLayer shm_layer();
+TransportLayer fault_layer();
+
+// The production table, bottom first: socket, shm, fault.
+const std::vector<TransportLayer>& transport_layers();
+
+// Builds a stack from `layers` (bottom first): prepares every layer that applies, in order,
+// then builds them from the bottom up. The first layer must apply and build (the bottom).
+TransportStack build_stack(const std::vector<TransportLayer>& layers, StackContext& ctx);
+
+// build_stack(transport_layers()) over `mesh`: collective over the group (ranks on one host
+// agree on shared memory over their control sockets before the sockets are handed over).
+// Throws InvalidArgument when CHORUS_TRANSPORT=shm and shared memory cannot be set up.
 // `host_ranks`: the sorted group ranks on this rank's host, this one included
 // (HostMap::members of its host). `whole_group`: every rank of the group is on this host;
-// other groups skip the peer memory probe and get no board.
+// other groups skip the peer memory probe and get no small-op board.
 TransportStack make_transport(int rank, int size, Mesh mesh, const std::vector<int>& host_ranks,
                               Deadline deadline, bool whole_group);
 

@@ -208,9 +208,10 @@ void FaultTransport::count_sent(int peer, std::size_t bytes) {
       continue;
     }
     fired_[i] = true;
-    inner_->reset_link(peer);
+    inner_->sever(peer);
     TransportEvent ev;
-    ev.kind = TransportEvent::Kind::fault;
+    ev.kind = TransportEvent::Kind::local_failure;
+    ev.code = ErrorCode::aborted;
     ev.peer = peer;
     ev.error = fmt::format(
         "CHORUS_FAULT closed this rank's connections to rank {} after {} bytes sent to it "
@@ -237,7 +238,8 @@ void FaultTransport::send_control(int peer, FrameType type, std::vector<std::uin
   count_sent(peer, bytes);
 }
 
-void FaultTransport::op_started(std::uint64_t seq) noexcept {
+void FaultTransport::op_starting(const OpSignature& sig) noexcept {
+  const std::uint64_t seq = sig.seq;
   for (std::size_t i = 0; i < faults_.size(); ++i) {
     const Fault& f = faults_[i];
     if (fired_[i] || f.at_seq != seq || f.kind == Fault::Kind::close_link) {
@@ -254,7 +256,7 @@ void FaultTransport::op_started(std::uint64_t seq) noexcept {
       exit_ = true;
     }
   }
-  inner_->op_started(seq);
+  inner_->op_starting(sig);
 }
 
 void FaultTransport::poll(Deadline until, std::vector<std::uint64_t>& completed,

@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: BSD-3-Clause
-// CHORUS_FAULT: rehearse failures on a real cluster. When the variable is set, the transport
-// of the named ranks is wrapped in a FaultTransport that injects the faults; when it is unset,
-// nothing is wrapped (no cost; see transport_stack.hpp).
+// CHORUS_FAULT: rehearse failures on a real cluster. When the variable is set, every rank's
+// transport is wrapped in a FaultTransport (fault_layer.cpp, an entry of the transport table in
+// transport_stack.hpp) that injects the faults the variable names for that rank, if any; when it
+// is unset, nothing is wrapped (no cost).
 //
 // Syntax: FAULT[;FAULT...], each FAULT one of
 //   rank=R:close_link=P[,after_bytes=N]  rank R closes its connections to rank P, as a crash
@@ -63,7 +64,11 @@ class FaultTransport final : public ForwardingTransport {
   void send_control(int peer, FrameType type, std::vector<std::uint8_t> payload) override;
   void poll(Deadline until, std::vector<std::uint64_t>& completed,
             std::vector<TransportEvent>& events) override;
-  void op_started(std::uint64_t seq) noexcept override;
+  void op_starting(const OpSignature& sig) noexcept override;
+  // Hidden: faults fire on the engine's paths (op_starting, the sends), which a small op that
+  // the issuing caller runs itself through the capability bypasses. Every rank of a group has
+  // a FaultTransport while CHORUS_FAULT is set, so all of them take the engine's path.
+  SmallOps* small_ops() noexcept override { return nullptr; }
 
  private:
   void count_sent(int peer, std::size_t bytes);

@@ -17,10 +17,11 @@ std::uint64_t align_up(std::uint64_t at, std::size_t align) {
 
 ShmTransport::ShmTransport(int rank, int size, std::vector<int> locals,
                            std::shared_ptr<ShmSegment> segment,
-                           std::unique_ptr<EngineTransport> inner)
+                           std::unique_ptr<EngineTransport> inner, bool board)
     : ForwardingTransport(std::move(inner)),
       other_hosts_(static_cast<int>(locals.size()) < size),
-      segment_(std::move(segment)) {
+      segment_(std::move(segment)),
+      board_(board ? std::make_unique<SlotBoard>(segment_, rank, size) : nullptr) {
   const auto me = std::find(locals.begin(), locals.end(), rank);
   local_ = static_cast<int>(me - locals.begin());
   CHORUS_CHECK(segment_->ring_bytes() % kMessageAlign == 0, "ring of {} bytes",
@@ -317,13 +318,13 @@ void ShmTransport::drop_all() noexcept {
   inner_->drop_all();
 }
 
-void ShmTransport::reset_link(int peer) noexcept {
+void ShmTransport::sever(int peer) noexcept {
   if (Link* link = link_of(peer)) {
     link->sends.clear();
     link->recvs.clear();
     link->dropped = true;
   }
-  inner_->reset_link(peer);
+  inner_->sever(peer);
 }
 
 }  // namespace chorus::cpu

@@ -20,7 +20,10 @@
 // and every step of a ring waits for one (measured at 4 ranks on 2 cores: 256 KiB 1.8x,
 // 1 MiB 1.3x, 8 MiB 1.15x faster).
 //
-// Progress thread only, except wakeup().
+// When every rank of the group is on this host it also offers the SmallOps capability
+// (small_ops()): its small-op board (slot_board.hpp), in the same segment.
+//
+// Progress thread only, except wakeup() and the board (see slot_board.hpp for its threads).
 #pragma once
 
 #include "core/private.hpp"
@@ -33,6 +36,7 @@
 
 #include "cpu/transports/forwarding_transport.hpp"
 #include "cpu/transports/shm/shm_segment.hpp"
+#include "cpu/transports/shm/slot_board.hpp"
 
 namespace chorus::cpu {
 
@@ -44,9 +48,10 @@ class ShmTransport final : public ForwardingTransport {
   static constexpr Duration kSocketSlice = std::chrono::milliseconds(1);
 
   // `locals`: the sorted group ranks of this host (this rank among them), as the segment
-  // was laid out for; `size`: the group's.
+  // was laid out for; `size`: the group's. `board`: offer the segment's small-op board (every
+  // rank of the group is on this host, and the segment was laid out with a board).
   ShmTransport(int rank, int size, std::vector<int> locals, std::shared_ptr<ShmSegment> segment,
-               std::unique_ptr<EngineTransport> inner);
+               std::unique_ptr<EngineTransport> inner, bool board);
 
   void post_send(int peer, const void* data, std::size_t bytes, std::uint64_t token) override;
   void post_recv(int peer, void* data, std::size_t bytes, std::uint64_t token) override;
@@ -57,14 +62,22 @@ class ShmTransport final : public ForwardingTransport {
             std::vector<TransportEvent>& events) override;
   void wakeup() noexcept override;
   void drop_all() noexcept override;
-  void reset_link(int peer) noexcept override;
-  void await_board(bool waiting) noexcept override { awaiting_board_ = waiting; }
-  // The rings are looked at for up to `spin` after the last byte moved, before the futex
+  void sever(int peer) noexcept override;
+  // The rings are looked at for up to hint.spin after the last byte moved, before the futex
   // sleep; the sockets only where they carry collective data (ranks on other hosts): spinning
   // on sockets that carry nothing but control frames would only take the core from the peers.
-  void spin_before_sleep(std::chrono::microseconds spin) noexcept override {
-    spin_ = spin;
-    inner_->spin_before_sleep(other_hosts_ ? spin : std::chrono::microseconds::zero());
+  // While the engine waits on the board (hint.small_op), polls sleep on the wake word, which
+  // board publishes bump, not in the socket transport's poll.
+  void before_poll(const PollHint& hint) noexcept override {
+    awaiting_board_ = hint.small_op;
+    spin_ = hint.spin;
+    PollHint below = hint;
+    below.spin = other_hosts_ ? hint.spin : std::chrono::microseconds::zero();
+    inner_->before_poll(below);
+  }
+  // The board, when this group has one; else what the layer below offers.
+  SmallOps* small_ops() noexcept override {
+    return board_ ? static_cast<SmallOps*>(board_.get()) : inner_->small_ops();
   }
 
  private:
@@ -87,7 +100,7 @@ class ShmTransport final : public ForwardingTransport {
     std::byte* in_data = nullptr;
     std::deque<Message> sends;
     std::deque<Message> recvs;
-    bool dropped = false;   // reset_link: transfers are forgotten
+    bool dropped = false;   // sever(): transfers are forgotten
     bool left = false;      // the peer said goodbye: nothing more will come from it
     bool reported = false;  // its departure was reported as a failure
   };
@@ -125,14 +138,15 @@ class ShmTransport final : public ForwardingTransport {
 
   int local_ = -1;
   bool other_hosts_ = false;             // some ranks of the group are not on this host
-  std::shared_ptr<ShmSegment> segment_;  // shared with the group's SlotBoard, if any
+  std::shared_ptr<ShmSegment> segment_;  // shared with board_, if any
+  std::unique_ptr<SlotBoard> board_;     // the small-op board (every rank on this host)
   std::vector<int> link_index_;          // by group rank: index in links_, or -1 (other host)
   std::vector<Link> links_;
   std::vector<TransportEvent> held_failures_;  // hold_while_readable()
-  // The engine waits on the board: sleep on the wake word (which board publishes bump), not in
-  // the socket transport's poll.
+  // The engine waits on the board (PollHint::small_op): sleep on the wake word (which board
+  // publishes bump), not in the socket transport's poll.
   bool awaiting_board_ = false;
-  std::chrono::microseconds spin_{0};  // EngineTransport::spin_before_sleep
+  std::chrono::microseconds spin_{0};  // PollHint::spin
   Clock::time_point last_moved_{};     // when progress() last moved a byte (while spin_ > 0)
 };
 

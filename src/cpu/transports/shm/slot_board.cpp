@@ -220,7 +220,7 @@ void SlotBoard::publish(const OpSignature& sig, const void* in, std::size_t byte
   header(rank_, buffer).write(sig.seq, published_);  // seq last (release): payload visible with it
 }
 
-void SlotBoard::wake_peers() const noexcept {
+void SlotBoard::wake_peers() noexcept {
   // wake_if_sleeping()'s fence orders the publish before the look at the sleepers' flags.
   for (int p = 0; p < size_; ++p) {
     if (p == rank_) {
@@ -329,7 +329,7 @@ std::uint64_t SlotBoard::snapshot() const noexcept {
   return sum;
 }
 
-bool SlotBoard::wait(std::uint64_t seen, Deadline until) const noexcept {
+bool SlotBoard::wait(std::uint64_t seen, Deadline until) noexcept {
   // The spin polls the headers: this rank's wake word, the cheapest thing to poll, is bumped
   // only for sleepers.
   auto changed = [&] { return snapshot() != seen; };

@@ -1,17 +1,18 @@
 // SPDX-License-Identifier: BSD-3-Clause
 // SlotBoard: the small-op path of a group whose ranks all run on one host and share a segment
-// (shm_segment.hpp). A small allreduce does not go through the rings: each rank copies its
-// input into its own slot in the segment, and every rank reduces all the slots, in rank
-// order, into its output, so every rank gets the same bits. No thread hand-off, no stream
-// headers, no system call when the peers are on time: an 8-byte allreduce costs a copy and a
-// few cache-line reads. A rank whose peers are late spins briefly (not at all when the ranks
-// outnumber the CPUs), yields, then sleeps on its wake word (a futex the publishers bump), so
-// waiting ranks give the CPU to the late ones.
+// (shm_segment.hpp): ShmTransport offers it as its SmallOps capability (small_ops.hpp), which
+// the engine drives without knowing it is a board in shared memory. A small allreduce does not go
+// through the rings: each rank copies its input into its own slot in the segment, and every rank
+// reduces all the slots, in rank order, into its output, so every rank gets the same bits. No
+// thread hand-off, no stream headers, no system call when the peers are on time: an 8-byte
+// allreduce costs a copy and a few cache-line reads. A rank whose peers are late spins briefly (not
+// at all when the ranks outnumber the CPUs), yields, then sleeps on its wake word (a futex the
+// publishers bump), so waiting ranks give the CPU to the late ones.
 //
 // Who runs a board op: the caller's thread when the engine has no collective queued or
-// running (CpuProcessGroup: the usual case for a small blocking op), else the engine thread
-// when the op's turn comes. Both run the same steps on the same slots, so ranks may differ in
-// which thread runs an op.
+// running (Engine::run_small_op: the usual case for a small blocking op), else the engine
+// thread when the op's turn comes. Both run the same steps on the same slots, so ranks may differ
+// in which thread runs an op.
 //
 // Slots are double-buffered: a group's k-th board op uses buffer k % 2. A rank is at most one
 // board op ahead of any other (it cannot finish op k before every rank has published k), so
@@ -40,13 +41,14 @@
 #include <chorus/types.hpp>
 
 #include "core/signature.hpp"
+#include "cpu/transports/small_ops.hpp"
 
 namespace chorus::cpu {
 
 class ShmSegment;
 struct WakeWord;
 
-class SlotBoard {
+class SlotBoard final : public SmallOps {
  public:
   // Payload per rank and buffer: the largest allreduce the board takes.
   static constexpr std::size_t kSlotBytes = 64 * 1024;
@@ -57,41 +59,48 @@ class SlotBoard {
   // The board in `segment` (ShmSegment::board(), laid out for `size` ranks; this rank is
   // `rank`): the board keeps the segment mapped.
   SlotBoard(std::shared_ptr<ShmSegment> segment, int rank, int size) noexcept;
+  ~SlotBoard() = default;
+  SlotBoard(const SlotBoard&) = delete;
+  SlotBoard& operator=(const SlotBoard&) = delete;
 
   // Whether an allreduce of `bytes` goes through the board (the same answer on every rank).
   static bool takes(std::size_t bytes) noexcept { return bytes > 0 && bytes <= kSlotBytes; }
 
+  // SmallOps (small_ops.hpp):
+  const char* name() const noexcept override { return "board"; }
+  // Allreduces of 1 byte to kSlotBytes.
+  bool takes(const OpSignature& sig, std::size_t bytes) const noexcept override {
+    return sig.kind == OpKind::allreduce && takes(bytes);
+  }
+  std::size_t max_bytes() const noexcept override { return kSlotBytes; }
+
   // Any collective off the board, when it starts on this rank.
-  void announce(const OpSignature& sig) noexcept;
+  void announce(const OpSignature& sig) noexcept override;
 
   // A board op: publishes this rank's input (`bytes` <= kSlotBytes) with the op's signature.
   // Then the caller calls wake_peers(), at once or after a first look with ready(): the wake
   // waits for the publish to reach the peers, and that look overlaps with that wait.
-  void publish(const OpSignature& sig, const void* in, std::size_t bytes) noexcept;
+  void publish(const OpSignature& sig, const void* in, std::size_t bytes) noexcept override;
   // Wakes the peers that sleep waiting on the board (for a publish of this rank's).
-  void wake_peers() const noexcept;
+  void wake_peers() noexcept override;
 
-  struct Mismatch {
-    int peer = -1;
-    OpSignature theirs;
-  };
   // Whether every rank has published the op `sig` (published by this rank); a peer found
   // running another op at this op's seq (or already past it) is a mismatch.
-  bool ready(const OpSignature& sig, std::optional<Mismatch>& mismatch) const noexcept;
+  bool ready(const OpSignature& sig, std::optional<Mismatch>& mismatch) const noexcept override;
   // Once ready(): out = the reduction of every rank's input, in rank order; ends the op.
-  void finish(void* out, std::size_t count, DataType dtype, ReduceOp op) noexcept;
+  void finish(void* out, std::size_t count, DataType dtype, ReduceOp op) noexcept override;
   // The ranks that have not published the op with this seq yet, with the latest seq each
   // announced or published (for timeout messages).
-  std::vector<std::pair<int, std::uint64_t>> missing(std::uint64_t seq) const noexcept;
+  std::vector<std::pair<int, std::uint64_t>> missing(std::uint64_t seq) const noexcept override;
 
   // What the ranks have published and announced so far, for wait(): taken before a look with
   // ready(), so that a publish landing between that look and the wait ends the wait at once.
-  std::uint64_t snapshot() const noexcept;
+  std::uint64_t snapshot() const noexcept override;
   // Blocks until the board differs from `seen` (a snapshot()) or `until`: spins for a few
   // microseconds (unless the host is oversubscribed), yields, then sleeps on this rank's wake
   // word (at most a millisecond at a time). Whether the board changed: when it did not, the
   // caller looks at its deadline (a clock read the spin spares the usual case).
-  bool wait(std::uint64_t seen, Deadline until) const noexcept;
+  bool wait(std::uint64_t seen, Deadline until) noexcept override;
 
   // Whether wait() spins before it yields: when the union of the ranks' affinity masks (each
   // rank writes its own when it makes its board) has at least as many CPUs as there are ranks.

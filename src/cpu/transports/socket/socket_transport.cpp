@@ -401,7 +401,7 @@ void SocketTransport::close_peer(int peer) noexcept {
   }
 }
 
-void SocketTransport::reset_link(int peer) noexcept {
+void SocketTransport::sever(int peer) noexcept {
   Peer& p = peers_[static_cast<std::size_t>(peer)];
   if (p.failed || peer == rank_) {
     return;

@@ -65,11 +65,12 @@ class SocketTransport final : public EngineTransport {
   void poll(Deadline until, std::vector<std::uint64_t>& completed,
             std::vector<TransportEvent>& events) override;
   void wakeup() noexcept override { loop_.wakeup(); }
-  void spin_before_sleep(std::chrono::microseconds spin) noexcept override { spin_ = spin; }
+  // Only the spin: a small op's publishes do not reach the sockets.
+  void before_poll(const PollHint& hint) noexcept override { spin_ = hint.spin; }
   void drop_all() noexcept override;
   void flush_control(Deadline until) override;
   void close_all() noexcept override;
-  void reset_link(int peer) noexcept override;
+  void sever(int peer) noexcept override;
   bool peer_connected(int peer) const override;
   std::optional<Clock::time_point> last_heard(int peer) const override;
   const std::string& address(int peer) const override {
@@ -226,7 +227,7 @@ class SocketTransport final : public EngineTransport {
   // make_queues, and asks the connector for the link, once.
   void ensure_link(int peer);
   // Looks at the sockets without sleeping, yielding in between, until something happens
-  // (true) or spin_ (or `wait_until`) passes (false). See spin_before_sleep().
+  // (true) or spin_ (or `wait_until`) passes (false). See before_poll().
   bool spin(Deadline wait_until);
   // Takes the connector's finished links and failures (start of every poll).
   void take_links();
@@ -282,7 +283,7 @@ class SocketTransport final : public EngineTransport {
   std::vector<TransportEvent> held_events_;
   std::set<int> news_held_for_;  // peers with held news: their later events wait behind it
   Deadline retry_release_ = Deadline::never();  // when to ask a peer that refused again
-  std::chrono::microseconds spin_{0};           // see spin_before_sleep()
+  std::chrono::microseconds spin_{0};           // PollHint::spin (before_poll())
   std::vector<Req> reqs_;
   std::vector<std::uint32_t> free_reqs_;
   std::vector<std::uint64_t> completed_;

@@ -1,18 +1,20 @@
 // SPDX-License-Identifier: BSD-3-Clause
-// Engine: ops run through the small-op board (see engine.hpp and slot_board.hpp), by the
-// issuing caller (run_on_board) or by the loop in turn (settle_board). Kept apart from
-// engine.cpp because a board op bypasses the schedule, the executor and the transport.
+// Engine: ops run through the transport's SmallOps capability (small_ops.hpp), by the issuing
+// caller (run_small_op) or by the loop in turn (settle_small_op). The capability owns the
+// shared state and the waiting; the engine keeps the op: its order, deadline and failures. Kept
+// apart from engine.cpp because such an op bypasses the schedule, the executor and the
+// transfers.
 #include "cpu/engine/engine.hpp"
 
 #include <fmt/format.h>
 
 namespace chorus::cpu {
 
-void Engine::settle_board() {
+void Engine::settle_small_op() {
   const Op& op = *current_;
-  std::optional<SlotBoard::Mismatch> mismatch;
-  if (config_.board->ready(op.sig, mismatch)) {
-    config_.board->finish(op.args.out, op.args.count, op.args.dtype, op.args.op);
+  std::optional<SmallOps::Mismatch> mismatch;
+  if (small_ops_->ready(op.sig, mismatch)) {
+    small_ops_->finish(op.args.out, op.args.count, op.args.dtype, op.args.op);
     finish_current(nullptr);
   } else if (mismatch) {
     fail_group(
@@ -20,7 +22,7 @@ void Engine::settle_board() {
                          describe_mismatch(op.sig, config_.rank, mismatch->theirs, mismatch->peer)),
         true, config_.rank);
   } else {
-    for (const auto& [peer, last] : config_.board->missing(op.sig.seq)) {
+    for (const auto& [peer, last] : small_ops_->missing(op.sig.seq)) {
       if (left_[static_cast<std::size_t>(peer)]) {
         fail_group(
             report_.peer_left(&op, peer, fmt::format("its last collective was seq {}", last)), true,
@@ -31,28 +33,28 @@ void Engine::settle_board() {
   }
 }
 
-bool Engine::run_on_board(Op& op, std::exception_ptr& error) {
+bool Engine::run_small_op(Op& op, std::exception_ptr& error) {
   note_issued(op.call.seq);
-  SlotBoard& board = *config_.board;
-  board.publish(op.sig, op.args.in, op.bytes);
-  op.board_started = true;
+  SmallOps& small = *small_ops_;
+  small.publish(op.sig, op.args.in, op.bytes);
+  op.small_published = true;
   // The caller holds the group's issue lock: other threads cannot issue anything (a tagged send
   // a late peer may be waiting for) until this returns. So it waits here only briefly. (From the
   // issue time: no clock read on the way.)
   const Deadline here = earliest(op.call.deadline, Deadline::at(op.call.issued + kInlineWait));
   bool woken = false;
   for (;;) {
-    const std::uint64_t seen = board.snapshot();
-    std::optional<SlotBoard::Mismatch> mismatch;
-    const bool ready = board.ready(op.sig, mismatch);
+    const std::uint64_t seen = small.snapshot();
+    std::optional<SmallOps::Mismatch> mismatch;
+    const bool ready = small.ready(op.sig, mismatch);
     if (!woken) {
-      // After the first look: the wake's fence then waits for a publish that has been reaching
-      // the peers meanwhile, while that look fetched their slots.
-      board.wake_peers();
+      // After the first look: the wake may wait for the publish to reach the peers (a fence),
+      // and that look fetched their entries meanwhile.
+      small.wake_peers();
       woken = true;
     }
     if (ready) {
-      board.finish(op.args.out, op.args.count, op.args.dtype, op.args.op);
+      small.finish(op.args.out, op.args.count, op.args.dtype, op.args.op);
       return true;
     }
     if (has_failed_.load(std::memory_order_acquire)) {
@@ -64,10 +66,10 @@ bool Engine::run_on_board(Op& op, std::exception_ptr& error) {
       // The engine takes it from here: it finds the same mismatch and fails the group.
       return false;
     }
-    if (!board.wait(seen, here) && here.expired()) {
+    if (!small.wait(seen, here) && here.expired()) {
       // The engine takes it from here: it waits for late peers, or times out and fails the
       // group (after probing the peers), naming them with addresses. (The clock is read only
-      // after a wait that saw nothing change: a peer's publish usually ends the spin first.)
+      // after a wait that saw nothing change: a peer's publish usually ends the wait first.)
       return false;
     }
   }

@@ -1,0 +1,28 @@
+// SPDX-License-Identifier: BSD-3-Clause
+// The socket transport's entry in the transport table (transport_stack.hpp): the bottom of
+// every production stack. It takes the mesh's links, so it builds after every layer's set-up.
+#include "cpu/transports/socket/socket_transport.hpp"
+#include "cpu/transports/transport_stack.hpp"
+
+#include "core/check.hpp"
+
+namespace chorus::cpu {
+
+TransportLayer socket_layer() {
+  TransportLayer layer;
+  layer.name = "socket";
+  layer.applies = [](const StackContext&) { return true; };
+  layer.prepare = [](StackContext&) -> LayerBuild {
+    return [](std::unique_ptr<EngineTransport> below, StackContext& ctx) {
+      CHORUS_CHECK(below == nullptr && ctx.mesh != nullptr,
+                   "the socket transport is a bottom layer over the group's mesh");
+      std::unique_ptr<EngineTransport> t = std::make_unique<SocketTransport>(
+          ctx.rank, ctx.size, std::move(*ctx.mesh), ctx.host_ranks);
+      ctx.mesh = nullptr;  // taken
+      return t;
+    };
+  };
+  return layer;
+}
+
+}  // namespace chorus::cpu
