@@ -2,7 +2,8 @@
 # SPDX-License-Identifier: BSD-3-Clause
 # Fails if any folder includes a layer above it (docs/architecture.md, "Layers": core <- net <- store <- cpu|nccl <- capi),
 # if src/ddp includes any internal header (it uses the public API only),
-# if cpu and nccl include each other, if public headers include anything but std and chorus
+# if cpu and nccl include each other, if the cpu engine or algorithms include a transport's own
+# headers rather than the transport seam, if public headers include anything but std and chorus
 # public headers, or if tools/bench/examples reach past the public API.
 set -u
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -38,6 +39,32 @@ for dir in src/core src/net src/store src/cpu src/nccl src/init src/ddp src/capi
     esac
   done < <(grep -rHE '^#include "[a-z_]+/' "$dir" --include='*.hpp' --include='*.cpp' --include='*.h' || true)
 done
+
+# The CPU backend's transport seam (docs/adding-a-transport.md): the engine and the algorithms
+# include from cpu/transports/ only the seam headers, never a transport's own folder
+# (transports/<name>/...) nor the stack builder, so no transport is named outside transports/
+# (and cpu_process_group.cpp, which builds the stack). The seam: transport.hpp, small_ops.hpp,
+# wire.hpp, and any header added directly in transports/ for a capability (one_sided.hpp);
+# transport_stack.hpp and forwarding_transport.hpp are for those who build or write transports.
+seam_exceptions=(
+  # Until the one-sided capability (Transport::one_sided()) replaces them: the single-copy
+  # algorithms read peer memory through cma/ directly.
+  'src/cpu/algorithms/direct.cpp:#include "cpu/transports/cma/peer_buffers.hpp"'
+  'src/cpu/algorithms/direct.cpp:#include "cpu/transports/cma/peer_memory.hpp"'
+)
+while IFS= read -r line; do
+  file=${line%%:*}
+  header=${line#*#include \"cpu/transports/}
+  header=${header%%\"*}
+  case "$header" in
+    */*|transport_stack.hpp|forwarding_transport.hpp)
+      for allowed in "${seam_exceptions[@]}"; do
+        [ "${line%%:*}:${line#*:}" = "$allowed" ] && continue 2
+      done
+      echo "layering: $file includes \"cpu/transports/$header\" but src/cpu/engine and src/cpu/algorithms may include only the transport seam (cpu/transports/*.hpp: transport.hpp, small_ops.hpp, wire.hpp...), never a transport's folder: use a capability (transport.hpp)"
+      status=1 ;;
+  esac
+done < <(grep -rHE '^#include "cpu/transports/' src/cpu/engine src/cpu/algorithms --include='*.hpp' --include='*.cpp' --include='*.h' || true)
 
 # Public headers: std headers, chorus public headers, and <dlpack/dlpack.h> only where a user
 # opted in (dlpack.hpp documents it). Never fmt, sockets, CUDA or NCCL.
