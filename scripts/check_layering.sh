@@ -39,6 +39,13 @@ for dir in src/core src/net src/store src/cpu src/nccl src/init src/ddp src/capi
   done < <(grep -rHE '^#include "[a-z_]+/' "$dir" --include='*.hpp' --include='*.cpp' --include='*.h' || true)
 done
 
+# The collective algorithms reach other ranks only through the transport seam: no transport's
+# own header (cma's process_vm_readv and mappings, shm's rings, sockets), no SharedBuffer
+# registry. What they need is a capability of transport.hpp (OneSided).
+while IFS= read -r line; do
+  echo "layering: $line: src/cpu/algorithms may include only cpu/transports/transport.hpp of the transports"; status=1
+done < <(grep -rHnE '^#include "(cpu/transports/[a-z_]+/|core/shared_regions\.hpp)' src/cpu/algorithms 2>/dev/null || true)
+
 # Public headers: std headers, chorus public headers, and <dlpack/dlpack.h> only where a user
 # opted in (dlpack.hpp documents it). Never fmt, sockets, CUDA or NCCL.
 while IFS= read -r line; do

@@ -8,6 +8,7 @@
 #include "core/env.hpp"
 #include "core/format.hpp"
 #include "core/logging.hpp"
+#include "cpu/transports/cma/cma_one_sided.hpp"
 #include "cpu/transports/fault/fault_transport.hpp"
 #include "cpu/transports/shm/shm_segment.hpp"
 #include "cpu/transports/shm/shm_transport.hpp"
@@ -59,6 +60,11 @@ TransportStack make_transport(int rank, int size, Mesh mesh, const std::vector<i
     }
     transport =
         std::make_unique<ShmTransport>(rank, size, locals, std::move(shared), std::move(transport));
+    // The one-sided capability only where every rank of the group passed the probe (the
+    // verdict is shared), so that choices made by it agree.
+    if (out.peer_memory && whole_group) {
+      transport = std::make_unique<CmaTransport>(std::move(transport));
+    }
   }
   if (!faults.empty()) {
     transport = std::make_unique<FaultTransport>(rank, std::move(transport), std::move(faults));

@@ -4,6 +4,8 @@
 //                              the collective streams to other hosts
 //   ShmTransport (if any)      the collective streams to ranks on this host
 //                              (CHORUS_TRANSPORT=auto|shm, shm_transport.hpp)
+//   CmaTransport (if any)      the one-sided capability (cma_one_sided.hpp), where every
+//                              rank is on this host and the peer memory probe passed
 //   FaultTransport (if any)    CHORUS_FAULT faults of this rank (fault_transport.hpp)
 #pragma once
 
