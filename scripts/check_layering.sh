@@ -46,25 +46,21 @@ done
 # (and cpu_process_group.cpp, which builds the stack). The seam: transport.hpp, small_ops.hpp,
 # wire.hpp, and any header added directly in transports/ for a capability (one_sided.hpp);
 # transport_stack.hpp and forwarding_transport.hpp are for those who build or write transports.
-seam_exceptions=(
-  # Until the one-sided capability (Transport::one_sided()) replaces them: the single-copy
-  # algorithms read peer memory through cma/ directly.
-  'src/cpu/algorithms/direct.cpp:#include "cpu/transports/cma/peer_buffers.hpp"'
-  'src/cpu/algorithms/direct.cpp:#include "cpu/transports/cma/peer_memory.hpp"'
-)
 while IFS= read -r line; do
   file=${line%%:*}
   header=${line#*#include \"cpu/transports/}
   header=${header%%\"*}
   case "$header" in
     */*|transport_stack.hpp|forwarding_transport.hpp)
-      for allowed in "${seam_exceptions[@]}"; do
-        [ "${line%%:*}:${line#*:}" = "$allowed" ] && continue 2
-      done
       echo "layering: $file includes \"cpu/transports/$header\" but src/cpu/engine and src/cpu/algorithms may include only the transport seam (cpu/transports/*.hpp: transport.hpp, small_ops.hpp, wire.hpp...), never a transport's folder: use a capability (transport.hpp)"
       status=1 ;;
   esac
 done < <(grep -rHE '^#include "cpu/transports/' src/cpu/engine src/cpu/algorithms --include='*.hpp' --include='*.cpp' --include='*.h' || true)
+# Nor the SharedBuffer registry: the algorithms learn whether a peer's memory maps from the
+# one-sided capability's keys (OneSided::mappable).
+while IFS= read -r line; do
+  echo "layering: $line: src/cpu/algorithms may not include the SharedBuffer registry: use OneSided::mappable"; status=1
+done < <(grep -rHnE '^#include "core/shared_regions\.hpp"' src/cpu/algorithms 2>/dev/null || true)
 
 # Public headers: std headers, chorus public headers, and <dlpack/dlpack.h> only where a user
 # opted in (dlpack.hpp documents it). Never fmt, sockets, CUDA or NCCL.

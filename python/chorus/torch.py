@@ -43,8 +43,8 @@ def shared_empty(*size, dtype=None):
     When every rank of a chorus group whose ranks share one host passes such tensors,
     ``all_reduce``, ``reduce_scatter_tensor``, ``all_gather_into_tensor`` and ``broadcast`` of
     256 KiB and more copy the data once, straight between the ranks' memory, instead of through
-    shared rings. Pass them on every rank or on none: a rank that differs fails the op on every
-    rank with a mismatch naming SharedBuffer memory. Elsewhere (several hosts, ``gloo``) it is an
+    shared rings. Pass them on every rank: where some ranks pass ordinary tensors, the op is
+    right but goes through the rings. Elsewhere (several hosts, ``gloo``) it is an
     ordinary tensor. Views of it (slices, ``view``) count as long as they are contiguous.
     """
     import torch

@@ -10,8 +10,7 @@ namespace chorus {
 namespace {
 
 constexpr std::uint32_t kMagic = 0x47534843;  // "CHSG" little-endian
-constexpr std::uint8_t kVersion = 1;
-constexpr std::uint8_t kFlagSharedBuffers = 1;
+constexpr std::uint8_t kVersion = 2;
 
 bool has_root(OpKind k) {
   return k == OpKind::broadcast || k == OpKind::reduce || k == OpKind::gather ||
@@ -62,8 +61,7 @@ EncodedSignature encode(const OpSignature& sig) noexcept {
   out[6] = static_cast<std::uint8_t>(sig.dtype);
   out[7] = static_cast<std::uint8_t>(sig.redop);
   put_le(&out[8], static_cast<std::uint32_t>(sig.root), 4);
-  out[12] = sig.shared_buffers ? kFlagSharedBuffers : 0;
-  // out[13..15] reserved (zero)
+  // out[12..15] reserved (zero)
   put_le(&out[16], sig.count, 8);
   put_le(&out[24], sig.seq, 8);
   return out;
@@ -75,7 +73,7 @@ std::optional<OpSignature> decode_signature(const std::uint8_t* bytes) noexcept 
   }
   if (bytes[5] < static_cast<std::uint8_t>(OpKind::allreduce) ||
       bytes[5] > static_cast<std::uint8_t>(kLastOpKind) || bytes[6] >= kNumDataTypes ||
-      bytes[7] >= kNumReduceOps || (bytes[12] & ~kFlagSharedBuffers) != 0) {
+      bytes[7] >= kNumReduceOps || bytes[12] != 0) {
     return std::nullopt;
   }
   OpSignature sig;
@@ -85,7 +83,6 @@ std::optional<OpSignature> decode_signature(const std::uint8_t* bytes) noexcept 
   sig.root = static_cast<std::int32_t>(static_cast<std::uint32_t>(get_le(&bytes[8], 4)));
   sig.count = get_le(&bytes[16], 8);
   sig.seq = get_le(&bytes[24], 8);
-  sig.shared_buffers = (bytes[12] & kFlagSharedBuffers) != 0;
   return sig;
 }
 
@@ -99,9 +96,6 @@ std::string describe(const OpSignature& sig) {
   }
   if (has_root(sig.kind)) {
     out += fmt::format(", root {}", sig.root);
-  }
-  if (sig.shared_buffers) {
-    out += ", SharedBuffer memory";
   }
   return out + ")";
 }
@@ -124,8 +118,6 @@ std::string describe_mismatch(const OpSignature& mine, int my_rank, const OpSign
     add(mine.dtype != theirs.dtype, "dtype");
     add(mine.redop != theirs.redop, "reduce op");
     add(mine.root != theirs.root, "root");
-    add(mine.shared_buffers != theirs.shared_buffers,
-        "memory: pass chorus::SharedBuffer memory on every rank or on none");
     what = fmt::format("same collective, different {}", fields);
   }
   return fmt::format("rank {} issued {} but rank {} issued {} ({})", my_rank, describe(mine),

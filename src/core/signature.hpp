@@ -46,9 +46,6 @@ struct OpSignature {
   std::int32_t root = 0;
   std::uint64_t count = 0;
   std::uint64_t seq = 0;
-  // The op's buffers are SharedBuffers (include/chorus/shared_buffer.hpp) and it takes the path
-  // that maps them: every rank must agree, as on the count.
-  bool shared_buffers = false;
 
   friend bool operator==(const OpSignature&, const OpSignature&) = default;
 };
@@ -56,8 +53,9 @@ struct OpSignature {
 inline constexpr std::size_t kSignatureBytes = 32;
 using EncodedSignature = std::array<std::uint8_t, kSignatureBytes>;
 
-// Fixed little-endian layout: magic "CHSG", version, kind, dtype, redop, root, flags (bit 0:
-// shared_buffers), 3 reserved bytes, count, seq.
+// Fixed little-endian layout: magic "CHSG", version (2), kind, dtype, redop, root, 4 reserved
+// zero bytes, count, seq. Version 1 had a flag in byte 12 for ops between SharedBuffers; the
+// kind of memory a rank passes is no longer part of what the ranks must agree on.
 EncodedSignature encode(const OpSignature& sig) noexcept;
 // nullopt if the bytes are not a signature (bad magic, version or enum value): the stream
 // carrying them is out of step.

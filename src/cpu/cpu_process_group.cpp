@@ -26,7 +26,6 @@
 #include "cpu/bootstrap/link_costs.hpp"
 #include "cpu/bootstrap/mesh.hpp"
 #include "cpu/engine/engine.hpp"
-#include "cpu/transports/cma/peer_buffers.hpp"
 #include "cpu/transports/transport_stack.hpp"
 
 namespace chorus {
@@ -109,7 +108,9 @@ class CpuProcessGroup final : public detail::Backend {
         rank, size, std::move(mesh),
         hosts_.members[static_cast<std::size_t>(hosts_.host_of[static_cast<std::size_t>(rank)])],
         mo.deadline, hosts_.members.size() == 1);
-    peer_memory_ = stack.peer_memory;
+    // The capability lives in the transport the engine owns, which outlives every op.
+    one_sided_ = stack.transport->one_sided();
+    peer_memory_ = one_sided_ != nullptr && one_sided_->completes_inline();
     shared_memory_ = stack.shared_memory;
     engine_ = std::make_unique<Engine>(std::move(ec), std::move(stack.transport));
     if (const SmallOps* small = engine_->small_ops()) {
@@ -246,9 +247,6 @@ class CpuProcessGroup final : public detail::Backend {
     o->args.op = op;
     o->args.root = root;
     o->args.forced = forced_[static_cast<std::size_t>(kind)];
-    o->args.shared_buffers = takes_shared_buffers(o->args);
-    o->args.peer_buffers = &peer_buffers_;
-    o->sig.shared_buffers = o->args.shared_buffers;
     o->sig.kind = kind;
     o->sig.seq = call.seq;
     if (kind != OpKind::barrier) {
@@ -304,31 +302,11 @@ class CpuProcessGroup final : public detail::Backend {
     a.small_bytes = options_.small_allreduce_bytes;
     a.slice_bytes = options_.slice_bytes;
     a.hosts = &hosts_;
+    a.one_sided = one_sided_;
     a.peer_memory = peer_memory_;
     a.shared_memory = shared_memory_;
     a.costs = &link_costs_;
     return a;
-  }
-
-  // Whether the op maps its peers' SharedBuffers: the direct algorithms apply (every rank on
-  // this host, in reach; a large enough op of a kind that has one; no other algorithm forced)
-  // and the buffers its peers touch are SharedBuffers here. The last part may differ between
-  // ranks, so it goes into the signature.
-  bool takes_shared_buffers(const CollectiveArgs& a) const noexcept {
-    const std::size_t bytes = a.count * element_size(a.dtype);
-    if (!peer_memory_ || !maps_shared_buffers(a.kind) || bytes < kSharedBufferMinBytes ||
-        (a.forced != AlgorithmId::automatic && a.forced != AlgorithmId::direct)) {
-      return false;
-    }
-    const auto n = static_cast<std::size_t>(size());
-    switch (a.kind) {
-      case OpKind::allreduce:  // peers read the input and write the output
-        return in_shared_buffer(a.in, bytes) && in_shared_buffer(a.out, bytes);
-      case OpKind::reduce_scatter:  // peers read the input (n blocks)
-        return in_shared_buffer(a.in, bytes * n);
-      default:  // allgather, broadcast: peers read the input
-        return in_shared_buffer(a.in, bytes);
-    }
   }
 
   // The Work of an op the engine runs: its callbacks run on the callback thread, so that no
@@ -360,12 +338,12 @@ class CpuProcessGroup final : public detail::Backend {
   TcpGroupOptions options_;
   std::atomic<std::uint64_t> splits_{0};
   Membership membership_;
-  HostMap hosts_;                // which ranks share a host: picks the hierarchical algorithms
-  AlgorithmOverrides forced_{};  // CHORUS_ALGO
-  LinkCosts link_costs_;         // the α/β figures every rank of the group chooses by
-  bool peer_memory_ = false;     // every rank on this host, in reach: peer_memory.hpp
-  bool shared_memory_ = false;   // every rank on this host, streams through shared memory
-  PeerBuffers peer_buffers_;     // the peers' SharedBuffers mapped here (peer_buffers.hpp)
+  HostMap hosts_;                  // which ranks share a host: picks the hierarchical algorithms
+  AlgorithmOverrides forced_{};    // CHORUS_ALGO
+  LinkCosts link_costs_;           // the α/β figures every rank of the group chooses by
+  OneSided* one_sided_ = nullptr;  // the transport's capability (engine_ owns the transport)
+  bool peer_memory_ = false;       // every rank on this host, in reach: one_sided_ runs inline
+  bool shared_memory_ = false;     // every rank on this host, streams through shared memory
   // The last collective handed to the engine (the issue lock guards it): once it is complete,
   // the engine has no collective queued or running.
   std::shared_ptr<WorkState> last_engine_collective_;

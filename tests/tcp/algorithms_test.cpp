@@ -78,8 +78,9 @@ std::string run_case(const Case& c, const Variant& v, std::uint32_t seed,
     cpu::CollectiveArgs args = args_for(c, bufs[static_cast<std::size_t>(r)], v);
     args.hosts = hosts;
     args.forced = forced;
-    // For direct: the ranks are this one process, whose pid names every rank's memory.
+    // For direct: the fabric offers the one-sided capability (loopback_transport.hpp).
     args.peer_memory = forced == cpu::AlgorithmId::direct;
+    args.one_sided = fabric.endpoint(r).one_sided();
     cpu::build_schedule(*s, args);
     s->finalize(sigs ? (*sigs)[static_cast<std::size_t>(r)] : header_of(c, 7));
     scheds.push_back(std::move(s));
@@ -235,6 +236,7 @@ TEST_CASE("a schedule and executor run op after op when cleared and restarted",
         cpu::CollectiveArgs args = args_for(c, bufs[i], step.v);
         args.forced = step.forced;
         args.peer_memory = step.forced == cpu::AlgorithmId::direct;
+        args.one_sided = fabric.endpoint(r).one_sided();
         cpu::build_schedule(*scheds[i], args);
         scheds[i]->finalize(header_of(c, epoch));
         if (execs.size() < static_cast<std::size_t>(n)) {

@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "cpu/transports/cma/cma_one_sided.hpp"
 #include "cpu/transports/transport.hpp"
 
 namespace chorus::test {
@@ -47,6 +48,9 @@ class LoopbackFabric {
     void post_recv(int peer, void* data, std::size_t bytes, std::uint64_t token) override {
       fabric_->recvs_[fabric_->channel(peer, rank_)].push_back({data, bytes, token});
     }
+    // The ranks are threads of this process, whose pid names every rank's memory: cross
+    // memory attach reaches it (and maps SharedBuffers), so the direct algorithms run here.
+    cpu::OneSided* one_sided() noexcept override { return &fabric_->one_sided_; }
 
    private:
     LoopbackFabric* fabric_;
@@ -116,6 +120,7 @@ class LoopbackFabric {
   int n_;
   std::mt19937 rng_;
   std::vector<Endpoint> endpoints_;
+  cpu::CmaOneSided one_sided_;
   std::vector<std::deque<Req>> sends_;  // by channel src*n+dst
   std::vector<std::deque<Req>> recvs_;
   std::vector<std::size_t> ready_;

@@ -1,9 +1,11 @@
 // SPDX-License-Identifier: BSD-3-Clause
 // peer_memory: reads and writes through process_vm_readv/writev, the setup probe that
-// decides whether a host's ranks may use them, and PeerBuffers (mappings of SharedBuffers).
+// decides whether a host's ranks may use them, PeerBuffers (mappings of SharedBuffers), and
+// CmaOneSided, the transport capability built on them (transport.hpp, OneSided).
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <numeric>
 #include <string>
@@ -14,6 +16,7 @@
 #include <chorus/shared_buffer.hpp>
 
 #include "core/shared_regions.hpp"
+#include "cpu/transports/cma/cma_one_sided.hpp"
 #include "cpu/transports/cma/peer_buffers.hpp"
 #include "cpu/transports/cma/peer_memory.hpp"
 
@@ -159,6 +162,95 @@ TEST_CASE("peer buffers: a few mappings are kept per peer, the least recently us
   auto* p = static_cast<std::uint8_t*>(buffers[0].data());
   p[7] = 42;
   CHECK(std::to_integer<std::uint8_t>(*first->at(regions[0].base, regions[0].base + 7)) == 42);
+}
+
+// ---- CmaOneSided: the one-sided capability (keys, read, write, map) ----
+// The "peer" is this process itself, as above, except where it must have exited.
+
+TEST_CASE("cma one-sided: a key reads and writes the registered memory, in bounds only",
+          "[tcp][peer_memory]") {
+  cpu::CmaOneSided os;
+  CHECK(os.completes_inline());
+  std::vector<std::uint8_t> mine(2 * 4096 + 77);
+  std::iota(mine.begin(), mine.end(), std::uint8_t{3});
+  const cpu::MemoryKey key = os.register_buffer(mine.data(), mine.size());
+  CHECK_FALSE(os.mappable(key));  // ordinary memory
+  std::string why;
+  CHECK(os.map(1, key, why).at == nullptr);
+  CHECK(why.find("rank 1's buffer is not in a SharedBuffer") != std::string::npos);
+
+  std::vector<std::uint8_t> got(4096 + 9);
+  REQUIRE(os.post_read(1, key, 33, got.data(), got.size(), 7).ok());
+  CHECK(std::equal(got.begin(), got.end(), mine.begin() + 33));
+  const std::vector<std::uint8_t> put(100, 0xcd);
+  REQUIRE(os.post_write(1, key, mine.size() - put.size(), put.data(), put.size(), 8).ok());
+  CHECK(mine.back() == 0xcd);
+  CHECK(mine[mine.size() - put.size() - 1] != 0xcd);
+
+  // A transfer past the registered bytes is refused before any system call.
+  const cpu::OneSidedResult past = os.post_read(2, key, mine.size() - 10, got.data(), 11, 9);
+  CHECK_FALSE(past.ok());
+  CHECK_FALSE(past.pending);
+  CHECK(past.error.find("outside the") != std::string::npos);
+  CHECK(past.error.find("rank 2") != std::string::npos);
+}
+
+TEST_CASE("cma one-sided: a SharedBuffer's key maps the same memory, held while in use",
+          "[tcp][peer_memory]") {
+  cpu::CmaOneSided os;
+  SharedBuffer b(3 * 4096);
+  auto* mine = static_cast<std::uint8_t*>(b.data());
+  std::iota(mine, mine + b.size(), std::uint8_t{1});
+  // Part of the buffer, at an offset: the mapping points at the registered address.
+  const cpu::MemoryKey key = os.register_buffer(mine + 4096, 4096);
+  REQUIRE(os.mappable(key));
+  std::string why;
+  cpu::PeerView v = os.map(1, key, why);
+  INFO(why);
+  REQUIRE(v.at != nullptr);
+  CHECK(v.at != reinterpret_cast<std::byte*>(mine + 4096));  // a mapping of its own
+  CHECK(std::to_integer<std::uint8_t>(v.at[5]) == mine[4096 + 5]);
+  v.at[6] = std::byte{0xee};
+  CHECK(mine[4096 + 6] == 0xee);
+  CHECK(os.kept_mappings() == 1);
+  // Reads and writes through the key work on it too (a peer that could not map it).
+  std::uint8_t word = 0;
+  REQUIRE(os.post_read(1, key, 6, &word, 1, 0).ok());
+  CHECK(word == 0xee);
+  // Memory that only starts in a SharedBuffer is not mappable.
+  CHECK_FALSE(os.mappable(os.register_buffer(mine + 2 * 4096, 2 * 4096)));
+  CHECK_FALSE(os.mappable(cpu::MemoryKey{}));  // nothing registered
+}
+
+TEST_CASE("cma one-sided: a peer that exited fails the transfer, naming the rank",
+          "[tcp][peer_memory]") {
+  int fds[2];
+  REQUIRE(::pipe(fds) == 0);
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    cpu::CmaOneSided os;
+    static std::uint64_t word = 42;
+    const cpu::MemoryKey key = os.register_buffer(&word, sizeof word);
+    const bool sent = ::write(fds[1], key.bytes.data(), key.bytes.size()) ==
+                      static_cast<ssize_t>(key.bytes.size());
+    ::_exit(sent ? 0 : 1);
+  }
+  cpu::MemoryKey key;
+  REQUIRE(::read(fds[0], key.bytes.data(), key.bytes.size()) ==
+          static_cast<ssize_t>(key.bytes.size()));
+  ::close(fds[0]);
+  ::close(fds[1]);
+  int status = 0;
+  REQUIRE(::waitpid(pid, &status, 0) == pid);
+  cpu::CmaOneSided os;
+  std::uint64_t got = 0;
+  const cpu::OneSidedResult r = os.post_read(3, key, 0, &got, sizeof got, 0);
+  CHECK_FALSE(r.ok());
+  INFO(r.error);
+  CHECK(r.error.find("reading rank 3's memory failed") != std::string::npos);
+  CHECK(r.error.find("the process has exited") != std::string::npos);
+  const cpu::OneSidedResult w = os.post_write(3, key, 0, &got, sizeof got, 0);
+  CHECK(w.error.find("writing into rank 3's memory failed") != std::string::npos);
 }
 
 }  // namespace chorus::test

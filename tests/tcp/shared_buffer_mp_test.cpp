@@ -2,9 +2,11 @@
 // SharedBuffers over real processes: with every rank's buffers in SharedBuffers, allreduce,
 // reduce_scatter, allgather and broadcast map the peers' buffers (the direct algorithms
 // without process_vm_readv) and give exact results for every dtype and op, in and out of
-// place; a rank that passes ordinary memory where the others pass SharedBuffers fails the op
-// on every rank with a mismatch that says what to do; and where the group cannot map (sockets
-// only) SharedBuffers are ordinary memory. A rank killed in a mapped op: tcp_shm_mp.
+// place; ranks that pass different kinds of memory (some SharedBuffers, some not) get the
+// right results, through the algorithm their keys agree on, or through direct forced, which maps
+// the SharedBuffers and reaches the rest through process_vm_readv/writev; and where the group
+// cannot map (sockets only) SharedBuffers are ordinary memory. A rank killed in a mapped op:
+// tcp_shm_mp.
 #include <stdlib.h>
 #include <unistd.h>
 
@@ -98,9 +100,42 @@ TEST_CASE("SharedBuffers: the mapped single-copy path, every dtype and op, 2, 3 
   }
 }
 
-TEST_CASE("SharedBuffers on some ranks only: a mismatch on every rank that says what to do",
-          "[shared_buffer][mp][failure]") {
-  for (int n : {2, 4}) {
+// Every op with a direct algorithm, below and above 256 KiB, in and out of place.
+std::vector<Case> mixed_cases(int n) {
+  std::vector<Case> cases;
+  int root = 0;
+  for (std::size_t bytes : {std::size_t{4000}, std::size_t{256 * 1024}, std::size_t{1} << 20}) {
+    for (bool place : {false, true}) {
+      for (OpKind kind : {OpKind::allreduce, OpKind::reduce_scatter}) {
+        cases.push_back({kind, n, shared_count(DataType::float32, bytes), DataType::float32,
+                         ReduceOp::sum, 0, place});
+        cases.push_back({kind, n, shared_count(DataType::bfloat16, bytes), DataType::bfloat16,
+                         ReduceOp::avg, 0, place});
+      }
+      for (OpKind kind : {OpKind::allgather, OpKind::broadcast}) {
+        cases.push_back({kind, n, shared_count(DataType::int32, bytes), DataType::int32,
+                         ReduceOp::sum, root++ % n, place});
+      }
+    }
+  }
+  return cases;
+}
+
+void run_mixed_cases(ProcessGroup& pg, const std::vector<Case>& cases, int rank, bool shared) {
+  for (const Case& c : cases) {
+    RankBuffers b = make_buffers(c, rank, shared);
+    issue_case(pg, c, b)->wait();
+    if (const std::string err = check_result(c, rank, b); !err.empty()) {
+      throw ChildCheckFailed{fmt::format(
+          "{} ({}): {}", describe(OpSignature{c.kind, c.dtype, c.op, c.root, c.count, 0}),
+          shared ? "SharedBuffers here" : "ordinary memory here", err)};
+    }
+  }
+}
+
+TEST_CASE("SharedBuffers on some ranks only: right results, then the mapped path again",
+          "[shared_buffer][mp]") {
+  for (int n : {2, 3, 4}) {
     INFO(n << " ranks");
     StoreServerProcess server;
     const auto results = run_processes(
@@ -108,21 +143,43 @@ TEST_CASE("SharedBuffers on some ranks only: a mismatch on every rank that says 
         [&](int rank) {
           ::setenv("CHORUS_TRANSPORT", "shm", 1);
           auto store = child_store(server.port());
-          auto pg = make_tcp_group(store, rank, n, loopback_options(20s));
-          const Case c{OpKind::allreduce, n, 100'003, DataType::float32};
-          RankBuffers b = make_buffers(c, rank, /*shared=*/rank != n - 1);
-          const auto t0 = Clock::now();
-          const Error e = expect_error([&] { issue_case(*pg, c, b)->wait(); });
-          const double took = seconds_since(t0);
-          std::fprintf(stderr, "rank %d: failed after %.3f s: %s\n", rank, took, e.what());
-          CHILD_CHECK(took < 10.0);
-          // Every rank, those that saw the mismatch and those aborted by them, has the reason.
-          CHILD_CHECK(contains(e.what(), "SharedBuffer memory on every rank or on none"));
-          CHILD_CHECK(e.code() == ErrorCode::invalid_argument);
+          auto pg = make_tcp_group(store, rank, n, loopback_options(60s));
+          // Rank 0 passes SharedBuffers, rank 1 ordinary memory, and so on alternately.
+          run_mixed_cases(*pg, mixed_cases(n), rank, /*shared=*/rank % 2 == 0);
+          // The agreement chose the rings: nothing of a peer was mapped.
+          CHILD_CHECK(mapped_shared_buffers() == 0);
+          // Every rank on SharedBuffers in the same group: the mapped path again.
+          run_mixed_cases(*pg, mixed_cases(n), rank, /*shared=*/true);
+          CHILD_CHECK(mapped_shared_buffers() > 0);
+          // And the other way round.
+          run_mixed_cases(*pg, mixed_cases(n), rank, /*shared=*/rank % 2 == 1);
+          pg->barrier()->wait();
         },
-        60s);
+        150s);
     REQUIRE_ALL_OK(results);
   }
+}
+
+TEST_CASE("SharedBuffers on some ranks only, direct forced: mapped peers and the others",
+          "[shared_buffer][mp]") {
+  constexpr int n = 3;
+  StoreServerProcess server;
+  const auto results = run_processes(
+      n,
+      [&](int rank) {
+        ::setenv("CHORUS_TRANSPORT", "shm", 1);
+        ::setenv("CHORUS_ALGO",
+                 "allreduce=direct,reduce_scatter=direct,allgather=direct,broadcast=direct", 1);
+        auto store = child_store(server.port());
+        auto pg = make_tcp_group(store, rank, n, loopback_options(60s));
+        // Ranks 0 and 2 on SharedBuffers: every rank maps those and reaches rank 1's memory
+        // through process_vm_readv/writev, in the same op.
+        run_mixed_cases(*pg, mixed_cases(n), rank, /*shared=*/rank != 1);
+        CHILD_CHECK(mapped_shared_buffers() > 0);
+        pg->barrier()->wait();
+      },
+      150s);
+  REQUIRE_ALL_OK(results);
 }
 
 TEST_CASE("SharedBuffers over sockets only are ordinary memory, mixed with other memory",

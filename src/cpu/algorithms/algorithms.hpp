@@ -18,10 +18,17 @@
 #include "cpu/algorithms/cost_model.hpp"
 #include "cpu/algorithms/registry.hpp"
 #include "cpu/engine/schedule.hpp"
+#include "cpu/transports/transport.hpp"
 
 namespace chorus::cpu {
 
-class PeerBuffers;
+// What a rank tells its peers in a direct op's first part: the keys of its input and output
+// (OneSided::register_buffer). A multiple of the stream alignment, so that it needs no padding.
+struct BufferKeys {
+  MemoryKey in;
+  MemoryKey out;
+};
+static_assert(sizeof(BufferKeys) % kStreamAlign == 0);
 
 // Which ranks of a group share a host (host_id.hpp), for the hierarchical algorithms.
 struct HostMap {
@@ -53,16 +60,20 @@ struct CollectiveArgs {
   const HostMap* hosts = nullptr;               // the group's hosts (nullptr: treat as one host)
   AlgorithmId forced = AlgorithmId::automatic;  // CHORUS_ALGO's algorithm for this op, if any
   const LinkCosts* costs = nullptr;             // the group's agreed figures (nullptr: defaults)
-  // Every rank of the group runs on this host and reaches the others' memory
-  // (peer_memory.hpp): the single-copy "direct" algorithms apply.
+  // The transport's one-sided capability (Transport::one_sided()), offered by every rank of
+  // the group or by none; the single-copy "direct" algorithms need it.
+  OneSided* one_sided = nullptr;
+  // one_sided is there and completes inline (a direct op's call task waits for nothing else):
+  // the direct algorithms run. A group-wide fact, like the next.
   bool peer_memory = false;
   // Every rank of the group runs on this host and the streams go through shared memory
   // (shm_transport.hpp), not sockets.
   bool shared_memory = false;
-  // Every rank's buffers of this op lie in SharedBuffers (OpSignature::shared_buffers, so the
-  // ranks agree), with peer_memory: the direct algorithms map them (peer_buffers.hpp).
+  // Set only in the second phase of an op whose choice depends on the memory kinds
+  // (build_memory_agreement): every rank's buffers that peers touch lie in SharedBuffers, as
+  // the keys of the first phase showed every rank; and those keys, by group rank.
   bool shared_buffers = false;
-  PeerBuffers* peer_buffers = nullptr;  // the group's mappings of its peers' SharedBuffers
+  const BufferKeys* keys = nullptr;
 };
 
 // Ops whose buffers may go through the peers' SharedBuffer mappings, from this many bytes
@@ -73,6 +84,17 @@ inline bool maps_shared_buffers(OpKind kind) noexcept {
   return kind == OpKind::allreduce || kind == OpKind::reduce_scatter || kind == OpKind::allgather ||
          kind == OpKind::broadcast;
 }
+// Whether the op's algorithm depends on the kinds of memory its ranks pass (SharedBuffers or
+// not), which the ranks do not know of each other before the op: then it is built by
+// build_memory_agreement. Group-wide inputs only, so every rank answers alike.
+bool needs_memory_agreement(int size, const CollectiveArgs& a) noexcept;
+// The op in two phases (direct.cpp): every rank sends its buffers' keys to every peer; a rank
+// whose own buffers are not all SharedBuffers knows the outcome at once (not every rank passed
+// them) and builds the chosen algorithm right behind the keys, in the same schedule; a rank
+// whose buffers are SharedBuffers builds the rest once the keys arrived (Schedule::then()),
+// chosen with shared_buffers = whether every rank's keys are mappable. Either way each stream
+// carries the same messages.
+void build_memory_agreement(Schedule& s, const CollectiveArgs& a);
 
 // CHORUS_ALGO: "op=algorithm[,op=algorithm...]", e.g. "allreduce=ring,broadcast=tree".
 // Indexed by OpKind; automatic where the cost model chooses. Throws InvalidArgument naming the
@@ -103,7 +125,7 @@ void build_hd_allreduce(Schedule& s, const CollectiveArgs& a);
 // Reduce to each host's lowest rank, allreduce among those, broadcast back inside each host.
 void build_hierarchical_allreduce(Schedule& s, const CollectiveArgs& a);
 void build_ring_allgather(Schedule& s, const CollectiveArgs& a);
-// Single-copy algorithms through the other ranks' memory (direct.cpp; needs peer_memory).
+// Single-copy algorithms through the other ranks' memory (direct.cpp; needs one_sided).
 void build_direct_allreduce(Schedule& s, const CollectiveArgs& a);
 void build_direct_reduce_scatter(Schedule& s, const CollectiveArgs& a);
 void build_direct_allgather(Schedule& s, const CollectiveArgs& a);

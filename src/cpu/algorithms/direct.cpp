@@ -1,17 +1,22 @@
 // SPDX-License-Identifier: BSD-3-Clause
-// Single-copy ("direct") collectives for a group whose ranks all run on one host and reach
-// each other's memory (peer_memory.hpp; CollectiveArgs::peer_memory). A ring over shared
-// memory copies every byte twice per hop (into the ring, out of it) and, for allreduce, makes
-// n-1 hops of reduce-scatter and n-1 of allgather; here each rank reads what it needs straight
-// from the other ranks' buffers, once.
+// Single-copy ("direct") collectives for a group whose transport offers one-sided access to
+// the peers' memory (transport.hpp, OneSided; CollectiveArgs::one_sided: every rank on one
+// host, in reach). A ring over shared memory copies every byte twice per hop (into the ring,
+// out of it) and, for allreduce, makes n-1 hops of reduce-scatter and n-1 of allgather; here
+// each rank reads what it needs straight from the other ranks' buffers, once.
 //
 // Every op has three parts:
-//   1. each rank tells its peers where its buffers are (pid and addresses, one small message
-//      on the collective stream, after the signature header);
-//   2. a call task does the work through process_vm_readv/writev;
-//   3. each rank tells its peers it is done with their memory (one byte), and the op ends
+//   1. each rank registers its buffers with the transport and sends the keys to its peers
+//      (one small message on the collective stream, after the signature header);
+//   2. a call task does the work: where a peer's buffer can be mapped (OneSided::map: it lies
+//      in a SharedBuffer) with plain memcpy and reductions straight from it, without a scratch
+//      piece or a system call per piece; elsewhere through OneSided::post_read/post_write
+//      (process_vm_readv/writev), which complete inline;
+//   3. each rank tells its peers it is done with their memory (one message), and the op ends
 //      only when every peer whose memory may still be touched said so: until then a rank's
 //      buffers stay valid (its op has not completed, so its caller cannot reuse them).
+// Part 1 also decides, where the choice of algorithm depends on the memory kinds, which
+// algorithm runs (build_memory_agreement below).
 //
 // allreduce: rank r owns chunk r (block_of(count, n, r)). Piece by piece (kPieceBytes, to stay
 //   in cache), it reads chunk r of every other rank's input into a scratch piece and reduces it
@@ -24,15 +29,8 @@
 // reduce_scatter: rank r reads chunk r of every other input and reduces it into its output.
 // allgather: rank r reads every other rank's input into its block of the output.
 // broadcast: every other rank reads the root's buffer.
-//
-// When every rank's buffers are SharedBuffers (CollectiveArgs::shared_buffers), each rank also
-// describes their memfds, and the peers map them (peer_buffers.hpp): part 2 is then plain
-// memcpy and reductions straight from the peers' inputs, without the scratch piece or a system
-// call per piece. A peer whose buffer cannot be mapped is reached through process_vm_readv/
-// writev as before, so the op still completes.
-#include <sys/types.h>
-#include <unistd.h>
-
+// Each peer is reached its own way (mapped or not), so ranks that pass different kinds of
+// memory still get the right result: only the speed differs.
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
@@ -45,11 +43,8 @@
 
 #include "core/logging.hpp"
 #include "core/reduce.hpp"
-#include "core/shared_regions.hpp"
 #include "core/stream_copy.hpp"
 #include "cpu/algorithms/algorithms.hpp"
-#include "cpu/transports/cma/peer_buffers.hpp"
-#include "cpu/transports/cma/peer_memory.hpp"
 
 namespace chorus::cpu {
 namespace {
@@ -67,15 +62,9 @@ constexpr std::size_t kPieceBytes = 128 * 1024;
 // MiB at 2 ranks 9.6 -> 7.1), so it never streams there.
 constexpr std::size_t kStreamMinGroupBytes = std::size_t{32} << 20;
 
-// What a rank tells its peers: its pid and its buffers (addresses in its own address space),
-// and with shared_buffers the SharedBuffers holding them.
-struct Buffers {
-  std::int64_t pid = 0;
-  std::uint64_t in = 0;
-  std::uint64_t out = 0;
-  SharedRegion in_region;
-  SharedRegion out_region;
-};
+// The release message of part 3: a whole stream alignment unit, so that a continuation (which
+// has no header to carry padding) needs no pad message after it.
+constexpr std::size_t kReleaseBytes = kStreamAlign;
 
 // The bytes of a rank's input and output that its peers may touch (the same on every rank:
 // the signatures agree on the counts).
@@ -96,47 +85,46 @@ Extents extents_of(const CollectiveArgs& a, int n) {
   }
 }
 
-// How this rank reaches one peer's buffers: mapped here, or else by pid and address.
+// How this rank reaches one peer's buffers: mapped here, or else through the keys.
 struct PeerAccess {
-  std::int64_t pid = 0;
-  std::uint64_t in = 0;
-  std::uint64_t out = 0;
+  int peer = -1;
+  const MemoryKey* in = nullptr;
+  const MemoryKey* out = nullptr;
   const std::byte* in_map = nullptr;  // the peer's input mapped here, if it is
   std::byte* out_map = nullptr;       // its output mapped here, if it is
-  std::vector<std::shared_ptr<PeerMapping>> held;
+  std::vector<std::shared_ptr<const void>> held;
 };
 
 struct Exchange {
-  Buffers* of = nullptr;      // by group rank (this rank's own entry included)
-  std::vector<TaskId> heard;  // the receives of the peers' entries
+  const BufferKeys* of = nullptr;  // by group rank (this rank's own entry included)
+  std::vector<TaskId> heard;       // the receives of the peers' entries (none: exchanged before)
 };
 
-// Part 1: sends this rank's Buffers to `tell` and receives those of `hear_from`.
-Exchange exchange_buffers(Schedule& s, const CollectiveArgs& a, const std::vector<int>& tell,
-                          const std::vector<int>& hear_from) {
+// Part 1: sends this rank's keys to `tell` and receives those of `hear_from`; or, in the
+// second phase of an agreed op, the keys its first phase exchanged.
+Exchange exchange_keys(Schedule& s, const CollectiveArgs& a, const std::vector<int>& tell,
+                       const std::vector<int>& hear_from) {
   Exchange x;
-  x.of = static_cast<Buffers*>(s.scratch(sizeof(Buffers) * static_cast<std::size_t>(s.size())));
-  Buffers& mine = x.of[s.rank()];
-  mine = {static_cast<std::int64_t>(::getpid()),
-          reinterpret_cast<std::uintptr_t>(a.in),
-          reinterpret_cast<std::uintptr_t>(a.out),
-          {},
-          {}};
-  if (a.shared_buffers) {
-    const Extents e = extents_of(a, s.size());
-    mine.in_region = find_shared_region(a.in, e.in).value_or(SharedRegion{});
-    mine.out_region = find_shared_region(a.out, e.out).value_or(SharedRegion{});
+  if (a.keys != nullptr) {
+    x.of = a.keys;
+    return x;
   }
+  auto* of =
+      static_cast<BufferKeys*>(s.scratch(sizeof(BufferKeys) * static_cast<std::size_t>(s.size())));
+  BufferKeys& mine = of[s.rank()];
+  const Extents e = extents_of(a, s.size());
+  mine = {a.one_sided->register_buffer(a.in, e.in), a.one_sided->register_buffer(a.out, e.out)};
   for (int p : tell) {
     s.send(p, &mine, sizeof mine);
   }
   for (int p : hear_from) {
-    x.heard.push_back(s.recv(p, &x.of[p], sizeof(Buffers)));
+    x.heard.push_back(s.recv(p, &of[p], sizeof(BufferKeys)));
   }
+  x.of = of;
   return x;
 }
 
-// Parts 2 and 3: `work` once every entry arrived, then a byte to `tell` and one from each of
+// Parts 2 and 3: `work` once every entry arrived, then a message to `tell` and one from each of
 // `wait_for`.
 void run_then_release(Schedule& s, const Exchange& x, LocalWork work, const std::vector<int>& tell,
                       const std::vector<int>& wait_for) {
@@ -144,13 +132,14 @@ void run_then_release(Schedule& s, const Exchange& x, LocalWork work, const std:
   for (TaskId h : x.heard) {
     s.depend(done, h);
   }
-  auto* flags = static_cast<std::uint8_t*>(s.scratch(static_cast<std::size_t>(s.size()) + 1));
-  flags[0] = 1;
+  auto* flags = static_cast<std::uint8_t*>(
+      s.scratch(kReleaseBytes * (static_cast<std::size_t>(s.size()) + 1)));
+  std::memset(flags, 1, kReleaseBytes);
   for (int p : tell) {
-    s.send(p, flags, 1, {done});
+    s.send(p, flags, kReleaseBytes, {done});
   }
   for (int p : wait_for) {
-    s.recv(p, flags + 1 + p, 1);
+    s.recv(p, flags + kReleaseBytes * static_cast<std::size_t>(1 + p), kReleaseBytes);
   }
 }
 
@@ -164,31 +153,29 @@ std::vector<int> others(const Schedule& s) {
   return v;
 }
 
-// One of the peer's buffers mapped here, or nullptr (not a SharedBuffer, or not mappable:
-// logged at INFO, and the op goes on through process_vm_readv/writev).
-std::byte* map_buffer(const CollectiveArgs& a, int peer, std::int64_t pid, std::uint64_t address,
-                      std::size_t extent, const SharedRegion& region, PeerAccess& access) {
-  if (!a.shared_buffers || a.peer_buffers == nullptr || region.fd < 0 || extent == 0 ||
-      address < region.base || address - region.base > region.bytes ||
-      extent > region.bytes - (address - region.base)) {
+// The peer's buffer mapped here, or nullptr (not a SharedBuffer, or not mappable: logged at
+// INFO, and the op goes on through post_read/post_write).
+std::byte* map_buffer(const CollectiveArgs& a, int peer, const MemoryKey& key, std::size_t extent,
+                      PeerAccess& access) {
+  if (extent == 0 || !a.one_sided->mappable(key)) {
     return nullptr;
   }
   std::string why;
-  std::shared_ptr<PeerMapping> m = a.peer_buffers->map(pid, region, why);
-  if (m == nullptr) {
+  PeerView v = a.one_sided->map(peer, key, why);
+  if (v.at == nullptr) {
     CHORUS_INFO(coll,
                 "rank {}'s SharedBuffer cannot be mapped here ({}); reading and writing it "
-                "through process_vm_readv/writev",
+                "through the transport's one-sided transfers",
                 peer, why);
     return nullptr;
   }
-  access.held.push_back(m);
-  return m->at(region.base, address);
+  access.held.push_back(std::move(v.hold));
+  return v.at;
 }
 
 // How this rank reaches each rank's buffers (its own entry unused), mapping the peers'
-// SharedBuffers where every rank passed them.
-std::vector<PeerAccess> reach(const CollectiveArgs& a, const Buffers* of, int n, int r) {
+// SharedBuffers where they are.
+std::vector<PeerAccess> reach(const CollectiveArgs& a, const BufferKeys* of, int n, int r) {
   const Extents e = extents_of(a, n);
   std::vector<PeerAccess> v(static_cast<std::size_t>(n));
   for (int q = 0; q < n; ++q) {
@@ -196,40 +183,39 @@ std::vector<PeerAccess> reach(const CollectiveArgs& a, const Buffers* of, int n,
       continue;
     }
     PeerAccess& p = v[static_cast<std::size_t>(q)];
-    p.pid = of[q].pid;
-    p.in = of[q].in;
-    p.out = of[q].out;
-    p.in_map = map_buffer(a, q, p.pid, p.in, e.in, of[q].in_region, p);
-    p.out_map = map_buffer(a, q, p.pid, p.out, e.out, of[q].out_region, p);
+    p.peer = q;
+    p.in = &of[q].in;
+    p.out = &of[q].out;
+    p.in_map = map_buffer(a, q, of[q].in, e.in, p);
+    p.out_map = map_buffer(a, q, of[q].out, e.out, p);
   }
   return v;
 }
 
 // Copies `bytes` at byte `offset` of the peer's input to `to`. Returns "" or what failed.
-std::string read_input(const PeerAccess& p, void* to, std::size_t offset, std::size_t bytes) {
+std::string read_input(const CollectiveArgs& a, const PeerAccess& p, void* to, std::size_t offset,
+                       std::size_t bytes) {
   if (p.in_map != nullptr) {
     std::memcpy(to, p.in_map + offset, bytes);
     return {};
   }
-  return read_peer_memory(p.pid, to, p.in + offset, bytes);
+  return a.one_sided->post_read(p.peer, *p.in, offset, to, bytes, 0).error;
 }
 
 // Copies `bytes` from `from` to byte `offset` of the peer's output. Returns "" or what failed.
-std::string write_output(const PeerAccess& p, std::size_t offset, const void* from,
-                         std::size_t bytes) {
+std::string write_output(const CollectiveArgs& a, const PeerAccess& p, std::size_t offset,
+                         const void* from, std::size_t bytes) {
   if (p.out_map != nullptr) {
     std::memcpy(p.out_map + offset, from, bytes);
     return {};
   }
-  return write_peer_memory(p.pid, p.out + offset, from, bytes);
+  return a.one_sided->post_write(p.peer, *p.out, offset, from, bytes, 0).error;
 }
 
-std::optional<LocalFailure> failed(int peer, const char* reading, const std::string& err) {
-  return LocalFailure{peer,
-                      fmt::format("{} rank {}'s buffer on this host failed: {}; if the kernel "
-                                  "refuses, CHORUS_ALGO can force another algorithm (e.g. "
-                                  "allreduce=ring)",
-                                  reading, peer, err)};
+std::optional<LocalFailure> failed(int peer, const std::string& err) {
+  return LocalFailure{peer, fmt::format("{}; if the kernel refuses, CHORUS_ALGO can force another "
+                                        "algorithm (e.g. allreduce=ring)",
+                                        err)};
 }
 
 // Reduces `count` elements at element `in_offset` of every rank's input, piece by piece, into
@@ -257,8 +243,8 @@ std::optional<LocalFailure> reduce_chunk(const CollectiveArgs& a, const std::vec
       const PeerAccess& p = of[static_cast<std::size_t>(q)];
       const std::byte* theirs = p.in_map != nullptr ? p.in_map + off : piece;
       if (p.in_map == nullptr) {
-        if (std::string err = read_input(p, piece, off, cnt * es); !err.empty()) {
-          return failed(q, "reading", err);
+        if (std::string err = read_input(a, p, piece, off, cnt * es); !err.empty()) {
+          return failed(q, err);
         }
       }
       ++step;
@@ -304,17 +290,47 @@ void reduce_and_stream(const CollectiveArgs& a, const std::vector<PeerAccess>& o
   stream_fence();  // before the release bytes tell the peers that their outputs are written
 }
 
+// Whether the buffers of `k` that peers touch lie in SharedBuffers: allreduce's input and
+// output, the other ops' input (the only buffer peers read; the others write only their own).
+bool shares(const CollectiveArgs& a, const BufferKeys& k) {
+  return a.one_sided->mappable(k.in) &&
+         (a.kind != OpKind::allreduce || a.one_sided->mappable(k.out));
+}
+
 }  // namespace
+
+void build_memory_agreement(Schedule& s, const CollectiveArgs& a) {
+  const std::vector<int> peers = others(s);
+  const Exchange x = exchange_keys(s, a, peers, peers);
+  s.pad_with_messages();  // the rest may come in a continuation, which has no header
+  CollectiveArgs rest = a;
+  rest.keys = x.of;
+  if (!shares(a, x.of[s.rank()])) {
+    // Not every rank passed SharedBuffers: this rank knows the outcome without waiting for
+    // the keys, and its algorithm starts at once (nothing of it depends on their receives).
+    rest.shared_buffers = false;
+    build_schedule(s, rest);
+    return;
+  }
+  const int n = s.size();
+  s.then([rest, n](Schedule& next) mutable {
+    rest.shared_buffers = true;
+    for (int q = 0; q < n; ++q) {
+      rest.shared_buffers = rest.shared_buffers && shares(rest, rest.keys[q]);
+    }
+    build_schedule(next, rest);
+  });
+}
 
 void build_direct_allreduce(Schedule& s, const CollectiveArgs& a) {
   const int n = s.size();
   const int r = s.rank();
   const std::vector<int> peers = others(s);
-  const Exchange x = exchange_buffers(s, a, peers, peers);
+  const Exchange x = exchange_keys(s, a, peers, peers);
   const Span chunk = block_of(a.count, n, r);
   const std::size_t es = element_size(a.dtype);
   auto* piece = static_cast<std::byte*>(s.scratch(std::min(kPieceBytes, chunk.count * es)));
-  const Buffers* buffers = x.of;
+  const BufferKeys* buffers = x.of;
   LocalWork work = [a, buffers, n, r, piece, chunk, es]() -> std::optional<LocalFailure> {
     const std::vector<PeerAccess> of = reach(a, buffers, n, r);
     const bool out_of_cache = a.count * es * static_cast<std::size_t>(n) >= kStreamMinGroupBytes;
@@ -332,10 +348,10 @@ void build_direct_allreduce(Schedule& s, const CollectiveArgs& a) {
             if (q == r) {
               continue;
             }
-            if (std::string err =
-                    write_output(of[static_cast<std::size_t>(q)], off, into + done * es, cnt * es);
+            if (std::string err = write_output(a, of[static_cast<std::size_t>(q)], off,
+                                               into + done * es, cnt * es);
                 !err.empty()) {
-              return failed(q, "writing into", err);
+              return failed(q, err);
             }
           }
           return std::nullopt;
@@ -348,11 +364,11 @@ void build_direct_reduce_scatter(Schedule& s, const CollectiveArgs& a) {
   const int n = s.size();
   const int r = s.rank();
   const std::vector<int> peers = others(s);
-  const Exchange x = exchange_buffers(s, a, peers, peers);
+  const Exchange x = exchange_keys(s, a, peers, peers);
   const std::size_t m = a.count;
   const std::size_t es = element_size(a.dtype);
   auto* piece = static_cast<std::byte*>(s.scratch(std::min(kPieceBytes, m * es)));
-  const Buffers* buffers = x.of;
+  const BufferKeys* buffers = x.of;
   LocalWork work = [a, buffers, n, r, piece, m]() -> std::optional<LocalFailure> {
     const std::vector<PeerAccess> of = reach(a, buffers, n, r);
     const std::size_t es = element_size(a.dtype);
@@ -367,17 +383,17 @@ void build_direct_reduce_scatter(Schedule& s, const CollectiveArgs& a) {
 void build_direct_allgather(Schedule& s, const CollectiveArgs& a) {
   const int r = s.rank();
   const std::vector<int> peers = others(s);
-  const Exchange x = exchange_buffers(s, a, peers, peers);
+  const Exchange x = exchange_keys(s, a, peers, peers);
   const std::size_t bytes = a.count * element_size(a.dtype);
   s.copy(static_cast<std::byte*>(a.out) + static_cast<std::size_t>(r) * bytes, a.in, bytes);
-  const Buffers* buffers = x.of;
+  const BufferKeys* buffers = x.of;
   LocalWork work = [a, buffers, peers, bytes, r]() -> std::optional<LocalFailure> {
     const std::vector<PeerAccess> of = reach(a, buffers, static_cast<int>(peers.size()) + 1, r);
     for (int q : peers) {
       std::byte* dst = static_cast<std::byte*>(a.out) + static_cast<std::size_t>(q) * bytes;
-      if (std::string err = read_input(of[static_cast<std::size_t>(q)], dst, 0, bytes);
+      if (std::string err = read_input(a, of[static_cast<std::size_t>(q)], dst, 0, bytes);
           !err.empty()) {
-        return failed(q, "reading", err);
+        return failed(q, err);
       }
     }
     return std::nullopt;
@@ -391,20 +407,20 @@ void build_direct_broadcast(Schedule& s, const CollectiveArgs& a) {
   if (s.rank() == root) {
     // The root only lends its buffer: it waits until every reader is done with it.
     const std::vector<int> peers = others(s);
-    const Exchange x = exchange_buffers(s, a, peers, {});
+    const Exchange x = exchange_keys(s, a, peers, {});
     run_then_release(
         s, x, [] { return std::optional<LocalFailure>{}; }, {}, peers);
     return;
   }
-  const Exchange x = exchange_buffers(s, a, {}, {root});
-  const Buffers* buffers = x.of;
+  const Exchange x = exchange_keys(s, a, {}, {root});
+  const BufferKeys* buffers = x.of;
   const int n = s.size();
   const int r = s.rank();
   LocalWork work = [a, buffers, root, bytes, n, r]() -> std::optional<LocalFailure> {
     const std::vector<PeerAccess> of = reach(a, buffers, n, r);
-    if (std::string err = read_input(of[static_cast<std::size_t>(root)], a.out, 0, bytes);
+    if (std::string err = read_input(a, of[static_cast<std::size_t>(root)], a.out, 0, bytes);
         !err.empty()) {
-      return failed(root, "reading", err);
+      return failed(root, err);
     }
     return std::nullopt;
   };

@@ -146,7 +146,17 @@ const char* choose_algorithm(int size, const CollectiveArgs& a) {
   return algorithm_name(select_algorithm(size, a));
 }
 
+bool needs_memory_agreement(int size, const CollectiveArgs& a) noexcept {
+  // Forced, the algorithm is known (direct maps what it can and reaches the rest by post_read
+  // and post_write); in a second phase, it was agreed.
+  return size > 1 && a.peer_memory && a.keys == nullptr && a.forced == AlgorithmId::automatic &&
+         maps_shared_buffers(a.kind) && a.count * element_size(a.dtype) >= kSharedBufferMinBytes;
+}
+
 void build_schedule(Schedule& s, const CollectiveArgs& a) {
+  if (needs_memory_agreement(s.size(), a)) {
+    return build_memory_agreement(s, a);
+  }
   const AlgorithmId id = select_algorithm(s.size(), a);
   if (id == AlgorithmId::local) {
     return build_single_rank(s, a);

@@ -302,8 +302,22 @@ void Engine::settle_current() {
     }
     fail_group(report_.mismatch(*op, m.peer, what), true, config_.rank);
   } else if (executor_->done()) {
+    if (Schedule::Continuation next = schedule_->take_continuation()) {
+      start_continuation(std::move(next));
+      return;
+    }
     finish_current(nullptr);
   }
+}
+
+void Engine::start_continuation(Schedule::Continuation next) {
+  // The same op goes on: its scratch (what the first phase received) stays, its tokens change.
+  schedule_->clear(schedule_->dtype(), schedule_->op());
+  next(*schedule_);
+  schedule_->finalize_continuation(current_->sig);
+  executor_->restart((++epoch_) << 32);
+  executor_->start();
+  settle_current();
 }
 
 void Engine::on_event(TransportEvent& ev) {

@@ -182,6 +182,9 @@ class Engine {
   // After the current executor ran: finishes the op if it is done, fails the group if it failed
   // (a failed call task only after kLocalFailureGrace: see held_failure_).
   void settle_current();
+  // The current op's first phase is done and it has a second (Schedule::then()): builds and
+  // starts it.
+  void start_continuation(Schedule::Continuation next);
   // Fails the group with the held call failure once its grace has passed.
   void check_held_failure();
   void on_event(TransportEvent& ev);

@@ -93,6 +93,8 @@ void Schedule::clear(DataType dtype, ReduceOp op) {
   }
   sig_ = {};
   header_out_ = {};
+  next_ = nullptr;
+  pad_with_messages_ = false;
 }
 
 TaskId Schedule::add(Task t, std::initializer_list<TaskId> deps) {
@@ -280,23 +282,18 @@ StreamFraming stream_framing(std::size_t data_bytes) noexcept {
   return {kStreamAlign, kStreamAlign - tail};
 }
 
-void Schedule::frame_stream(TaskKind kind, int peer) {
+void Schedule::frame_stream(TaskKind kind, int peer, bool with_header) {
   const bool send = kind == TaskKind::send;
   auto& fifo = send ? send_fifo_[static_cast<std::size_t>(peer)]
                     : recv_fifo_[static_cast<std::size_t>(peer)];
-  const StreamFraming framing = stream_framing(stream_bytes(fifo));
-  Task header;
-  header.kind = kind;
-  header.header = true;
-  header.peer = peer;
-  if (send) {
-    header.src = header_out_.data();
-  } else {
-    header.dst = headers_in_[static_cast<std::size_t>(peer)].data();
+  const std::size_t bytes = stream_bytes(fifo);
+  StreamFraming framing = stream_framing(bytes);
+  if (pad_with_messages_) {
+    framing = {kStreamAlign, (kStreamAlign - bytes % kStreamAlign) % kStreamAlign};
   }
-  header.size = framing.header_bytes;
-  fifo.insert(fifo.begin(), static_cast<TaskId>(tasks_.size()));
-  tasks_.push_back(header);
+  if (with_header) {
+    add_header(kind, peer, fifo, framing.header_bytes);
+  }
   if (framing.pad_bytes == 0) {
     return;
   }
@@ -312,6 +309,23 @@ void Schedule::frame_stream(TaskKind kind, int peer) {
   pad.size = framing.pad_bytes;
   fifo.push_back(static_cast<TaskId>(tasks_.size()));
   tasks_.push_back(pad);
+}
+
+void Schedule::add_header(TaskKind kind, int peer, std::vector<TaskId>& fifo,
+                          std::size_t header_bytes) {
+  const bool send = kind == TaskKind::send;
+  Task header;
+  header.kind = kind;
+  header.header = true;
+  header.peer = peer;
+  if (send) {
+    header.src = header_out_.data();
+  } else {
+    header.dst = headers_in_[static_cast<std::size_t>(peer)].data();
+  }
+  header.size = header_bytes;
+  fifo.insert(fifo.begin(), static_cast<TaskId>(tasks_.size()));
+  tasks_.push_back(header);
 }
 
 void Schedule::finalize(const OpSignature& sig) {
@@ -331,6 +345,21 @@ void Schedule::finalize(const OpSignature& sig) {
     frame_stream(TaskKind::send, p);
     frame_stream(TaskKind::recv, p);
   }
+  freeze();
+}
+
+void Schedule::finalize_continuation(const OpSignature& sig) {
+  sig_ = sig;
+  pads_in_.resize(static_cast<std::size_t>(size_));
+  pad_with_messages_ = true;  // no header to carry the padding
+  for (int p = 0; p < size_; ++p) {
+    frame_stream(TaskKind::send, p, false);
+    frame_stream(TaskKind::recv, p, false);
+  }
+  freeze();
+}
+
+void Schedule::freeze() {
   // Successor lists in CSR form.
   std::vector<std::uint32_t>& count = succ_counts_;
   count.assign(tasks_.size() + 1, 0);

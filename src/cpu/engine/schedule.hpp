@@ -186,6 +186,20 @@ class Schedule {
   // Adds the signature headers and freezes the graph.
   void finalize(const OpSignature& sig);
 
+  // ---- ops built in two phases ----
+  // The rest of the op, built once every task added so far has completed: the engine then
+  // empties the schedule (its scratch stays valid), calls `next` on it, freezes the result with
+  // finalize_continuation() and runs it as the same op. For choices that depend on what the
+  // first phase exchanged (algorithms/direct.cpp, build_memory_agreement).
+  using Continuation = std::function<void(Schedule&)>;
+  void then(Continuation next) { next_ = std::move(next); }
+  Continuation take_continuation() noexcept { return std::exchange(next_, nullptr); }
+  // This op's streams are padded by a pad message only, never inside the header, so that a
+  // rank that builds it in two phases and one that builds it in one post the same messages.
+  void pad_with_messages() noexcept { pad_with_messages_ = true; }
+  // Freezes a continuation: as finalize(), without headers (the first phase checked them).
+  void finalize_continuation(const OpSignature& sig);
+
   // ---- for the Executor ----
   std::vector<Task>& tasks() noexcept { return tasks_; }
   const std::vector<TaskId>& successors() const noexcept { return succ_; }
@@ -208,7 +222,10 @@ class Schedule {
   std::size_t stream_bytes(const std::vector<TaskId>& fifo) const;
   // Puts the op's header at the front of one of the peer's FIFOs (a send: this rank's; a recv:
   // the one the peer sends) and its pad, if any, at the back (stream_framing()).
-  void frame_stream(TaskKind kind, int peer);
+  void frame_stream(TaskKind kind, int peer, bool header = true);
+  void add_header(TaskKind kind, int peer, std::vector<TaskId>& fifo, std::size_t header_bytes);
+  // Successor lists in CSR form, dependency counts.
+  void freeze();
   // A peer as the current view names it -> its group rank.
   int group_rank(int peer) const;
   // A send (src) or recv (dst) task, appended to the peer's FIFO.
@@ -233,7 +250,9 @@ class Schedule {
   OpSignature sig_{};
   WireHeader header_out_{};
   std::vector<WireHeader> headers_in_;
-  std::vector<WirePad> pads_in_;  // where each peer's pad lands (read and dropped)
+  std::vector<WirePad> pads_in_;    // where each peer's pad lands (read and dropped)
+  Continuation next_;               // then()
+  bool pad_with_messages_ = false;  // pad_with_messages()
 };
 
 }  // namespace chorus::cpu

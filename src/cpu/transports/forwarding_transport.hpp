@@ -26,6 +26,7 @@ class ForwardingTransport : public EngineTransport {
   void post_recv(int peer, void* data, std::size_t bytes, std::uint64_t token) override {
     inner_->post_recv(peer, data, bytes, token);
   }
+  OneSided* one_sided() noexcept override { return inner_->one_sided(); }
   void send_p2p(int peer, std::uint32_t tag, const void* data, std::size_t bytes,
                 std::uint64_t token) override {
     inner_->send_p2p(peer, tag, data, bytes, token);

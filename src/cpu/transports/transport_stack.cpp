@@ -13,7 +13,8 @@ const std::vector<TransportLayer>& transport_layers() {
   // Bottom first. A new transport for the collective streams goes above socket (which keeps
   // the control channel, tagged messages and failure detection); a decorator that must see
   // every call (fault) stays on top.
-  static const std::vector<TransportLayer> table = {socket_layer(), shm_layer(), fault_layer()};
+  static const std::vector<TransportLayer> table = {socket_layer(), shm_layer(), cma_layer(),
+                                                    fault_layer()};
   return table;
 }
 

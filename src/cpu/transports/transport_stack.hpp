@@ -6,10 +6,13 @@
 //   shm      ranks on this host   the collective streams to ranks on this host, and the
 //            (CHORUS_TRANSPORT    small-op board when the whole group is on it (shm/)
 //            auto|shm)
+//   cma      the whole group on   the one-sided capability (cma/): process_vm_readv/writev
+//            this host, its peer  and the peers' SharedBuffers mapped
+//            memory probe passed
 //   fault    CHORUS_FAULT set     the faults CHORUS_FAULT names for this rank (fault/)
 // Each transport defines its own entry next to its code (socket_layer(), shm_layer(),
-// fault_layer()); this table is the one place that lists them. Tests build stacks from their
-// own tables through the same build_stack() (tests/tcp/memory_fabric.hpp's layer() as the
+// cma_layer(), fault_layer()); this table is the one place that lists them. Tests build stacks from
+// their own tables through the same build_stack() (tests/tcp/memory_fabric.hpp's layer() as the
 // bottom, fault_layer() above it). docs/adding-a-transport.md says how to add an entry.
 #pragma once
 
@@ -77,9 +80,10 @@ struct TransportStack {
 // (<name>/<name>_layer.cpp).
 TransportLayer socket_layer();
 TransportLayer shm_layer();
+TransportLayer cma_layer();
 TransportLayer fault_layer();
 
-// The production table, bottom first: socket, shm, fault.
+// The production table, bottom first: socket, shm, cma, fault.
 const std::vector<TransportLayer>& transport_layers();
 
 // Builds a stack from `layers` (bottom first): prepares every layer that applies, in order,
