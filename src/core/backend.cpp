@@ -212,11 +212,9 @@ std::shared_ptr<Work> Backend::issue(const OpDescriptor& op) {
   const OpRule& rule = op_rule(op.type);
   rule.check(op, *this, rule.name);
   check_supported(op, rule.name);
-  const bool rooted = op.type == OpType::broadcast || op.type == OpType::reduce ||
-                      op.type == OpType::gather || op.type == OpType::scatter;
   const bool p2p = !rule.collective;
   const std::lock_guard issue(issue_mu_);
-  TraceEntry trace = op_trace(rule.traces_output ? op.out : op.in, rooted ? op.root : -1,
+  TraceEntry trace = op_trace(rule.traces_output ? op.out : op.in, rule.rooted ? op.root : -1,
                               p2p ? op.peer : -1, p2p ? op.tag : 0);
   const bool late = op.type == OpType::allreduce && late_record_bytes_ != 0 &&
                     op.in.nbytes() <= late_record_bytes_;

@@ -240,22 +240,22 @@ void run_check(const OpDescriptor& op, const detail::Backend& backend, const cha
   Check(Checker(op, backend, name));
 }
 
-// Indexed by OpType.
+// Indexed by OpType: name, collective, traces_output, rooted, reduces, check.
 constexpr OpRule kRules[kNumOpTypes] = {
-    {"allreduce", true, false, run_check<check_allreduce>},
-    {"allgather", true, false, run_check<check_allgather>},
-    {"reduce_scatter", true, true, run_check<check_reduce_scatter>},
-    {"broadcast", true, false, run_check<check_broadcast>},
-    {"reduce", true, false, run_check<check_reduce>},
-    {"gather", true, false, run_check<check_gather>},
-    {"scatter", true, true, run_check<check_scatter>},
-    {"all_to_all", true, false, run_check<check_all_to_all>},
-    {"barrier", true, false, run_check<check_barrier>},
-    {"send", false, false, run_check<check_send>},
-    {"recv", false, false, run_check<check_recv>},
-    {"allgatherv", true, false, run_check<check_allgatherv>},
-    {"reduce_scatterv", true, true, run_check<check_reduce_scatterv>},
-    {"all_to_allv", true, false, run_check<check_all_to_allv>},
+    {"allreduce", true, false, false, true, run_check<check_allreduce>},
+    {"allgather", true, false, false, false, run_check<check_allgather>},
+    {"reduce_scatter", true, true, false, true, run_check<check_reduce_scatter>},
+    {"broadcast", true, false, true, false, run_check<check_broadcast>},
+    {"reduce", true, false, true, true, run_check<check_reduce>},
+    {"gather", true, false, true, false, run_check<check_gather>},
+    {"scatter", true, true, true, false, run_check<check_scatter>},
+    {"all_to_all", true, false, false, false, run_check<check_all_to_all>},
+    {"barrier", true, false, false, false, run_check<check_barrier>},
+    {"send", false, false, false, false, run_check<check_send>},
+    {"recv", false, false, false, false, run_check<check_recv>},
+    {"allgatherv", true, false, false, false, run_check<check_allgatherv>},
+    {"reduce_scatterv", true, true, false, true, run_check<check_reduce_scatterv>},
+    {"all_to_allv", true, false, false, false, run_check<check_all_to_allv>},
 };
 
 }  // namespace

@@ -23,6 +23,10 @@ struct OpRule {
   // The flight recorder describes the output (count, dtype) rather than the input: the ops
   // whose per-rank count is the output's (reduce_scatter, scatter, reduce_scatterv).
   bool traces_output;
+  // Has a root (OpDescriptor::root: broadcast, reduce, gather, scatter) / a reduction operator
+  // (OpDescriptor::op): what the flight recorder, the tcp signature and its messages show.
+  bool rooted;
+  bool reduces;
   // Throws InvalidArgument naming the op, the rank and what to fix, before anything is sent.
   void (*check)(const OpDescriptor& op, const detail::Backend& backend, const char* name);
 };

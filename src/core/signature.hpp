@@ -12,35 +12,21 @@
 #include <optional>
 #include <string>
 
+#include <chorus/op.hpp>
 #include <chorus/types.hpp>
 
 namespace chorus {
-
-enum class OpKind : std::uint8_t {
-  allreduce = 1,
-  allgather,
-  reduce_scatter,
-  broadcast,
-  reduce,
-  gather,
-  scatter,
-  all_to_all,
-  barrier,
-  allgatherv,
-  reduce_scatterv,
-  all_to_allv,
-};
-inline constexpr OpKind kLastOpKind = OpKind::all_to_allv;
-const char* to_string(OpKind kind) noexcept;
 
 // Fields that do not apply to an op (root of allreduce, redop of allgather ...) are zero.
 // count is the per-rank element count the op was called with (the input for allreduce,
 // allgather, reduce, gather and all_to_all; the output for reduce_scatter and scatter; the
 // tensor for broadcast). The variable-size collectives carry the sum of their per-rank counts
 // (allgatherv, reduce_scatterv: the same on every rank) or 0 (all_to_allv, whose totals differ
-// between ranks).
+// between ranks). A coalesced op (OpDescriptor::ins) carries the sum over its tensors.
+// `kind` is the public OpType (a collective one: send and recv have no signature), its value on
+// the wire, so that no second list of ops exists for the wire.
 struct OpSignature {
-  OpKind kind = OpKind::barrier;
+  OpType kind = OpType::barrier;
   DataType dtype = DataType::uint8;
   ReduceOp redop = ReduceOp::sum;
   std::int32_t root = 0;
@@ -49,6 +35,9 @@ struct OpSignature {
   // The op's buffers are SharedBuffers (include/chorus/shared_buffer.hpp) and it takes the path
   // that maps them: every rank must agree, as on the count.
   bool shared_buffers = false;
+  // Tensors of a coalesced op (OpDescriptor::ins.size()); 0 for an op on one input and output.
+  // Ranks that split the same total differently disagree here.
+  std::uint32_t parts = 0;
 
   friend bool operator==(const OpSignature&, const OpSignature&) = default;
 };
@@ -56,8 +45,10 @@ struct OpSignature {
 inline constexpr std::size_t kSignatureBytes = 32;
 using EncodedSignature = std::array<std::uint8_t, kSignatureBytes>;
 
-// Fixed little-endian layout: magic "CHSG", version, kind, dtype, redop, root, flags (bit 0:
-// shared_buffers), 3 reserved bytes, count, seq.
+// Fixed little-endian layout: magic "CHSG", version (2), kind (the OpType's value), dtype,
+// redop, root, flags (bit 0: shared_buffers), parts (3 bytes), count, seq. Version 1 numbered
+// the kinds from 1 in an enum of their own and had the 3 parts bytes reserved.
+inline constexpr std::uint32_t kMaxSignatureParts = (1u << 24) - 1;
 EncodedSignature encode(const OpSignature& sig) noexcept;
 // nullopt if the bytes are not a signature (bad magic, version or enum value): the stream
 // carrying them is out of step.

@@ -21,6 +21,7 @@
 #include "core/env.hpp"
 #include "core/format.hpp"
 #include "core/logging.hpp"
+#include "core/op_rules.hpp"
 #include "tcp/algorithms/algorithms.hpp"
 #include "tcp/engine.hpp"
 #include "tcp/host_id.hpp"
@@ -179,43 +180,35 @@ class TcpProcessGroup final : public detail::Backend {
     const Tensor& in = op.in;
     const Tensor& out = op.out;
     const bool root = rank() == op.root;
+    // The buffers this rank touches and the op's OpSignature::count (signature.hpp).
     switch (op.type) {
       case OpType::allreduce:
-        return collective(OpKind::allreduce, in, out, in.count(), op.op, 0, call);
       case OpType::allgather:
-        return collective(OpKind::allgather, in, out, in.count(), ReduceOp::sum, 0, call);
-      case OpType::reduce_scatter:
-        return collective(OpKind::reduce_scatter, in, out, out.count(), op.op, 0, call);
-      case OpType::broadcast:
-        return collective(OpKind::broadcast, in, in, in.count(), ReduceOp::sum, op.root, call);
-      case OpType::reduce:
-        // Only the root has an output; elsewhere the algorithm needs none.
-        return collective(OpKind::reduce, in, root ? out : Tensor(), in.count(), op.op, op.root,
-                          call);
-      case OpType::gather:
-        return collective(OpKind::gather, in, root ? out : Tensor(), in.count(), ReduceOp::sum,
-                          op.root, call);
-      case OpType::scatter:
-        return collective(OpKind::scatter, root ? in : Tensor(), out, out.count(), ReduceOp::sum,
-                          op.root, call);
       case OpType::all_to_all:
-        return collective(OpKind::all_to_all, in, out, in.count(), ReduceOp::sum, 0, call);
+        return collective(op, in, out, in.count(), call);
+      case OpType::reduce_scatter:
+        return collective(op, in, out, out.count(), call);
+      case OpType::broadcast:
+        return collective(op, in, in, in.count(), call);
+      case OpType::reduce:
+      case OpType::gather:
+        // Only the root has an output; elsewhere the algorithm needs none.
+        return collective(op, in, root ? out : Tensor(), in.count(), call);
+      case OpType::scatter:
+        return collective(op, root ? in : Tensor(), out, out.count(), call);
       case OpType::barrier:
-        return collective(OpKind::barrier, Tensor(), Tensor(), 0, ReduceOp::sum, 0, call);
+        return collective(op, Tensor(), Tensor(), 0, call);
       case OpType::send:
         return p2p(Op::Kind::send, in, op.peer, op.tag, call);
       case OpType::recv:
         return p2p(Op::Kind::recv, in, op.peer, op.tag, call);
       case OpType::allgatherv:
-        return collective(OpKind::allgatherv, in, out, out.count(), ReduceOp::sum, 0, call, nullptr,
-                          &op.out_counts);
+        return collective(op, in, out, out.count(), call, nullptr, &op.out_counts);
       case OpType::reduce_scatterv:
-        return collective(OpKind::reduce_scatterv, in, out, in.count(), op.op, 0, call,
-                          &op.in_counts);
+        return collective(op, in, out, in.count(), call, &op.in_counts);
       case OpType::all_to_allv:
         // The totals differ between ranks: the signature carries none (signature.hpp).
-        return collective(OpKind::all_to_allv, in, out, 0, ReduceOp::sum, 0, call, &op.in_counts,
-                          &op.out_counts);
+        return collective(op, in, out, 0, call, &op.in_counts, &op.out_counts);
     }
     throw InvalidArgument(fmt::format("{}: not an op of the tcp backend", call.name));
   }
@@ -223,16 +216,18 @@ class TcpProcessGroup final : public detail::Backend {
  private:
   // `in_counts`/`out_counts`: the variable-size collectives' counts per rank (copied into
   // the Op, which the engine owns).
-  std::shared_ptr<Work> collective(OpKind kind, Tensor in, Tensor out, std::size_t count,
-                                   ReduceOp op, int root, const OpCall& call,
+  std::shared_ptr<Work> collective(const OpDescriptor& d, Tensor in, Tensor out, std::size_t count,
+                                   const OpCall& call,
                                    const std::vector<std::size_t>* in_counts = nullptr,
                                    const std::vector<std::size_t>* out_counts = nullptr) {
+    const OpType kind = d.type;
+    const OpRule& rule = op_rule(kind);
     // Built here, on the heap only if the engine runs it: an op run inline never leaves this call.
     Op built;
     Op* o = &built;
     o->kind = Op::Kind::collective;
     const DataType dtype =
-        kind == OpKind::barrier ? DataType::uint8 : (in.count() ? in.dtype() : out.dtype());
+        kind == OpType::barrier ? DataType::uint8 : (in.count() ? in.dtype() : out.dtype());
     o->args = group_args();
     o->args.kind = kind;
     o->args.in = in.data();
@@ -245,6 +240,8 @@ class TcpProcessGroup final : public detail::Backend {
     if (out_counts != nullptr) {
       o->out_counts = *out_counts;
     }
+    const ReduceOp op = rule.reduces ? d.op : ReduceOp::sum;
+    const int root = rule.rooted ? d.root : 0;
     o->args.op = op;
     o->args.root = root;
     o->args.forced = forced_[static_cast<std::size_t>(kind)];
@@ -253,26 +250,20 @@ class TcpProcessGroup final : public detail::Backend {
     o->sig.shared_buffers = o->args.shared_buffers;
     o->sig.kind = kind;
     o->sig.seq = call.seq;
-    if (kind != OpKind::barrier) {
+    if (kind != OpType::barrier) {
       o->sig.dtype = dtype;
       o->sig.count = count;
     }
-    if (kind == OpKind::allreduce || kind == OpKind::reduce || kind == OpKind::reduce_scatter ||
-        kind == OpKind::reduce_scatterv) {
-      o->sig.redop = op;
-    }
-    if (kind == OpKind::broadcast || kind == OpKind::reduce || kind == OpKind::gather ||
-        kind == OpKind::scatter) {
-      o->sig.root = root;
-    }
-    o->bytes = (kind == OpKind::all_to_allv ? in.count() : count) * element_size(dtype);
+    o->sig.redop = op;
+    o->sig.root = root;
+    o->bytes = (kind == OpType::all_to_allv ? in.count() : count) * element_size(dtype);
     o->call = call;
     // A small allreduce goes through the board (the same choice on every rank); this thread
     // runs it when the engine has no collective left to run: the last one handed to it is
     // complete, and none can be handed over meanwhile (this runs under the issue lock). Never
     // on a thread that runs the engine's loop (a caller driving it): that thread must go back
     // to its loop. Done here, it returns a DoneWork: no WorkState, no driver.
-    o->on_board = board_ && kind == OpKind::allreduce && o->args.forced == AlgorithmId::automatic &&
+    o->on_board = board_ && kind == OpType::allreduce && o->args.forced == AlgorithmId::automatic &&
                   SlotBoard::takes(o->bytes);
     if (o->on_board && (!last_engine_collective_ || last_engine_collective_->is_completed()) &&
         !engine_->on_engine_thread()) {
@@ -324,9 +315,9 @@ class TcpProcessGroup final : public detail::Backend {
     }
     const auto n = static_cast<std::size_t>(size());
     switch (a.kind) {
-      case OpKind::allreduce:  // peers read the input and write the output
+      case OpType::allreduce:  // peers read the input and write the output
         return in_shared_buffer(a.in, bytes) && in_shared_buffer(a.out, bytes);
-      case OpKind::reduce_scatter:  // peers read the input (n blocks)
+      case OpType::reduce_scatter:  // peers read the input (n blocks)
         return in_shared_buffer(a.in, bytes * n);
       default:  // allgather, broadcast: peers read the input
         return in_shared_buffer(a.in, bytes);

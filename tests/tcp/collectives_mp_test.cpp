@@ -21,33 +21,33 @@
 namespace chorus::test {
 namespace {
 
-constexpr OpKind kCollectives[] = {OpKind::allreduce, OpKind::allgather, OpKind::reduce_scatter,
-                                   OpKind::broadcast, OpKind::reduce,    OpKind::gather,
-                                   OpKind::scatter,   OpKind::all_to_all};
+constexpr OpType kCollectives[] = {OpType::allreduce, OpType::allgather, OpType::reduce_scatter,
+                                   OpType::broadcast, OpType::reduce,    OpType::gather,
+                                   OpType::scatter,   OpType::all_to_all};
 
 // The matrix of cases every rank runs, in the same order.
 std::vector<Case> matrix(int n) {
   std::vector<Case> cases;
   int salt = 0;
-  auto add = [&](OpKind kind, DataType dt, ReduceOp op, std::size_t count) {
+  auto add = [&](OpType kind, DataType dt, ReduceOp op, std::size_t count) {
     for (bool in_place : {false, true}) {
       Case c{kind, n, count, dt, op, 0, in_place};
-      if (kind == OpKind::all_to_all) {
+      if (kind == OpType::all_to_all) {
         c.count = count * static_cast<std::size_t>(n);
       }
-      if (kind == OpKind::broadcast || kind == OpKind::reduce || kind == OpKind::gather ||
-          kind == OpKind::scatter) {
+      if (kind == OpType::broadcast || kind == OpType::reduce || kind == OpType::gather ||
+          kind == OpType::scatter) {
         c.root = salt++ % n;
       }
       cases.push_back(c);
     }
   };
   for (std::size_t count : {std::size_t{0}, std::size_t{1}, std::size_t{7}, std::size_t{1001}}) {
-    for (OpKind kind : kCollectives) {
+    for (OpType kind : kCollectives) {
       for (DataType dt : kAllTypes) {
         add(kind, dt, ReduceOp::sum, count);
       }
-      if (kind == OpKind::allreduce || kind == OpKind::reduce_scatter || kind == OpKind::reduce) {
+      if (kind == OpType::allreduce || kind == OpType::reduce_scatter || kind == OpType::reduce) {
         for (DataType dt : {DataType::int32, DataType::bfloat16, DataType::float64}) {
           for (ReduceOp op : kAllOps) {
             if (op != ReduceOp::sum) {

@@ -33,11 +33,11 @@ std::vector<Case> shared_cases(int n) {
   int root = 0;
   for (DataType dt : kAllTypes) {
     for (ReduceOp op : kAllOps) {
-      for (OpKind kind : {OpKind::allreduce, OpKind::reduce_scatter}) {
+      for (OpType kind : {OpType::allreduce, OpType::reduce_scatter}) {
         cases.push_back({kind, n, shared_count(dt, 256 * 1024), dt, op, 0, in_place = !in_place});
       }
     }
-    for (OpKind kind : {OpKind::allgather, OpKind::broadcast}) {
+    for (OpType kind : {OpType::allgather, OpType::broadcast}) {
       for (bool place : {false, true}) {
         cases.push_back(
             {kind, n, shared_count(dt, 256 * 1024), dt, ReduceOp::sum, root++ % n, place});
@@ -47,14 +47,14 @@ std::vector<Case> shared_cases(int n) {
   // Out of place with the group's outputs at 32 MiB: the outputs are streamed (direct.cpp's
   // reduce_and_stream), unaligned at the odd count's end.
   const auto group_share = (std::size_t{32} << 20) / static_cast<std::size_t>(n);
-  cases.push_back({OpKind::allreduce, n, shared_count(DataType::float32, group_share),
+  cases.push_back({OpType::allreduce, n, shared_count(DataType::float32, group_share),
                    DataType::float32, ReduceOp::sum, 0, false});
-  cases.push_back({OpKind::allreduce, n, shared_count(DataType::int32, group_share),
+  cases.push_back({OpType::allreduce, n, shared_count(DataType::int32, group_share),
                    DataType::int32, ReduceOp::max, 0, false});
   for (bool place : {false, true}) {
-    cases.push_back({OpKind::allreduce, n, shared_count(DataType::float32, 3 << 20),
+    cases.push_back({OpType::allreduce, n, shared_count(DataType::float32, 3 << 20),
                      DataType::float32, ReduceOp::sum, 0, place});
-    cases.push_back({OpKind::allreduce, n, shared_count(DataType::bfloat16, 3 << 20),
+    cases.push_back({OpType::allreduce, n, shared_count(DataType::bfloat16, 3 << 20),
                      DataType::bfloat16, ReduceOp::avg, 0, place});
   }
   return cases;
@@ -109,7 +109,7 @@ TEST_CASE("SharedBuffers on some ranks only: a mismatch on every rank that says 
           ::setenv("CHORUS_TRANSPORT", "shm", 1);
           auto store = child_store(server.port());
           auto pg = make_tcp_group(store, rank, n, loopback_options(20s));
-          const Case c{OpKind::allreduce, n, 100'003, DataType::float32};
+          const Case c{OpType::allreduce, n, 100'003, DataType::float32};
           RankBuffers b = make_buffers(c, rank, /*shared=*/rank != n - 1);
           const auto t0 = Clock::now();
           const Error e = expect_error([&] { issue_case(*pg, c, b)->wait(); });

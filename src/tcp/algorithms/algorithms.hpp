@@ -35,7 +35,7 @@ HostMap make_host_map(const std::vector<std::string>& host_ids);
 
 // Validated arguments of one collective. Counts follow OpSignature::count.
 struct CollectiveArgs {
-  OpKind kind = OpKind::barrier;
+  OpType kind = OpType::barrier;
   const void* in = nullptr;
   void* out = nullptr;
   std::size_t count = 0;
@@ -69,15 +69,16 @@ struct CollectiveArgs {
 // (the op's count in bytes); below it the rings and the board win. The same on every rank.
 inline constexpr std::size_t kSharedBufferMinBytes = kSharedBufferMinOpBytes;
 // Whether `kind` has a direct algorithm that maps SharedBuffers.
-inline bool maps_shared_buffers(OpKind kind) noexcept {
-  return kind == OpKind::allreduce || kind == OpKind::reduce_scatter || kind == OpKind::allgather ||
-         kind == OpKind::broadcast;
+inline bool maps_shared_buffers(OpType kind) noexcept {
+  return kind == OpType::allreduce || kind == OpType::reduce_scatter || kind == OpType::allgather ||
+         kind == OpType::broadcast;
 }
 
 // CHORUS_ALGO: "op=algorithm[,op=algorithm...]", e.g. "allreduce=ring,broadcast=tree".
-// Indexed by OpKind; automatic where the cost model chooses. Throws InvalidArgument naming the
+// Indexed by OpType (point-to-point entries stay automatic); automatic where the cost model
+// chooses. Throws InvalidArgument naming the
 // variable, the entry and the algorithms that op has.
-using AlgorithmOverrides = std::array<AlgorithmId, static_cast<std::size_t>(kLastOpKind) + 1>;
+using AlgorithmOverrides = std::array<AlgorithmId, kNumOpTypes>;
 AlgorithmOverrides parse_algorithm_overrides(const std::string& text);
 
 // The selection inputs of an op (registry.hpp).

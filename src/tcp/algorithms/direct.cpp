@@ -87,9 +87,9 @@ Extents extents_of(const CollectiveArgs& a, int n) {
   const std::size_t bytes = a.count * element_size(a.dtype);
   const auto un = static_cast<std::size_t>(n);
   switch (a.kind) {
-    case OpKind::reduce_scatter:
+    case OpType::reduce_scatter:
       return {bytes * un, bytes};
-    case OpKind::allgather:
+    case OpType::allgather:
       return {bytes, bytes * un};
     default:
       return {bytes, bytes};
