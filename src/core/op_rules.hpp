@@ -27,7 +27,10 @@ struct OpRule {
   // (OpDescriptor::op): what the flight recorder, the tcp signature and its messages show.
   bool rooted;
   bool reduces;
-  // Throws InvalidArgument naming the op, the rank and what to fix, before anything is sent.
+  // Takes several tensors in one op (OpDescriptor::ins/outs); the others reject them.
+  bool coalesces;
+  // Throws InvalidArgument naming the op, the rank and what to fix, before anything is sent;
+  // for a coalesced op (ins/outs) that each pair has the op's shape, and the list's own rules.
   void (*check)(const OpDescriptor& op, const detail::Backend& backend, const char* name);
 };
 

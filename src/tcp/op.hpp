@@ -29,6 +29,8 @@ struct Op {
   // The variable-size collectives' counts per rank, which args.in_counts/out_counts point into.
   std::vector<std::size_t> in_counts;
   std::vector<std::size_t> out_counts;
+  // A coalesced op's tensor pairs, which args.parts points into.
+  std::vector<CoalescedPart> parts;
   OpSignature sig;             // collective
   bool on_board = false;       // a small allreduce through the group's SlotBoard (slot_board.hpp)
   bool board_started = false;  // published there by the caller's thread (Engine::run_on_board)

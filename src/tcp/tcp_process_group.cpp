@@ -177,6 +177,9 @@ class TcpProcessGroup final : public detail::Backend {
 
  protected:
   std::shared_ptr<Work> start(const OpDescriptor& op, const OpCall& call) override {
+    if (!op.ins.empty()) {
+      return coalesced(op, call);
+    }
     const Tensor& in = op.in;
     const Tensor& out = op.out;
     const bool root = rank() == op.root;
@@ -213,21 +216,46 @@ class TcpProcessGroup final : public detail::Backend {
     throw InvalidArgument(fmt::format("{}: not an op of the tcp backend", call.name));
   }
 
+  void check_supported(const OpDescriptor& op, const char* name) const override {
+    check_arg(op.ins.size() <= kMaxSignatureParts,
+              "{} on rank {}/{} [{}]: {} tensors in one coalesced op; the tcp backend carries at "
+              "most {} (split the list into several ops)",
+              name, rank(), size(), this->name(), op.ins.size(), kMaxSignatureParts);
+  }
+
  private:
-  // `in_counts`/`out_counts`: the variable-size collectives' counts per rank (copied into
-  // the Op, which the engine owns).
+  // A coalesced op: one op over its pairs (one sequence number, one signature with the sum of
+  // their counts and their number); its schedule packs them (algorithms/coalesced.cpp).
+  std::shared_ptr<Work> coalesced(const OpDescriptor& d, const OpCall& call) {
+    std::vector<CoalescedPart> parts(d.ins.size());
+    std::size_t total = 0;
+    for (std::size_t i = 0; i < parts.size(); ++i) {
+      // Per rank, as on one tensor: reduce_scatter counts its output, the others their input.
+      const std::size_t count =
+          d.type == OpType::reduce_scatter ? d.outs[i].count() : d.ins[i].count();
+      parts[i] = {d.ins[i].data(), d.outs[i].data(), count};
+      total += count;
+    }
+    return collective(d, Tensor(), Tensor(), total, call, nullptr, nullptr, std::move(parts));
+  }
+
+  // `in_counts`/`out_counts`: the variable-size collectives' counts per rank; `parts`: a
+  // coalesced op's pairs (both copied into the Op, which the engine owns).
   std::shared_ptr<Work> collective(const OpDescriptor& d, Tensor in, Tensor out, std::size_t count,
                                    const OpCall& call,
                                    const std::vector<std::size_t>* in_counts = nullptr,
-                                   const std::vector<std::size_t>* out_counts = nullptr) {
+                                   const std::vector<std::size_t>* out_counts = nullptr,
+                                   std::vector<CoalescedPart> parts = {}) {
     const OpType kind = d.type;
     const OpRule& rule = op_rule(kind);
     // Built here, on the heap only if the engine runs it: an op run inline never leaves this call.
     Op built;
     Op* o = &built;
     o->kind = Op::Kind::collective;
-    const DataType dtype =
-        kind == OpType::barrier ? DataType::uint8 : (in.count() ? in.dtype() : out.dtype());
+    const DataType dtype = !d.ins.empty()            ? d.ins[0].dtype()
+                           : kind == OpType::barrier ? DataType::uint8
+                           : in.count()              ? in.dtype()
+                                                     : out.dtype();
     o->args = group_args();
     o->args.kind = kind;
     o->args.in = in.data();
@@ -245,7 +273,9 @@ class TcpProcessGroup final : public detail::Backend {
     o->args.op = op;
     o->args.root = root;
     o->args.forced = forced_[static_cast<std::size_t>(kind)];
-    o->args.shared_buffers = takes_shared_buffers(o->args);
+    o->parts = std::move(parts);
+    o->args.num_parts = o->parts.size();
+    o->args.shared_buffers = o->parts.empty() && takes_shared_buffers(o->args);
     o->args.peer_buffers = &peer_buffers_;
     o->sig.shared_buffers = o->args.shared_buffers;
     o->sig.kind = kind;
@@ -256,6 +286,7 @@ class TcpProcessGroup final : public detail::Backend {
     }
     o->sig.redop = op;
     o->sig.root = root;
+    o->sig.parts = static_cast<std::uint32_t>(o->parts.size());  // check_supported() bounds it
     o->bytes = (kind == OpType::all_to_allv ? in.count() : count) * element_size(dtype);
     o->call = call;
     // A small allreduce goes through the board (the same choice on every rank); this thread
@@ -263,8 +294,8 @@ class TcpProcessGroup final : public detail::Backend {
     // complete, and none can be handed over meanwhile (this runs under the issue lock). Never
     // on a thread that runs the engine's loop (a caller driving it): that thread must go back
     // to its loop. Done here, it returns a DoneWork: no WorkState, no driver.
-    o->on_board = board_ && kind == OpType::allreduce && o->args.forced == AlgorithmId::automatic &&
-                  SlotBoard::takes(o->bytes);
+    o->on_board = board_ && kind == OpType::allreduce && o->parts.empty() &&
+                  o->args.forced == AlgorithmId::automatic && SlotBoard::takes(o->bytes);
     if (o->on_board && (!last_engine_collective_ || last_engine_collective_->is_completed()) &&
         !engine_->on_engine_thread()) {
       trace_issued(call, "board");  // issued and started in one update
@@ -280,6 +311,7 @@ class TcpProcessGroup final : public detail::Backend {
     // Into the Op's own vectors, now that it has its final address.
     o->args.in_counts = o->in_counts.empty() ? nullptr : o->in_counts.data();
     o->args.out_counts = o->out_counts.empty() ? nullptr : o->out_counts.data();
+    o->args.parts = o->parts.empty() ? nullptr : o->parts.data();
     o->work = make_work(call);
     if (o->bytes <= kWaitSpinMaxBytes) {
       o->work->spin_before_blocking(kWaitSpin);

@@ -33,6 +33,14 @@ struct HostMap {
 // Groups ranks by equal host ids ("" counts as a host of its own).
 HostMap make_host_map(const std::vector<std::string>& host_ids);
 
+// One tensor pair of a coalesced op (OpDescriptor::ins/outs); count as OpSignature::count
+// for the op on that pair alone.
+struct CoalescedPart {
+  const void* in = nullptr;
+  void* out = nullptr;
+  std::size_t count = 0;
+};
+
 // Validated arguments of one collective. Counts follow OpSignature::count.
 struct CollectiveArgs {
   OpType kind = OpType::barrier;
@@ -46,6 +54,11 @@ struct CollectiveArgs {
   // size() entries; owned by the Op); null for the other ops.
   const std::size_t* in_counts = nullptr;
   const std::size_t* out_counts = nullptr;
+  // A coalesced op's pairs (num_parts of them, owned by the Op); in and out are then null and
+  // count is the sum of the parts' counts. No algorithm sees them: build_schedule() packs them
+  // into scratch around the op's ordinary algorithm (coalesced.cpp).
+  const CoalescedPart* parts = nullptr;
+  std::size_t num_parts = 0;
   // TcpGroupOptions: the hierarchical allreduce's phases use their latency algorithms up to
   // small_bytes; slice_bytes per pipeline slice.
   std::size_t small_bytes = 64 * 1024;
@@ -97,6 +110,8 @@ void build_schedule(Schedule& s, const CollectiveArgs& a);
 std::string describe_choices(int size, const CollectiveArgs& group,
                              const std::vector<std::size_t>& sizes);
 
+// A coalesced op: packs its parts, builds the op's algorithm on the packed buffer, unpacks.
+void build_coalesced(Schedule& s, const CollectiveArgs& a);
 void build_ring_allreduce(Schedule& s, const CollectiveArgs& a);
 void build_rd_allreduce(Schedule& s, const CollectiveArgs& a);
 // Reduce-scatter by recursive halving, allgather by recursive doubling.

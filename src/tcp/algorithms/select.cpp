@@ -143,6 +143,9 @@ const char* choose_algorithm(int size, const CollectiveArgs& a) {
 }
 
 void build_schedule(Schedule& s, const CollectiveArgs& a) {
+  if (a.num_parts != 0) {
+    return build_coalesced(s, a);
+  }
   const AlgorithmId id = select_algorithm(s.size(), a);
   if (id == AlgorithmId::local) {
     return build_single_rank(s, a);
