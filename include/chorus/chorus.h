@@ -53,7 +53,7 @@ typedef enum chorus_result_t {
 CHORUS_C_API const char* chorus_get_last_error(void);
 /* "ok", "invalid_argument", "timeout", ... (never NULL). */
 CHORUS_C_API const char* chorus_result_string(chorus_result_t result);
-/* The library's version ("0.1.0"); compare with CHORUS_VERSION_STRING from the headers. */
+/* The library's version ("0.2.0"); compare with CHORUS_VERSION_STRING from the headers. */
 CHORUS_C_API const char* chorus_version(void);
 /* CHORUS_VERSION_CODE of the library. */
 CHORUS_C_API int chorus_version_code(void);
