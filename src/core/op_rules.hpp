@@ -21,7 +21,7 @@ struct OpRule {
   // sequence number); false: point-to-point, numbered on its own.
   bool collective;
   // The flight recorder describes the output (count, dtype) rather than the input: the ops
-  // whose per-rank count is the output's (reduce_scatter, scatter, reduce_scatterv).
+  // whose per-rank count is the output's (those that scatter).
   bool traces_output;
   // Has a root (OpDescriptor::root: broadcast, reduce, gather, scatter) / a reduction operator
   // (OpDescriptor::op): what the flight recorder, the tcp signature and its messages show.

@@ -18,11 +18,10 @@
 namespace chorus {
 
 // Fields that do not apply to an op (root of allreduce, redop of allgather ...) are zero.
-// count is the per-rank element count the op was called with (the input for allreduce,
-// allgather, reduce, gather and all_to_all; the output for reduce_scatter and scatter; the
-// tensor for broadcast). The variable-size collectives carry the sum of their per-rank counts
-// (allgatherv, reduce_scatterv: the same on every rank) or 0 (all_to_allv, whose totals differ
-// between ranks). A coalesced op (OpDescriptor::ins) carries the sum over its tensors.
+// count is the per-rank element count the op was called with (the input's, or the output's for
+// the ops that scatter; each op's is chosen in TcpProcessGroup::start()). The variable-size
+// collectives carry the sum of their per-rank counts where every rank passes the same counts,
+// else 0. A coalesced op (OpDescriptor::ins) carries the sum over its tensors.
 // `kind` is the public OpType (a collective one: send and recv have no signature), its value on
 // the wire, so that no second list of ops exists for the wire.
 struct OpSignature {
