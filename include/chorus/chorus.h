@@ -53,7 +53,7 @@ typedef enum chorus_result_t {
 CHORUS_C_API const char* chorus_get_last_error(void);
 /* "ok", "invalid_argument", "timeout", ... (never NULL). */
 CHORUS_C_API const char* chorus_result_string(chorus_result_t result);
-/* The library's version ("0.1.0"); compare with CHORUS_VERSION_STRING from the headers. */
+/* The library's version ("0.2.0"); compare with CHORUS_VERSION_STRING from the headers. */
 CHORUS_C_API const char* chorus_version(void);
 /* CHORUS_VERSION_CODE of the library. */
 CHORUS_C_API int chorus_version_code(void);
@@ -376,12 +376,20 @@ typedef struct chorus_op_t {
   int peer;
   uint32_t tag;
   int64_t timeout_ms; /* this op's deadline; 0: the group's timeout */
+  /* Coalesced (C++: OpDescriptor::ins/outs): num_tensors > 0 runs the op once over the pairs
+   * (ins[i], outs[i]) instead of in/out, which must then be empty (count 0). allreduce,
+   * allgather and reduce_scatter only; one dtype; each pair shaped as the op on one tensor;
+   * in place: outs[i] is ins[i]. One op: one sequence number, one chorus_work_t. */
+  const chorus_tensor_t* ins;
+  const chorus_tensor_t* outs;
+  size_t num_tensors;
 } chorus_op_t;
-#define CHORUS_OP_INITIALIZER                                                              \
-  {                                                                                        \
-    sizeof(chorus_op_t), CHORUS_CONFIG_VERSION, CHORUS_OP_BARRIER,                         \
-        {NULL, 0, CHORUS_UINT8, CHORUS_DEVICE_CPU, 0},                                     \
-        {NULL, 0, CHORUS_UINT8, CHORUS_DEVICE_CPU, 0}, NULL, NULL, CHORUS_SUM, 0, -1, 0, 0 \
+#define CHORUS_OP_INITIALIZER                                                                     \
+  {                                                                                               \
+    sizeof(chorus_op_t), CHORUS_CONFIG_VERSION, CHORUS_OP_BARRIER,                                \
+        {NULL, 0, CHORUS_UINT8, CHORUS_DEVICE_CPU, 0},                                            \
+        {NULL, 0, CHORUS_UINT8, CHORUS_DEVICE_CPU, 0}, NULL, NULL, CHORUS_SUM, 0, -1, 0, 0, NULL, \
+        NULL, 0                                                                                   \
   }
 /* Launches the op *op describes (same rules and results as the functions above). */
 CHORUS_C_API chorus_result_t chorus_run(chorus_group_t* group, const chorus_op_t* op,

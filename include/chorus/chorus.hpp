@@ -20,7 +20,7 @@
 #include <chorus/work.hpp>
 
 namespace chorus {
-// The library's version string ("0.1.0"); may differ from CHORUS_VERSION_STRING when the
+// The library's version string ("0.2.0"); may differ from CHORUS_VERSION_STRING when the
 // headers and the shared library come from different builds.
 CHORUS_API const char* version() noexcept;
 }  // namespace chorus

@@ -63,6 +63,17 @@ struct OpDescriptor {
   int peer = -1;                    // send: the destination; recv: the source, or kAnySource
   std::uint32_t tag = 0;            // send, recv
   std::optional<Duration> timeout;  // unset: the group's timeout
+  // Coalesced: several tensors, one op (torch's allreduce_coalesced, an NCCL group of calls).
+  // When `ins` is not empty the op runs on the pairs (ins[i], outs[i]) instead of in/out, which
+  // must then be empty. Each pair has the shape the op has on one tensor (allreduce: equal
+  // counts; allgather: outs[i] holds size x ins[i], rank-major; reduce_scatter: ins[i] holds
+  // size x outs[i]), any count, 0 included; all tensors have one dtype. In place: outs[i] is
+  // ins[i] (allgather, reduce_scatter: the rank's block of the larger one, as on one tensor);
+  // otherwise an input overlaps no output, and no two outputs overlap. It is one op: one
+  // sequence number, one deadline, one Work, and on every rank the same number of tensors
+  // with the same counts. allreduce, allgather and reduce_scatter only.
+  std::vector<Tensor> ins;
+  std::vector<Tensor> outs;
 };
 
 }  // namespace chorus

@@ -2,8 +2,10 @@
 #include "process_group_chorus.hpp"
 
 #include <algorithm>
+#include <functional>
 #include <numeric>
 #include <optional>
+#include <utility>
 
 #include <pybind11/pybind11.h>
 #include <chorus/errors.hpp>
@@ -101,6 +103,46 @@ void require_coalesced_pairs(const std::vector<at::Tensor>& small,
 }
 #endif
 
+// A coalesced chorus op being described (OpDescriptor::ins/outs): each torch tensor staged
+// (a contiguous copy where it is not), the copies written back when the op completes.
+class Coalesced {
+ public:
+  explicit Coalesced(OpDescriptor op) : op_(std::move(op)) {}
+
+  // `in` and `out` may be the same tensor (in place).
+  void add(const at::Tensor& in, const at::Tensor& out, const char* name) {
+    Staged staged_in = stage(in, name);
+    Staged staged_out = in.is_same(out) ? staged_in : stage(out, name);
+    op_.ins.push_back(staged_in.view());
+    op_.outs.push_back(staged_out.view());
+    keep_.push_back(staged_in.buffer);
+    keep_.push_back(staged_out.buffer);
+    outputs_.push_back(std::move(staged_out));
+  }
+
+  // Runs the op; when it completes, the staged outputs go back and then `finish` runs.
+  void start(ProcessGroup& group, const c10::intrusive_ptr<ChorusWork>& work,
+             std::function<void()> finish = {}) {
+    Parts parts{group.run(op_)};
+    ChorusWork::start(
+        work, std::move(parts),
+        [outputs = std::move(outputs_), finish = std::move(finish)] {
+          for (const Staged& out : outputs) {
+            out.copy_back();
+          }
+          if (finish) {
+            finish();
+          }
+        },
+        std::move(keep_));
+  }
+
+ private:
+  OpDescriptor op_;
+  std::vector<Staged> outputs_;
+  std::vector<at::Tensor> keep_;
+};
+
 }  // namespace
 
 ProcessGroupChorus::ProcessGroupChorus(const c10::intrusive_ptr<c10d::Store>& store, int rank,
@@ -166,16 +208,17 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupChorus::allreduce_coalesced(
     throw InvalidArgument(prefix(op) + "got no tensors");
   }
   for (const auto& t : tensors) {
-    stage(t, op);  // checks device, layout, dtype
     require_same_dtype(tensors[0], t, op);
   }
   const ReduceOp rop = chorus_reduce_op(opts.reduceOp, tensors[0].scalar_type(), op);
-  at::Tensor flat = flatten(tensors);
-  Staged f = stage(flat, op);
+  // One chorus op over every tensor, in place (OpDescriptor::ins/outs): no flattening here.
+  Coalesced c(
+      OpDescriptor{.type = OpType::allreduce, .op = rop, .timeout = chorus_timeout(opts.timeout)});
+  for (const auto& t : tensors) {
+    c.add(t, t, op);
+  }
   auto work = make_work(c10d::OpType::ALLREDUCE_COALESCED, op, tensors);
-  Parts parts{group_->allreduce(f.view(), {.op = rop, .timeout = chorus_timeout(opts.timeout)})};
-  ChorusWork::start(work, std::move(parts), [flat, tensors] { unflatten_into(flat, tensors); },
-                    {flat});
+  c.start(*group_, work);
   return work;
 }
 
@@ -268,28 +311,15 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupChorus::allgather_into_tensor_coalesc
     std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
     const c10d::AllgatherOptions& opts) {
   const char* op = "allgather_into_tensor_coalesced";
-  const int size = getSize();
-  require_coalesced_pairs(inputs, outputs, size, "inputs", "outputs", op);
-  // One allgather of the inputs laid end to end: rank r's block of the result holds its
-  // inputs in order, and output i takes input i's piece of every rank's block.
-  at::Tensor flat_in = flatten(inputs);
-  at::Tensor flat_out = at::empty({size * flat_in.numel()}, flat_in.options());
-  Staged in = stage(flat_in, op);
-  Staged out = stage(flat_out, op);
+  require_coalesced_pairs(inputs, outputs, getSize(), "inputs", "outputs", op);
+  // One coalesced allgather: output i is rank-major, every rank's input i in rank order, as
+  // the descriptor lays it out.
+  Coalesced c(OpDescriptor{.type = OpType::allgather, .timeout = chorus_timeout(opts.timeout)});
+  for (std::size_t i = 0; i < inputs.size(); ++i) {
+    c.add(inputs[i], outputs[i], op);
+  }
   auto work = make_work(c10d::OpType::COALESCED, op, outputs);
-  Parts parts{group_->allgather(in.view(), out.view(), {.timeout = chorus_timeout(opts.timeout)})};
-  const std::int64_t total = flat_in.numel();
-  ChorusWork::start(work, std::move(parts),
-                    [flat_out, outputs, size, total] {
-                      const at::Tensor blocks = flat_out.view({size, total});
-                      std::int64_t offset = 0;
-                      for (const auto& out : outputs) {
-                        const std::int64_t n = out.numel() / size;
-                        out.copy_(blocks.narrow(1, offset, n).reshape(out.sizes()));
-                        offset += n;
-                      }
-                    },
-                    {flat_in, flat_out});
+  c.start(*group_, work);
   return work;
 }
 
@@ -297,25 +327,16 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupChorus::reduce_scatter_tensor_coalesc
     std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
     const c10d::ReduceScatterOptions& opts) {
   const char* op = "reduce_scatter_tensor_coalesced";
-  const int size = getSize();
-  require_coalesced_pairs(outputs, inputs, size, "outputs", "inputs", op);
+  require_coalesced_pairs(outputs, inputs, getSize(), "outputs", "inputs", op);
   const ReduceOp rop = chorus_reduce_op(opts.reduceOp, outputs[0].scalar_type(), op);
-  // Rank r's block of the reduce_scatter input is block r of every input, in order; the
-  // output it receives is then the outputs laid end to end.
-  std::vector<at::Tensor> columns;
-  for (const auto& in : inputs) {
-    columns.push_back(in.reshape({size, in.numel() / size}));
+  // One coalesced reduce_scatter: block r of input i is reduced into rank r's output i.
+  Coalesced c(OpDescriptor{
+      .type = OpType::reduce_scatter, .op = rop, .timeout = chorus_timeout(opts.timeout)});
+  for (std::size_t i = 0; i < inputs.size(); ++i) {
+    c.add(inputs[i], outputs[i], op);
   }
-  at::Tensor flat_in = at::cat(columns, 1).reshape({-1});
-  at::Tensor flat_out = at::empty({flat_in.numel() / size}, flat_in.options());
-  Staged in = stage(flat_in, op);
-  Staged out = stage(flat_out, op);
   auto work = make_work(c10d::OpType::COALESCED, op, outputs);
-  Parts parts{group_->reduce_scatter(in.view(), out.view(),
-                                     {.op = rop, .timeout = chorus_timeout(opts.timeout)})};
-  ChorusWork::start(work, std::move(parts),
-                    [flat_out, outputs] { unflatten_into(flat_out, outputs); },
-                    {flat_in, flat_out});
+  c.start(*group_, work);
   return work;
 }
 #endif
@@ -344,18 +365,29 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupChorus::allgather_coalesced(
       require_all_like({list[i]}, inputs[i], "output_lists[r]", op);
     }
   }
-  at::Tensor flat_in = flatten(inputs);
-  at::Tensor flat_out = at::empty({getSize() * flat_in.numel()}, flat_in.options());
-  Staged in = stage(flat_in, op);
-  Staged out = stage(flat_out, op);
+  // One coalesced allgather of the inputs, each into a rank-major buffer of its own; the
+  // finisher hands each rank's piece to its output tensor.
+  const int size = getSize();
+  Coalesced c(OpDescriptor{.type = OpType::allgather, .timeout = chorus_timeout(opts.timeout)});
+  std::vector<at::Tensor> gathered;
+  for (const auto& in : inputs) {
+    gathered.push_back(at::empty({size * in.numel()}, in.options()));
+    c.add(in, gathered.back(), op);
+  }
   std::vector<at::Tensor> all;
   for (const auto& list : outputs) {
     all.insert(all.end(), list.begin(), list.end());
   }
   auto work = make_work(c10d::OpType::ALLGATHER_COALESCED, op, all);
-  Parts parts{group_->allgather(in.view(), out.view(), {.timeout = chorus_timeout(opts.timeout)})};
-  ChorusWork::start(work, std::move(parts), [flat_out, all] { unflatten_into(flat_out, all); },
-                    {flat_in, flat_out});
+  c.start(*group_, work, [gathered, outputs] {
+    for (std::size_t r = 0; r < outputs.size(); ++r) {
+      for (std::size_t i = 0; i < gathered.size(); ++i) {
+        const at::Tensor& out = outputs[r][i];
+        const std::int64_t n = out.numel();
+        out.copy_(gathered[i].narrow(0, static_cast<std::int64_t>(r) * n, n).view(out.sizes()));
+      }
+    }
+  });
   return work;
 }
 

@@ -2,6 +2,7 @@
 // C ABI: tensors, collectives and work handles.
 #include "capi/capi.hpp"
 
+#include <cstddef>
 #include <vector>
 
 #include <chorus/dlpack.hpp>
@@ -91,9 +92,33 @@ std::vector<std::size_t> per_rank_counts(const size_t* counts, const ProcessGrou
   return std::vector<std::size_t>(counts, counts + pg.size());
 }
 
+// chorus_op_t's coalesced fields into the descriptor's ins/outs; the shapes are the rule
+// table's to check.
+void coalesced_tensors(const chorus_op_t& c, OpDescriptor& d, const char* function) {
+  if (c.num_tensors == 0 || c.ins == nullptr || c.outs == nullptr) {
+    throw InvalidArgument(fmt::format(
+        "{}: op->num_tensors is {} with op->ins {} and op->outs {}; a coalesced op needs both "
+        "arrays and at least one tensor (leave all three at CHORUS_OP_INITIALIZER's defaults "
+        "for an op on in/out)",
+        function, c.num_tensors, c.ins == nullptr ? "NULL" : "set",
+        c.outs == nullptr ? "NULL" : "set"));
+  }
+  d.ins.reserve(c.num_tensors);
+  d.outs.reserve(c.num_tensors);
+  for (std::size_t i = 0; i < c.num_tensors; ++i) {
+    try {
+      d.ins.push_back(to_tensor(&c.ins[i], function, "op->ins[i]"));
+      d.outs.push_back(to_tensor(&c.outs[i], function, "op->outs[i]"));
+    } catch (const InvalidArgument& e) {  // the index, formatted only when one is bad
+      throw InvalidArgument(fmt::format("{} (i = {})", e.what(), i));
+    }
+  }
+}
+
 }  // namespace
 }  // namespace chorus::capi
 
+using chorus::capi::coalesced_tensors;
 using chorus::capi::guarded;
 using chorus::capi::op_options;
 using chorus::capi::per_rank_counts;
@@ -294,8 +319,10 @@ chorus_result_t chorus_run(chorus_group_t* group, const chorus_op_t* op, chorus_
   return run_op(fn, group, nullptr, work, [&](chorus::OpDescriptor& d, chorus::ProcessGroup& pg) {
     require(op, fn, "op");
     const chorus_op_t defaults = CHORUS_OP_INITIALIZER;
-    const auto c =
-        chorus::capi::read_config(op, defaults, sizeof(chorus_op_t), fn, "CHORUS_OP_INITIALIZER");
+    // A struct from a build before the coalesced fields (ins, outs, num_tensors) is whole
+    // without them: they keep their defaults.
+    const auto c = chorus::capi::read_config(op, defaults, offsetof(chorus_op_t, ins), fn,
+                                             "CHORUS_OP_INITIALIZER");
     // The shared options, checked and converted as every op's are.
     chorus_op_options_t shared = CHORUS_OP_OPTIONS_INITIALIZER;
     shared.op = c.op;
@@ -316,6 +343,9 @@ chorus_result_t chorus_run(chorus_group_t* group, const chorus_op_t* op, chorus_
     d.timeout = o.timeout;
     d.peer = c.peer;
     d.tag = c.tag;
+    if (c.num_tensors != 0 || c.ins != nullptr || c.outs != nullptr) {
+      coalesced_tensors(c, d, fn);
+    }
   });
 }
 

@@ -33,6 +33,15 @@ TraceEntry op_trace(const Tensor& t, int root = -1, int peer = -1, std::uint32_t
   return e;
 }
 
+// A coalesced op's tensors (all of one dtype, checked) in its trace entry.
+void add_parts(TraceEntry& e, const std::vector<Tensor>& parts) {
+  e.dtype = parts[0].dtype();
+  for (const Tensor& t : parts) {
+    e.count += t.count();
+    e.bytes += t.nbytes();
+  }
+}
+
 const char* dump_reason(const std::exception_ptr& error) {
   try {
     std::rethrow_exception(error);
@@ -212,13 +221,14 @@ std::shared_ptr<Work> Backend::issue(const OpDescriptor& op) {
   const OpRule& rule = op_rule(op.type);
   rule.check(op, *this, rule.name);
   check_supported(op, rule.name);
-  const bool rooted = op.type == OpType::broadcast || op.type == OpType::reduce ||
-                      op.type == OpType::gather || op.type == OpType::scatter;
   const bool p2p = !rule.collective;
   const std::lock_guard issue(issue_mu_);
-  TraceEntry trace = op_trace(rule.traces_output ? op.out : op.in, rooted ? op.root : -1,
+  TraceEntry trace = op_trace(rule.traces_output ? op.out : op.in, rule.rooted ? op.root : -1,
                               p2p ? op.peer : -1, p2p ? op.tag : 0);
-  const bool late = op.type == OpType::allreduce && late_record_bytes_ != 0 &&
+  if (!op.ins.empty()) {  // coalesced: the recorder shows the sum over the tensors
+    add_parts(trace, rule.traces_output ? op.outs : op.ins);
+  }
+  const bool late = op.type == OpType::allreduce && late_record_bytes_ != 0 && op.ins.empty() &&
                     op.in.nbytes() <= late_record_bytes_;
   const OpCall call = begin(rule.name, op.timeout, rule.collective, trace, late);
   return traced(call, start(op, call));

@@ -3,6 +3,8 @@
 // op, the rank and the group (as every InvalidArgument of a call does) and say what to fix.
 #include "core/op_rules.hpp"
 
+#include <algorithm>
+#include <cstdint>
 #include <numeric>
 #include <string>
 #include <utility>
@@ -39,24 +41,43 @@ namespace {
 class Checker {
  public:
   Checker(const OpDescriptor& op, const detail::Backend& backend, const char* name)
-      : op(op), rank(backend.rank()), size(backend.size()), backend_(backend), name_(name) {}
+      : Checker(op, op.in, op.out, kWhole, backend, name) {}
+  // One pair of a coalesced op: `in` and `out` are ins[part] and outs[part].
+  Checker(const OpDescriptor& op, const Tensor& in, const Tensor& out, std::size_t part,
+          const detail::Backend& backend, const char* name)
+      : op(op),
+        in(in),
+        out(out),
+        rank(backend.rank()),
+        size(backend.size()),
+        backend_(backend),
+        name_(name),
+        part_(part) {}
 
   template <class... Args>
   void require(bool cond, fmt::format_string<Args...> format, Args&&... args) const {
     if (!cond) {
-      throw InvalidArgument(fmt::format("{} on rank {}/{} [{}]: {}", name_, rank, size,
-                                        backend_.name(),
+      throw InvalidArgument(fmt::format("{} on rank {}/{} [{}]: {}{}", name_, rank, size,
+                                        backend_.name(), part_prefix(),
                                         fmt::format(format, std::forward<Args>(args)...)));
     }
   }
-  void device(const Tensor& t, const char* what) const { backend_.check_device(t, what, name_); }
+  void device(const Tensor& t, const char* what) const {
+    if (part_ == kWhole) {
+      backend_.check_device(t, what, name_);
+    } else if (t.count() != 0 && (t.device() != backend_.device() || t.data() == nullptr)) {
+      // Named with its index, formatted only when it fails.
+      const std::string named = fmt::format("{} {}", what, part_);
+      backend_.check_device(t, named.c_str(), name_);
+    }
+  }
   void root() const {
     require(op.root >= 0 && op.root < size, "root {} is not a rank in [0, {})", op.root, size);
   }
   bool is_root() const { return rank == op.root; }
   // The input and output are the same view, or do not overlap.
   void same_or_disjoint() const {
-    require(op.in.same_view(op.out) || !op.in.overlaps(op.out),
+    require(in.same_view(out) || !in.overlaps(out),
             "out-of-place input and output overlap; pass the same tensor twice for in-place");
   }
   // `part` is `whole`'s block [first, first + count), or does not overlap it.
@@ -71,13 +92,22 @@ class Checker {
             "{} has {} entries; it needs one per rank ({})", field, counts.size(), size);
   }
 
+  static constexpr std::size_t kWhole = static_cast<std::size_t>(-1);  // not a coalesced pair
+
   const OpDescriptor& op;
+  const Tensor& in;   // op.in, or a coalesced op's ins[part]
+  const Tensor& out;  // op.out, or outs[part]
   const int rank;
   const int size;
 
  private:
+  std::string part_prefix() const {
+    return part_ == kWhole ? std::string() : fmt::format("tensor {}: ", part_);
+  }
+
   const detail::Backend& backend_;
   const char* name_;
+  const std::size_t part_;
 };
 
 using op_rules_detail::Described;
@@ -91,35 +121,35 @@ std::size_t offset_of(const std::vector<std::size_t>& counts, int rank) {
 std::size_t times(std::size_t n, int size) { return n * static_cast<std::size_t>(size); }
 
 void check_allreduce(const Checker& c) {
-  const auto& op = c.op;
-  c.require(op.in.count() == op.out.count() && op.in.dtype() == op.out.dtype(),
-            "output ({}) must match input ({}) in count and dtype", describe(op.out),
-            describe(op.in));
+  const Tensor& in = c.in;
+  const Tensor& out = c.out;
+  c.require(in.count() == out.count() && in.dtype() == out.dtype(),
+            "output ({}) must match input ({}) in count and dtype", describe(out), describe(in));
   c.same_or_disjoint();
-  c.device(op.in, "input");
-  c.device(op.out, "output");
+  c.device(in, "input");
+  c.device(out, "output");
 }
 
 void check_allgather(const Checker& c) {
-  const auto& op = c.op;
-  c.require(op.in.dtype() == op.out.dtype() && op.out.count() == times(op.in.count(), c.size),
-            "output ({}) must hold size {} x input ({})", describe(op.out), c.size,
-            describe(op.in));
-  c.require(Checker::is_block_or_disjoint(op.in, op.out, times(op.in.count(), c.rank)),
+  const Tensor& in = c.in;
+  const Tensor& out = c.out;
+  c.require(in.dtype() == out.dtype() && out.count() == times(in.count(), c.size),
+            "output ({}) must hold size {} x input ({})", describe(out), c.size, describe(in));
+  c.require(Checker::is_block_or_disjoint(in, out, times(in.count(), c.rank)),
             "input overlaps output; for in-place pass output.slice(rank * n, n) as input");
-  c.device(op.in, "input");
-  c.device(op.out, "output");
+  c.device(in, "input");
+  c.device(out, "output");
 }
 
 void check_reduce_scatter(const Checker& c) {
-  const auto& op = c.op;
-  c.require(op.in.dtype() == op.out.dtype() && op.in.count() == times(op.out.count(), c.size),
-            "input ({}) must hold size {} x output ({})", describe(op.in), c.size,
-            describe(op.out));
-  c.require(Checker::is_block_or_disjoint(op.out, op.in, times(op.out.count(), c.rank)),
+  const Tensor& in = c.in;
+  const Tensor& out = c.out;
+  c.require(in.dtype() == out.dtype() && in.count() == times(out.count(), c.size),
+            "input ({}) must hold size {} x output ({})", describe(in), c.size, describe(out));
+  c.require(Checker::is_block_or_disjoint(out, in, times(out.count(), c.rank)),
             "output overlaps input; for in-place pass input.slice(rank * n, n) as output");
-  c.device(op.in, "input");
-  c.device(op.out, "output");
+  c.device(in, "input");
+  c.device(out, "output");
 }
 
 void check_broadcast(const Checker& c) {
@@ -235,27 +265,90 @@ void check_all_to_allv(const Checker& c) {
   c.device(op.out, "output");
 }
 
-template <void (*Check)(const Checker&)>
-void run_check(const OpDescriptor& op, const detail::Backend& backend, const char* name) {
-  Check(Checker(op, backend, name));
+using CheckFn = void (*)(const Checker&);
+
+// A coalesced op (OpDescriptor::ins/outs): one dtype, every pair passes the op's own check, and
+// the pairs' memory is independent (an input overlaps no output but its own, no two outputs
+// overlap), so that neither the tcp backend's packing nor NCCL's grouped calls, which run
+// concurrently, depend on an order between the pairs. O(n log n) in the number of tensors:
+// torch hands over hundreds of gradients at once.
+void check_coalesced(const OpDescriptor& op, const detail::Backend& backend, const char* name,
+                     CheckFn check) {
+  const Checker c(op, backend, name);
+  c.require(op_rule(op.type).coalesces,
+            "ins/outs (several tensors in one op) are for allreduce, allgather and "
+            "reduce_scatter; pass this op's tensor in in/out");
+  c.require(!op.ins.empty() && op.ins.size() == op.outs.size(),
+            "ins has {} tensors and outs {}; a coalesced op needs one output per input, and at "
+            "least one",
+            op.ins.size(), op.outs.size());
+  c.require(op.in.count() == 0 && op.out.count() == 0,
+            "in ({}) and out ({}) must be empty when ins/outs carry the tensors", describe(op.in),
+            describe(op.out));
+  const DataType dtype = op.ins[0].dtype();
+  for (std::size_t i = 0; i < op.ins.size(); ++i) {
+    c.require(op.ins[i].dtype() == dtype && op.outs[i].dtype() == dtype,
+              "tensor {} is {} in and {} out, but tensor 0 is {}: a coalesced op has one dtype", i,
+              to_string(op.ins[i].dtype()), to_string(op.outs[i].dtype()), to_string(dtype));
+    check(Checker(op, op.ins[i], op.outs[i], i, backend, name));
+  }
+  // The outputs sorted by address: neighbours must not overlap; then each input may overlap
+  // only its own output (in place), found by binary search among the disjoint outputs.
+  std::vector<std::size_t> by_address;
+  for (std::size_t i = 0; i < op.outs.size(); ++i) {
+    if (op.outs[i].nbytes() != 0) {
+      by_address.push_back(i);
+    }
+  }
+  const auto begin = [&](std::size_t i) {
+    return reinterpret_cast<std::uintptr_t>(op.outs[i].data());
+  };
+  std::sort(by_address.begin(), by_address.end(),
+            [&](std::size_t a, std::size_t b) { return begin(a) < begin(b); });
+  for (std::size_t k = 1; k < by_address.size(); ++k) {
+    const std::size_t a = by_address[k - 1];
+    const std::size_t b = by_address[k];
+    c.require(!op.outs[a].overlaps(op.outs[b]), "outs[{}] and outs[{}] overlap", a, b);
+  }
+  for (std::size_t i = 0; i < op.ins.size(); ++i) {
+    const Tensor& in = op.ins[i];
+    const auto from = reinterpret_cast<std::uintptr_t>(in.data());
+    // The first output that ends after the input begins; any overlap starts there.
+    auto it = std::partition_point(by_address.begin(), by_address.end(), [&](std::size_t o) {
+      return begin(o) + op.outs[o].nbytes() <= from;
+    });
+    for (; it != by_address.end() && in.overlaps(op.outs[*it]); ++it) {
+      c.require(*it == i, "ins[{}] overlaps outs[{}]; in place, a tensor is its own output", i,
+                *it);
+    }
+  }
 }
 
-// Indexed by OpType.
+template <CheckFn Check>
+void run_check(const OpDescriptor& op, const detail::Backend& backend, const char* name) {
+  if (op.ins.empty() && op.outs.empty()) [[likely]] {
+    Check(Checker(op, backend, name));
+  } else {
+    check_coalesced(op, backend, name, Check);
+  }
+}
+
+// Indexed by OpType: name, collective, traces_output, rooted, reduces, coalesces, check.
 constexpr OpRule kRules[kNumOpTypes] = {
-    {"allreduce", true, false, run_check<check_allreduce>},
-    {"allgather", true, false, run_check<check_allgather>},
-    {"reduce_scatter", true, true, run_check<check_reduce_scatter>},
-    {"broadcast", true, false, run_check<check_broadcast>},
-    {"reduce", true, false, run_check<check_reduce>},
-    {"gather", true, false, run_check<check_gather>},
-    {"scatter", true, true, run_check<check_scatter>},
-    {"all_to_all", true, false, run_check<check_all_to_all>},
-    {"barrier", true, false, run_check<check_barrier>},
-    {"send", false, false, run_check<check_send>},
-    {"recv", false, false, run_check<check_recv>},
-    {"allgatherv", true, false, run_check<check_allgatherv>},
-    {"reduce_scatterv", true, true, run_check<check_reduce_scatterv>},
-    {"all_to_allv", true, false, run_check<check_all_to_allv>},
+    {"allreduce", true, false, false, true, true, run_check<check_allreduce>},
+    {"allgather", true, false, false, false, true, run_check<check_allgather>},
+    {"reduce_scatter", true, true, false, true, true, run_check<check_reduce_scatter>},
+    {"broadcast", true, false, true, false, false, run_check<check_broadcast>},
+    {"reduce", true, false, true, true, false, run_check<check_reduce>},
+    {"gather", true, false, true, false, false, run_check<check_gather>},
+    {"scatter", true, true, true, false, false, run_check<check_scatter>},
+    {"all_to_all", true, false, false, false, false, run_check<check_all_to_all>},
+    {"barrier", true, false, false, false, false, run_check<check_barrier>},
+    {"send", false, false, false, false, false, run_check<check_send>},
+    {"recv", false, false, false, false, false, run_check<check_recv>},
+    {"allgatherv", true, false, false, false, false, run_check<check_allgatherv>},
+    {"reduce_scatterv", true, true, false, true, false, run_check<check_reduce_scatterv>},
+    {"all_to_allv", true, false, false, false, false, run_check<check_all_to_allv>},
 };
 
 }  // namespace

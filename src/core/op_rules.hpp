@@ -21,9 +21,16 @@ struct OpRule {
   // sequence number); false: point-to-point, numbered on its own.
   bool collective;
   // The flight recorder describes the output (count, dtype) rather than the input: the ops
-  // whose per-rank count is the output's (reduce_scatter, scatter, reduce_scatterv).
+  // whose per-rank count is the output's (those that scatter).
   bool traces_output;
-  // Throws InvalidArgument naming the op, the rank and what to fix, before anything is sent.
+  // Has a root (OpDescriptor::root: broadcast, reduce, gather, scatter) / a reduction operator
+  // (OpDescriptor::op): what the flight recorder, the tcp signature and its messages show.
+  bool rooted;
+  bool reduces;
+  // Takes several tensors in one op (OpDescriptor::ins/outs); the others reject them.
+  bool coalesces;
+  // Throws InvalidArgument naming the op, the rank and what to fix, before anything is sent;
+  // for a coalesced op (ins/outs) that each pair has the op's shape, and the list's own rules.
   void (*check)(const OpDescriptor& op, const detail::Backend& backend, const char* name);
 };
 

@@ -5,53 +5,15 @@
 #include <fmt/format.h>
 
 #include "core/bytes.hpp"
+#include "core/op_rules.hpp"
 
 namespace chorus {
 namespace {
 
 constexpr std::uint32_t kMagic = 0x47534843;  // "CHSG" little-endian
-constexpr std::uint8_t kVersion = 2;
-
-bool has_root(OpKind k) {
-  return k == OpKind::broadcast || k == OpKind::reduce || k == OpKind::gather ||
-         k == OpKind::scatter;
-}
-bool has_redop(OpKind k) {
-  return k == OpKind::allreduce || k == OpKind::reduce_scatter || k == OpKind::reduce ||
-         k == OpKind::reduce_scatterv;
-}
+constexpr std::uint8_t kVersion = 2;  // 2: kind is the OpType, byte 12 zero, 13..15 the parts
 
 }  // namespace
-
-const char* to_string(OpKind kind) noexcept {
-  switch (kind) {
-    case OpKind::allreduce:
-      return "allreduce";
-    case OpKind::allgather:
-      return "allgather";
-    case OpKind::reduce_scatter:
-      return "reduce_scatter";
-    case OpKind::broadcast:
-      return "broadcast";
-    case OpKind::reduce:
-      return "reduce";
-    case OpKind::gather:
-      return "gather";
-    case OpKind::scatter:
-      return "scatter";
-    case OpKind::all_to_all:
-      return "all_to_all";
-    case OpKind::barrier:
-      return "barrier";
-    case OpKind::allgatherv:
-      return "allgatherv";
-    case OpKind::reduce_scatterv:
-      return "reduce_scatterv";
-    case OpKind::all_to_allv:
-      return "all_to_allv";
-  }
-  return "?";
-}
 
 EncodedSignature encode(const OpSignature& sig) noexcept {
   EncodedSignature out{};
@@ -61,7 +23,8 @@ EncodedSignature encode(const OpSignature& sig) noexcept {
   out[6] = static_cast<std::uint8_t>(sig.dtype);
   out[7] = static_cast<std::uint8_t>(sig.redop);
   put_le(&out[8], static_cast<std::uint32_t>(sig.root), 4);
-  // out[12..15] reserved (zero)
+  out[12] = 0;  // reserved
+  put_le(&out[13], sig.parts, 3);
   put_le(&out[16], sig.count, 8);
   put_le(&out[24], sig.seq, 8);
   return out;
@@ -71,30 +34,35 @@ std::optional<OpSignature> decode_signature(const std::uint8_t* bytes) noexcept 
   if (get_le(bytes, 4) != kMagic || bytes[4] != kVersion) {
     return std::nullopt;
   }
-  if (bytes[5] < static_cast<std::uint8_t>(OpKind::allreduce) ||
-      bytes[5] > static_cast<std::uint8_t>(kLastOpKind) || bytes[6] >= kNumDataTypes ||
-      bytes[7] >= kNumReduceOps || bytes[12] != 0) {
+  // Only collectives carry a signature: a point-to-point kind is as foreign as an unknown one.
+  if (bytes[5] >= kNumOpTypes || !op_rule(static_cast<OpType>(bytes[5])).collective ||
+      bytes[6] >= kNumDataTypes || bytes[7] >= kNumReduceOps || bytes[12] != 0) {
     return std::nullopt;
   }
   OpSignature sig;
-  sig.kind = static_cast<OpKind>(bytes[5]);
+  sig.kind = static_cast<OpType>(bytes[5]);
   sig.dtype = static_cast<DataType>(bytes[6]);
   sig.redop = static_cast<ReduceOp>(bytes[7]);
   sig.root = static_cast<std::int32_t>(static_cast<std::uint32_t>(get_le(&bytes[8], 4)));
   sig.count = get_le(&bytes[16], 8);
   sig.seq = get_le(&bytes[24], 8);
+  sig.parts = static_cast<std::uint32_t>(get_le(&bytes[13], 3));
   return sig;
 }
 
 std::string describe(const OpSignature& sig) {
-  std::string out = fmt::format("{} (seq {}", to_string(sig.kind), sig.seq);
-  if (sig.kind != OpKind::barrier) {
+  const OpRule& rule = op_rule(sig.kind);
+  std::string out = fmt::format("{} (seq {}", rule.name, sig.seq);
+  if (sig.kind != OpType::barrier) {
     out += fmt::format(", {} x {}", sig.count, to_string(sig.dtype));
   }
-  if (has_redop(sig.kind)) {
+  if (sig.parts != 0) {
+    out += fmt::format(" in {} tensors", sig.parts);
+  }
+  if (rule.reduces) {
     out += fmt::format(", {}", to_string(sig.redop));
   }
-  if (has_root(sig.kind)) {
+  if (rule.rooted) {
     out += fmt::format(", root {}", sig.root);
   }
   return out + ")";
@@ -115,6 +83,7 @@ std::string describe_mismatch(const OpSignature& mine, int my_rank, const OpSign
       }
     };
     add(mine.count != theirs.count, "count");
+    add(mine.parts != theirs.parts, "number of tensors");
     add(mine.dtype != theirs.dtype, "dtype");
     add(mine.redop != theirs.redop, "reduce op");
     add(mine.root != theirs.root, "root");

@@ -12,40 +12,28 @@
 #include <optional>
 #include <string>
 
+#include <chorus/op.hpp>
 #include <chorus/types.hpp>
 
 namespace chorus {
 
-enum class OpKind : std::uint8_t {
-  allreduce = 1,
-  allgather,
-  reduce_scatter,
-  broadcast,
-  reduce,
-  gather,
-  scatter,
-  all_to_all,
-  barrier,
-  allgatherv,
-  reduce_scatterv,
-  all_to_allv,
-};
-inline constexpr OpKind kLastOpKind = OpKind::all_to_allv;
-const char* to_string(OpKind kind) noexcept;
-
 // Fields that do not apply to an op (root of allreduce, redop of allgather ...) are zero.
-// count is the per-rank element count the op was called with (the input for allreduce,
-// allgather, reduce, gather and all_to_all; the output for reduce_scatter and scatter; the
-// tensor for broadcast). The variable-size collectives carry the sum of their per-rank counts
-// (allgatherv, reduce_scatterv: the same on every rank) or 0 (all_to_allv, whose totals differ
-// between ranks).
+// count is the per-rank element count the op was called with (the input's, or the output's for
+// the ops that scatter; each op's is chosen in CpuProcessGroup::start()). The variable-size
+// collectives carry the sum of their per-rank counts where every rank passes the same counts,
+// else 0. A coalesced op (OpDescriptor::ins) carries the sum over its tensors.
+// `kind` is the public OpType (a collective one: send and recv have no signature), its value on
+// the wire, so that no second list of ops exists for the wire.
 struct OpSignature {
-  OpKind kind = OpKind::barrier;
+  OpType kind = OpType::barrier;
   DataType dtype = DataType::uint8;
   ReduceOp redop = ReduceOp::sum;
   std::int32_t root = 0;
   std::uint64_t count = 0;
   std::uint64_t seq = 0;
+  // Tensors of a coalesced op (OpDescriptor::ins.size()); 0 for an op on one input and output.
+  // Ranks that split the same total differently disagree here.
+  std::uint32_t parts = 0;
 
   friend bool operator==(const OpSignature&, const OpSignature&) = default;
 };
@@ -53,9 +41,10 @@ struct OpSignature {
 inline constexpr std::size_t kSignatureBytes = 32;
 using EncodedSignature = std::array<std::uint8_t, kSignatureBytes>;
 
-// Fixed little-endian layout: magic "CHSG", version (2), kind, dtype, redop, root, 4 reserved
-// zero bytes, count, seq. Version 1 had a flag in byte 12 for ops between SharedBuffers; the
-// kind of memory a rank passes is no longer part of what the ranks must agree on.
+// Fixed little-endian layout: magic "CHSG", version (2), kind (the OpType's value), dtype,
+// redop, root, a reserved zero byte, parts (3 bytes), count, seq. Whether an op's buffers are
+// SharedBuffers is not part of it: ranks may differ there (algorithms/direct.cpp agrees in-band).
+inline constexpr std::uint32_t kMaxSignatureParts = (1u << 24) - 1;
 EncodedSignature encode(const OpSignature& sig) noexcept;
 // nullopt if the bytes are not a signature (bad magic, version or enum value): the stream
 // carrying them is out of step.

@@ -21,6 +21,7 @@
 #include "core/env.hpp"
 #include "core/format.hpp"
 #include "core/logging.hpp"
+#include "core/op_rules.hpp"
 #include "cpu/algorithms/algorithms.hpp"
 #include "cpu/bootstrap/host_id.hpp"
 #include "cpu/bootstrap/link_costs.hpp"
@@ -175,63 +176,85 @@ class CpuProcessGroup final : public detail::Backend {
 
  protected:
   std::shared_ptr<Work> start(const OpDescriptor& op, const OpCall& call) override {
+    if (!op.ins.empty()) {
+      return coalesced(op, call);
+    }
     const Tensor& in = op.in;
     const Tensor& out = op.out;
     const bool root = rank() == op.root;
+    // The buffers this rank touches and the op's OpSignature::count (signature.hpp).
     switch (op.type) {
       case OpType::allreduce:
-        return collective(OpKind::allreduce, in, out, in.count(), op.op, 0, call);
       case OpType::allgather:
-        return collective(OpKind::allgather, in, out, in.count(), ReduceOp::sum, 0, call);
-      case OpType::reduce_scatter:
-        return collective(OpKind::reduce_scatter, in, out, out.count(), op.op, 0, call);
-      case OpType::broadcast:
-        return collective(OpKind::broadcast, in, in, in.count(), ReduceOp::sum, op.root, call);
-      case OpType::reduce:
-        // Only the root has an output; elsewhere the algorithm needs none.
-        return collective(OpKind::reduce, in, root ? out : Tensor(), in.count(), op.op, op.root,
-                          call);
-      case OpType::gather:
-        return collective(OpKind::gather, in, root ? out : Tensor(), in.count(), ReduceOp::sum,
-                          op.root, call);
-      case OpType::scatter:
-        return collective(OpKind::scatter, root ? in : Tensor(), out, out.count(), ReduceOp::sum,
-                          op.root, call);
       case OpType::all_to_all:
-        return collective(OpKind::all_to_all, in, out, in.count(), ReduceOp::sum, 0, call);
+        return collective(op, in, out, in.count(), call);
+      case OpType::reduce_scatter:
+        return collective(op, in, out, out.count(), call);
+      case OpType::broadcast:
+        return collective(op, in, in, in.count(), call);
+      case OpType::reduce:
+      case OpType::gather:
+        // Only the root has an output; elsewhere the algorithm needs none.
+        return collective(op, in, root ? out : Tensor(), in.count(), call);
+      case OpType::scatter:
+        return collective(op, root ? in : Tensor(), out, out.count(), call);
       case OpType::barrier:
-        return collective(OpKind::barrier, Tensor(), Tensor(), 0, ReduceOp::sum, 0, call);
+        return collective(op, Tensor(), Tensor(), 0, call);
       case OpType::send:
         return p2p(Op::Kind::send, in, op.peer, op.tag, call);
       case OpType::recv:
         return p2p(Op::Kind::recv, in, op.peer, op.tag, call);
       case OpType::allgatherv:
-        return collective(OpKind::allgatherv, in, out, out.count(), ReduceOp::sum, 0, call, nullptr,
-                          &op.out_counts);
+        return collective(op, in, out, out.count(), call, nullptr, &op.out_counts);
       case OpType::reduce_scatterv:
-        return collective(OpKind::reduce_scatterv, in, out, in.count(), op.op, 0, call,
-                          &op.in_counts);
+        return collective(op, in, out, in.count(), call, &op.in_counts);
       case OpType::all_to_allv:
         // The totals differ between ranks: the signature carries none (signature.hpp).
-        return collective(OpKind::all_to_allv, in, out, 0, ReduceOp::sum, 0, call, &op.in_counts,
-                          &op.out_counts);
+        return collective(op, in, out, 0, call, &op.in_counts, &op.out_counts);
     }
     throw InvalidArgument(fmt::format("{}: not an op of the tcp backend", call.name));
   }
 
+  void check_supported(const OpDescriptor& op, const char* name) const override {
+    check_arg(op.ins.size() <= kMaxSignatureParts,
+              "{} on rank {}/{} [{}]: {} tensors in one coalesced op; the tcp backend carries at "
+              "most {} (split the list into several ops)",
+              name, rank(), size(), this->name(), op.ins.size(), kMaxSignatureParts);
+  }
+
  private:
-  // `in_counts`/`out_counts`: the variable-size collectives' counts per rank (copied into
-  // the Op, which the engine owns).
-  std::shared_ptr<Work> collective(OpKind kind, Tensor in, Tensor out, std::size_t count,
-                                   ReduceOp op, int root, const OpCall& call,
+  // A coalesced op: one op over its pairs (one sequence number, one signature with the sum of
+  // their counts and their number); its schedule packs them (algorithms/coalesced.cpp).
+  std::shared_ptr<Work> coalesced(const OpDescriptor& d, const OpCall& call) {
+    std::vector<CoalescedPart> parts(d.ins.size());
+    std::size_t total = 0;
+    for (std::size_t i = 0; i < parts.size(); ++i) {
+      // Per rank, as on one tensor: reduce_scatter counts its output, the others their input.
+      const std::size_t count =
+          d.type == OpType::reduce_scatter ? d.outs[i].count() : d.ins[i].count();
+      parts[i] = {d.ins[i].data(), d.outs[i].data(), count};
+      total += count;
+    }
+    return collective(d, Tensor(), Tensor(), total, call, nullptr, nullptr, std::move(parts));
+  }
+
+  // `in_counts`/`out_counts`: the variable-size collectives' counts per rank; `parts`: a
+  // coalesced op's pairs (both copied into the Op, which the engine owns).
+  std::shared_ptr<Work> collective(const OpDescriptor& d, Tensor in, Tensor out, std::size_t count,
+                                   const OpCall& call,
                                    const std::vector<std::size_t>* in_counts = nullptr,
-                                   const std::vector<std::size_t>* out_counts = nullptr) {
+                                   const std::vector<std::size_t>* out_counts = nullptr,
+                                   std::vector<CoalescedPart> parts = {}) {
+    const OpType kind = d.type;
+    const OpRule& rule = op_rule(kind);
     // Built here, on the heap only if the engine runs it: an op run inline never leaves this call.
     Op built;
     Op* o = &built;
     o->kind = Op::Kind::collective;
-    const DataType dtype =
-        kind == OpKind::barrier ? DataType::uint8 : (in.count() ? in.dtype() : out.dtype());
+    const DataType dtype = !d.ins.empty()            ? d.ins[0].dtype()
+                           : kind == OpType::barrier ? DataType::uint8
+                           : in.count()              ? in.dtype()
+                                                     : out.dtype();
     o->args = group_args();
     o->args.kind = kind;
     o->args.in = in.data();
@@ -244,24 +267,23 @@ class CpuProcessGroup final : public detail::Backend {
     if (out_counts != nullptr) {
       o->out_counts = *out_counts;
     }
+    const ReduceOp op = rule.reduces ? d.op : ReduceOp::sum;
+    const int root = rule.rooted ? d.root : 0;
     o->args.op = op;
     o->args.root = root;
     o->args.forced = forced_[static_cast<std::size_t>(kind)];
+    o->parts = std::move(parts);
+    o->args.num_parts = o->parts.size();
     o->sig.kind = kind;
     o->sig.seq = call.seq;
-    if (kind != OpKind::barrier) {
+    if (kind != OpType::barrier) {
       o->sig.dtype = dtype;
       o->sig.count = count;
     }
-    if (kind == OpKind::allreduce || kind == OpKind::reduce || kind == OpKind::reduce_scatter ||
-        kind == OpKind::reduce_scatterv) {
-      o->sig.redop = op;
-    }
-    if (kind == OpKind::broadcast || kind == OpKind::reduce || kind == OpKind::gather ||
-        kind == OpKind::scatter) {
-      o->sig.root = root;
-    }
-    o->bytes = (kind == OpKind::all_to_allv ? in.count() : count) * element_size(dtype);
+    o->sig.redop = op;
+    o->sig.root = root;
+    o->sig.parts = static_cast<std::uint32_t>(o->parts.size());  // check_supported() bounds it
+    o->bytes = (kind == OpType::all_to_allv ? in.count() : count) * element_size(dtype);
     o->call = call;
     // A small op the transport can run without messages (its SmallOps capability: the
     // shared-memory board of a one-host group) goes there (the same choice on every rank); this
@@ -269,7 +291,7 @@ class CpuProcessGroup final : public detail::Backend {
     // complete, and none can be handed over meanwhile (this runs under the issue lock). Never
     // on a thread that runs the engine's loop (a caller driving it): that thread must go back
     // to its loop. Done here, it returns a DoneWork: no WorkState, no driver.
-    o->via_small_ops = engine_->runs_small(*o);
+    o->via_small_ops = o->parts.empty() && engine_->runs_small(*o);
     if (o->via_small_ops && (!last_engine_collective_ || last_engine_collective_->is_completed()) &&
         !engine_->on_engine_thread()) {
       trace_issued(call, engine_->small_ops()->name());  // issued and started in one update
@@ -285,6 +307,7 @@ class CpuProcessGroup final : public detail::Backend {
     // Into the Op's own vectors, now that it has its final address.
     o->args.in_counts = o->in_counts.empty() ? nullptr : o->in_counts.data();
     o->args.out_counts = o->out_counts.empty() ? nullptr : o->out_counts.data();
+    o->args.parts = o->parts.empty() ? nullptr : o->parts.data();
     o->work = make_work(call);
     if (o->bytes <= kWaitSpinMaxBytes) {
       o->work->spin_before_blocking(kWaitSpin);

@@ -341,6 +341,9 @@ void NcclProcessGroup::check_supported(const OpDescriptor& op, const char* op_na
 }
 
 std::shared_ptr<Work> NcclProcessGroup::start(const OpDescriptor& op, const OpCall& call) {
+  if (!op.ins.empty()) {
+    return do_coalesced(op, call);
+  }
   switch (op.type) {
     case OpType::allreduce:
       return do_allreduce(op.in, op.out, op.op, call);
@@ -370,6 +373,44 @@ std::shared_ptr<Work> NcclProcessGroup::start(const OpDescriptor& op, const OpCa
       return do_variable(op, call);
   }
   throw InvalidArgument(fmt::format("{}: not an op of the nccl backend", call.name));
+}
+
+std::shared_ptr<Work> NcclProcessGroup::do_coalesced(const OpDescriptor& op, const OpCall& call) {
+  // The rule table admits allreduce, allgather and reduce_scatter, of one dtype.
+  const DataType dtype = op.ins[0].dtype();
+  const ncclDataType_t type = nccl_type(dtype, call);
+  const bool reduces = op.type != OpType::allgather;
+  const ncclRedOp_t red = reduces ? nccl_op(op.op, dtype, call) : ncclSum;
+  OpInfo info{.dtype = dtype};
+  for (const Tensor& t : op.type == OpType::allgather ? op.outs : op.ins) {
+    info.bytes += t.nbytes();  // as the single op counts: allgather its output
+  }
+  if (reduces) {
+    info.op = op.op;
+  }
+  return launch(call, info, [&](cudaStream_t stream) {
+    ncclComm_t comm = comm_->get();
+    NcclGroup group(comm, op_context(call));
+    for (std::size_t i = 0; i < op.ins.size(); ++i) {
+      const Tensor& in = op.ins[i];
+      const Tensor& out = op.outs[i];
+      if (in.count() == 0 || out.count() == 0) {
+        continue;  // NCCL is not asked for empty calls, as in the single ops
+      }
+      if (op.type == OpType::allgather) {
+        CHORUS_NCCL_CHECK(ncclAllGather(in.data(), out.data(), in.count(), type, comm, stream),
+                          comm, op_context(call));
+      } else if (op.type == OpType::reduce_scatter) {
+        CHORUS_NCCL_CHECK(
+            ncclReduceScatter(in.data(), out.data(), out.count(), type, red, comm, stream), comm,
+            op_context(call));
+      } else {
+        CHORUS_NCCL_CHECK(ncclAllReduce(in.data(), out.data(), in.count(), type, red, comm, stream),
+                          comm, op_context(call));
+      }
+    }
+    group.end(op_context(call));
+  });
 }
 
 std::shared_ptr<Work> NcclProcessGroup::do_variable(const OpDescriptor& op, const OpCall& call) {

@@ -72,9 +72,12 @@ class NcclProcessGroup final : public detail::Backend {
   std::shared_ptr<Work> do_barrier(const OpCall& call);
   std::shared_ptr<Work> do_send(Tensor tensor, int dst, const OpCall& call);
   std::shared_ptr<Work> do_recv(Tensor tensor, int src, const OpCall& call);
-  // The variable-size collectives as grouped point-to-point (reduce_scatterv: one grouped
+  // The variable-size collectives as grouped point-to-point (the reducing one: one grouped
   // ncclReduce per block), counts per rank as in OpDescriptor.
   std::shared_ptr<Work> do_variable(const OpDescriptor& op, const OpCall& call);
+  // A coalesced op (OpDescriptor::ins/outs): the op's NCCL call for each pair inside one
+  // ncclGroupStart/End, one event and one Work.
+  std::shared_ptr<Work> do_coalesced(const OpDescriptor& op, const OpCall& call);
 
   template <class Enqueue>
   std::shared_ptr<Work> launch(const OpCall& call, OpInfo info, Enqueue&& enqueue);

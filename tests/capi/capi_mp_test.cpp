@@ -173,6 +173,58 @@ TEST_CASE("C ABI on 2 ranks: allgatherv, reduce_scatterv, all_to_allv", "[capi][
   REQUIRE_ALL_OK(results);
 }
 
+TEST_CASE("C ABI on 2 ranks: a coalesced allreduce through chorus_run", "[capi][mp]") {
+  chorus::test::StoreServerProcess server;
+  auto results = chorus::test::run_processes(
+      2,
+      [&](int rank) {
+        CWorld w(server.port(), "coalesced", rank, 2);
+        chorus_work_t* work = nullptr;
+        // Three tensors of 2, 0 and 5 elements; the first in place, the others out of place.
+        std::vector<float> a = {1.0f + rank, 2.0f};
+        std::vector<float> b;
+        std::vector<float> c(5, 0.5f * (rank + 1));
+        std::vector<float> c_out(5, -1.0f);
+        const chorus_tensor_t ins[3] = {chorus_cpu_tensor(a.data(), a.size(), CHORUS_FLOAT32),
+                                        chorus_cpu_tensor(nullptr, 0, CHORUS_FLOAT32),
+                                        chorus_cpu_tensor(c.data(), c.size(), CHORUS_FLOAT32)};
+        const chorus_tensor_t outs[3] = {ins[0], ins[1],
+                                         chorus_cpu_tensor(c_out.data(), 5, CHORUS_FLOAT32)};
+        chorus_op_t op = CHORUS_OP_INITIALIZER;
+        op.type = CHORUS_OP_ALLREDUCE;
+        op.op = CHORUS_SUM;
+        op.ins = ins;
+        op.outs = outs;
+        op.num_tensors = 3;
+        C_CHECK(chorus_run(w.group, &op, &work));
+        C_CHECK(chorus_work_wait(work));
+        const uint64_t seq = chorus_work_seq(work);
+        chorus_work_free(work);
+        CHILD_CHECK((a == std::vector<float>{3.0f, 4.0f}));
+        CHILD_CHECK((c_out == std::vector<float>(5, 1.5f)));
+        CHILD_CHECK((c == std::vector<float>(5, 0.5f * (rank + 1))));
+
+        // One op: the next takes the next sequence number.
+        C_CHECK(chorus_barrier(w.group, nullptr, &work));
+        CHILD_CHECK(chorus_work_seq(work) == seq + 1);
+        C_CHECK(chorus_work_wait(work));
+        chorus_work_free(work);
+
+        // Wrong lists fail on the calling rank, naming what to fix.
+        op.num_tensors = 0;
+        CHILD_CHECK(chorus_run(w.group, &op, &work) == CHORUS_ERR_INVALID_ARGUMENT);
+        CHILD_CHECK(std::string(chorus_get_last_error()).find("num_tensors") != std::string::npos);
+        op.num_tensors = 3;
+        op.type = CHORUS_OP_BROADCAST;
+        CHILD_CHECK(chorus_run(w.group, &op, &work) == CHORUS_ERR_INVALID_ARGUMENT);
+        op.type = CHORUS_OP_ALLREDUCE;
+        op.in = ins[0];  // in/out beside ins/outs
+        CHILD_CHECK(chorus_run(w.group, &op, &work) == CHORUS_ERR_INVALID_ARGUMENT);
+      },
+      60s);
+  REQUIRE_ALL_OK(results);
+}
+
 TEST_CASE("C ABI on 2 ranks: an allreduce over shared buffers", "[capi][mp]") {
   chorus::test::StoreServerProcess server;
   auto results = chorus::test::run_processes(

@@ -173,3 +173,74 @@ TEST_CASE("run() takes a descriptor; an unknown op type is rejected", "[core][ar
   REQUIRE_THROWS_AS(pg->run(op), InvalidArgument);
   REQUIRE(to_string(OpType::all_to_allv) == std::string("all_to_allv"));
 }
+
+TEST_CASE("coalesced descriptors: the rule table checks the list and every pair", "[core][args]") {
+  RecordingGroup pg(1, 2);
+  std::vector<float> a(16), b(16), c(16);
+  std::vector<double> d(4);
+  const Tensor ta = Tensor::of(a.data(), a.size());
+  const Tensor tb = Tensor::of(b.data(), b.size());
+  const Tensor tc = Tensor::of(c.data(), c.size());
+  auto allreduce = [](std::vector<Tensor> ins, std::vector<Tensor> outs) {
+    OpDescriptor op{.type = OpType::allreduce, .op = ReduceOp::max};
+    op.ins = std::move(ins);
+    op.outs = std::move(outs);
+    return op;
+  };
+  auto rejects = [&](OpDescriptor op, const char* why) {
+    INFO(why);
+    REQUIRE_THROWS_AS(pg->run(op), InvalidArgument);
+  };
+  // Valid: out of place, in place, sizes differing, an empty pair; one op, one seq.
+  pg->run(allreduce({ta.slice(0, 3), ta.slice(3, 0), ta.slice(3, 13)},
+                    {tb.slice(0, 3), tb.slice(3, 0), tb.slice(3, 13)}));
+  pg->run(allreduce({ta.slice(0, 5), ta.slice(5, 11)}, {ta.slice(0, 5), tc.slice(0, 11)}));
+  OpDescriptor gather{.type = OpType::allgather};
+  gather.ins = {ta.slice(0, 2), ta.slice(2, 3)};
+  gather.outs = {tb.slice(0, 4), tb.slice(4, 6)};
+  pg->run(gather);
+  gather.ins = {tb.slice(2, 2)};  // in place: rank 1's block of its output
+  gather.outs = {tb.slice(0, 4)};
+  pg->run(gather);
+  OpDescriptor scatter{.type = OpType::reduce_scatter, .op = ReduceOp::sum};
+  scatter.ins = {ta.slice(0, 4), ta.slice(4, 2)};
+  scatter.outs = {tb.slice(0, 2), tb.slice(2, 1)};
+  pg->run(scatter);
+  REQUIRE(pg.backend->calls.size() == 5);
+  CHECK(pg.backend->calls[4].seq == 5);
+  CHECK(pg.backend->ops[0].ins.size() == 3);
+
+  rejects(allreduce({ta.slice(0, 3)}, {}), "ins and outs differ in number");
+  rejects(allreduce({ta.slice(0, 3), ta.slice(3, 3)}, {tb.slice(0, 3)}), "one output missing");
+  rejects(allreduce({}, {tb.slice(0, 3)}), "no input at all");
+  rejects(allreduce({ta.slice(0, 3)}, {tb.slice(0, 4)}), "a pair's counts differ");
+  rejects(allreduce({ta.slice(0, 2), Tensor::of(d.data(), 2)},
+                    {tb.slice(0, 2), Tensor::of(d.data() + 2, 2)}),
+          "two dtypes in one op");
+  rejects(allreduce({ta.slice(0, 3), ta.slice(3, 3)}, {tb.slice(0, 3), tb.slice(2, 3)}),
+          "two outputs overlap");
+  rejects(allreduce({ta.slice(0, 3), ta.slice(3, 3)}, {tb.slice(0, 3), ta.slice(1, 3)}),
+          "an input overlaps another pair's output");
+  rejects(allreduce({ta.slice(0, 3)}, {ta.slice(1, 3)}), "a pair overlaps without being in place");
+  rejects(allreduce({Tensor(a.data(), 2, DataType::float32, Device::cuda(0))}, {tb.slice(0, 2)}),
+          "a tensor on another device");
+  OpDescriptor with_in = allreduce({ta.slice(0, 3)}, {tb.slice(0, 3)});
+  with_in.in = tc;
+  with_in.out = tc;
+  rejects(with_in, "in/out set beside ins/outs");
+  gather.ins = {ta.slice(0, 2)};
+  gather.outs = {tb.slice(0, 3)};
+  rejects(gather, "allgather: an output not size x its input");
+  OpDescriptor bcast{.type = OpType::broadcast};
+  bcast.ins = {ta};
+  bcast.outs = {ta};
+  REQUIRE_THROWS_WITH(pg->run(bcast), Catch::Contains("are for allreduce, allgather and "
+                                                      "reduce_scatter"));
+  // The message names the pair.
+  REQUIRE_THROWS_WITH(
+      pg->run(allreduce({ta.slice(0, 3), ta.slice(3, 3)}, {tb.slice(0, 3), tb.slice(3, 4)})),
+      Catch::Contains("tensor 1: output (4 x float32) must match input"));
+  // None of the rejected calls took a sequence number.
+  pg->barrier();
+  CHECK(pg.backend->calls.back().seq == 6);
+}

@@ -39,7 +39,7 @@ struct Chooser {
     a.small_bytes = std::size_t{1} << 40;  // the cost model alone decides
     a.costs = &costs;
   }
-  AlgorithmId operator()(OpKind kind, int n, std::size_t bytes) {
+  AlgorithmId operator()(OpType kind, int n, std::size_t bytes) {
     a.kind = kind;
     a.dtype = DataType::uint8;
     a.count = bytes;
@@ -48,7 +48,7 @@ struct Chooser {
 };
 
 // The smallest power-of-two size from 1 KiB at which `kind` on n ranks stops choosing `id`.
-std::size_t crossover(Chooser& choose, OpKind kind, int n, AlgorithmId id) {
+std::size_t crossover(Chooser& choose, OpType kind, int n, AlgorithmId id) {
   std::size_t bytes = 1024;
   while (bytes < (std::size_t{1} << 34) && choose(kind, n, bytes) == id) {
     bytes *= 2;
@@ -60,44 +60,44 @@ TEST_CASE("allreduce: latency algorithms small, bandwidth algorithms large", "[t
   Chooser choose;
   for (int n : {2, 3, 4, 5, 8}) {
     INFO("n " << n);
-    CHECK(choose(OpKind::allreduce, n, 8) == AlgorithmId::recursive_doubling);
+    CHECK(choose(OpType::allreduce, n, 8) == AlgorithmId::recursive_doubling);
   }
   // Large: halving-doubling at powers of two (the ring's bytes in fewer rounds), the ring
   // elsewhere (folding pairs costs two more whole-buffer transfers); at 2 ranks they tie and
   // the registry's order picks the ring.
   const std::size_t large = std::size_t{64} << 20;
-  CHECK(choose(OpKind::allreduce, 2, large) == AlgorithmId::ring);
-  CHECK(choose(OpKind::allreduce, 3, large) == AlgorithmId::ring);
-  CHECK(choose(OpKind::allreduce, 4, large) == AlgorithmId::halving_doubling);
-  CHECK(choose(OpKind::allreduce, 6, large) == AlgorithmId::ring);
-  CHECK(choose(OpKind::allreduce, 8, large) == AlgorithmId::halving_doubling);
+  CHECK(choose(OpType::allreduce, 2, large) == AlgorithmId::ring);
+  CHECK(choose(OpType::allreduce, 3, large) == AlgorithmId::ring);
+  CHECK(choose(OpType::allreduce, 4, large) == AlgorithmId::halving_doubling);
+  CHECK(choose(OpType::allreduce, 6, large) == AlgorithmId::ring);
+  CHECK(choose(OpType::allreduce, 8, large) == AlgorithmId::halving_doubling);
   // The same choice for every dtype of the same bytes.
   choose.a.dtype = DataType::float64;
-  choose.a.kind = OpKind::allreduce;
+  choose.a.kind = OpType::allreduce;
   choose.a.count = large / 8;
   CHECK(cpu::select_algorithm(4, choose.a) == AlgorithmId::halving_doubling);
 }
 
 TEST_CASE("the latency/bandwidth crossover follows α/β", "[tcp][selection]") {
   Chooser choose;
-  const std::size_t base = crossover(choose, OpKind::allreduce, 4, AlgorithmId::recursive_doubling);
+  const std::size_t base = crossover(choose, OpType::allreduce, 4, AlgorithmId::recursive_doubling);
   CHECK(base > 1024);
   CHECK(base < (std::size_t{64} << 20));
   // Dearer rounds: latency algorithms win to larger sizes; cheaper ones: to smaller sizes.
   choose.costs.socket.alpha_us *= 8;
-  const std::size_t dear = crossover(choose, OpKind::allreduce, 4, AlgorithmId::recursive_doubling);
+  const std::size_t dear = crossover(choose, OpType::allreduce, 4, AlgorithmId::recursive_doubling);
   CHECK(dear > base);
   choose.costs.socket.alpha_us /= 64;
   const std::size_t cheap =
-      crossover(choose, OpKind::allreduce, 4, AlgorithmId::recursive_doubling);
+      crossover(choose, OpType::allreduce, 4, AlgorithmId::recursive_doubling);
   CHECK(cheap < base);
   // The same for broadcast's tree against the chain.
   Chooser b;
-  const std::size_t tree = crossover(b, OpKind::broadcast, 8, AlgorithmId::tree);
+  const std::size_t tree = crossover(b, OpType::broadcast, 8, AlgorithmId::tree);
   CHECK(tree > 1024);
-  CHECK(b(OpKind::broadcast, 8, std::size_t{64} << 20) == AlgorithmId::chain);
+  CHECK(b(OpType::broadcast, 8, std::size_t{64} << 20) == AlgorithmId::chain);
   b.costs.socket.alpha_us *= 8;
-  CHECK(crossover(b, OpKind::broadcast, 8, AlgorithmId::tree) > tree);
+  CHECK(crossover(b, OpType::broadcast, 8, AlgorithmId::tree) > tree);
 }
 
 TEST_CASE("the transport the group's ranks use picks the figures", "[tcp][selection]") {
@@ -105,35 +105,35 @@ TEST_CASE("the transport the group's ranks use picks the figures", "[tcp][select
   choose.costs.shm = {1.0, 4.0};      // cheap rounds through shared memory
   choose.costs.socket = {50.0, 1.0};  // dear ones over loopback tcp
   const std::size_t over_sockets =
-      crossover(choose, OpKind::allreduce, 4, AlgorithmId::recursive_doubling);
+      crossover(choose, OpType::allreduce, 4, AlgorithmId::recursive_doubling);
   choose.a.shared_memory = true;
   const std::size_t over_shm =
-      crossover(choose, OpKind::allreduce, 4, AlgorithmId::recursive_doubling);
+      crossover(choose, OpType::allreduce, 4, AlgorithmId::recursive_doubling);
   CHECK(over_shm < over_sockets);
   // Several hosts: the flat algorithms cross the network.
   const cpu::HostMap apart = cpu::make_host_map({"a", "b", "c", "d"});
   choose.a.shared_memory = false;
   choose.a.hosts = &apart;
   choose.costs.network = {500.0, 0.1};
-  CHECK(crossover(choose, OpKind::allreduce, 4, AlgorithmId::recursive_doubling) > over_sockets);
+  CHECK(crossover(choose, OpType::allreduce, 4, AlgorithmId::recursive_doubling) > over_sockets);
 }
 
 TEST_CASE("a host's ranks beyond its CPUs make its rounds dearer", "[tcp][selection]") {
   Chooser choose;
   choose.a.shared_memory = true;
   const std::size_t enough =
-      crossover(choose, OpKind::allreduce, 8, AlgorithmId::recursive_doubling);
+      crossover(choose, OpType::allreduce, 8, AlgorithmId::recursive_doubling);
   choose.costs.host_cpus = 2;  // 8 ranks on 2 CPUs: a round costs 4 alphas
   const std::size_t crowded =
-      crossover(choose, OpKind::allreduce, 8, AlgorithmId::recursive_doubling);
+      crossover(choose, OpType::allreduce, 8, AlgorithmId::recursive_doubling);
   CHECK(crowded > enough);
   choose.a.shared_memory = false;
   const cpu::HostMap apart = cpu::make_host_map({"a", "b", "c", "d", "e", "f", "g", "h"});
   choose.a.hosts = &apart;  // one rank per host: the network's rounds, never scaled
   const std::size_t network =
-      crossover(choose, OpKind::allreduce, 8, AlgorithmId::recursive_doubling);
+      crossover(choose, OpType::allreduce, 8, AlgorithmId::recursive_doubling);
   choose.costs.host_cpus = 64;
-  CHECK(crossover(choose, OpKind::allreduce, 8, AlgorithmId::recursive_doubling) == network);
+  CHECK(crossover(choose, OpType::allreduce, 8, AlgorithmId::recursive_doubling) == network);
 }
 
 TEST_CASE("hierarchical allreduce over hosts with several ranks", "[tcp][selection]") {
@@ -144,17 +144,17 @@ TEST_CASE("hierarchical allreduce over hosts with several ranks", "[tcp][selecti
   choose.a.hosts = &two_by_two;
   for (std::size_t bytes : {std::size_t{8}, std::size_t{64} << 10, std::size_t{64} << 20}) {
     INFO("bytes " << bytes);
-    CHECK(choose(OpKind::allreduce, 4, bytes) == AlgorithmId::hierarchical);
+    CHECK(choose(OpType::allreduce, 4, bytes) == AlgorithmId::hierarchical);
   }
   // Not for avg (every phase would divide); not where no host has two ranks.
   choose.a.op = ReduceOp::avg;
-  CHECK(choose(OpKind::allreduce, 4, 8) != AlgorithmId::hierarchical);
+  CHECK(choose(OpType::allreduce, 4, 8) != AlgorithmId::hierarchical);
   choose.a.forced = AlgorithmId::hierarchical;
-  CHECK(choose(OpKind::allreduce, 4, 8) != AlgorithmId::hierarchical);
+  CHECK(choose(OpType::allreduce, 4, 8) != AlgorithmId::hierarchical);
   choose.a.op = ReduceOp::sum;
   const cpu::HostMap apart = cpu::make_host_map({"a", "b", "c", "d"});
   choose.a.hosts = &apart;
-  CHECK(choose(OpKind::allreduce, 4, 8) == AlgorithmId::recursive_doubling);
+  CHECK(choose(OpType::allreduce, 4, 8) == AlgorithmId::recursive_doubling);
 }
 
 TEST_CASE("direct: the default between SharedBuffers from 256 KiB, never with private ones",
@@ -163,8 +163,8 @@ TEST_CASE("direct: the default between SharedBuffers from 256 KiB, never with pr
   choose.a.peer_memory = true;
   choose.a.shared_memory = true;
   choose.a.shared_buffers = true;
-  for (OpKind kind :
-       {OpKind::allreduce, OpKind::reduce_scatter, OpKind::allgather, OpKind::broadcast}) {
+  for (OpType kind :
+       {OpType::allreduce, OpType::reduce_scatter, OpType::allgather, OpType::broadcast}) {
     INFO(to_string(kind));
     for (int n : {2, 4}) {
       CHECK(choose(kind, n, cpu::kSharedBufferMinBytes) == AlgorithmId::direct);
@@ -176,42 +176,42 @@ TEST_CASE("direct: the default between SharedBuffers from 256 KiB, never with pr
   // fast the probe says process_vm_readv is.
   choose.a.shared_buffers = false;
   choose.costs.peer_copy_gbps = 1000;
-  for (OpKind kind : {OpKind::allreduce, OpKind::allgather, OpKind::broadcast}) {
+  for (OpType kind : {OpType::allreduce, OpType::allgather, OpType::broadcast}) {
     CHECK(choose(kind, 3, std::size_t{64} << 20) != AlgorithmId::direct);
   }
-  CHECK(choose(OpKind::allreduce, 3, std::size_t{64} << 20) == AlgorithmId::ring);
+  CHECK(choose(OpType::allreduce, 3, std::size_t{64} << 20) == AlgorithmId::ring);
   // Without peer memory it never runs, forced or not.
   choose.a.peer_memory = false;
-  CHECK(choose(OpKind::allreduce, 3, std::size_t{64} << 20) == AlgorithmId::ring);
+  CHECK(choose(OpType::allreduce, 3, std::size_t{64} << 20) == AlgorithmId::ring);
   choose.a.forced = AlgorithmId::direct;
-  CHECK(choose(OpKind::allreduce, 3, 8) == AlgorithmId::recursive_doubling);
+  CHECK(choose(OpType::allreduce, 3, 8) == AlgorithmId::recursive_doubling);
 }
 
 TEST_CASE("small_allreduce_bytes bounds the latency algorithms", "[tcp][selection]") {
   Chooser choose;
   choose.a.small_bytes = 0;
-  CHECK(choose(OpKind::allreduce, 4, 8) == AlgorithmId::halving_doubling);
-  CHECK(choose(OpKind::allreduce, 3, 8) == AlgorithmId::ring);
-  CHECK(choose(OpKind::broadcast, 4, 8) == AlgorithmId::chain);
-  CHECK(choose(OpKind::reduce, 4, 8) == AlgorithmId::chain);
+  CHECK(choose(OpType::allreduce, 4, 8) == AlgorithmId::halving_doubling);
+  CHECK(choose(OpType::allreduce, 3, 8) == AlgorithmId::ring);
+  CHECK(choose(OpType::broadcast, 4, 8) == AlgorithmId::chain);
+  CHECK(choose(OpType::reduce, 4, 8) == AlgorithmId::chain);
   choose.a.small_bytes = 64;
-  CHECK(choose(OpKind::allreduce, 4, 64) == AlgorithmId::recursive_doubling);
-  CHECK(choose(OpKind::allreduce, 4, 65) == AlgorithmId::halving_doubling);
+  CHECK(choose(OpType::allreduce, 4, 64) == AlgorithmId::recursive_doubling);
+  CHECK(choose(OpType::allreduce, 4, 65) == AlgorithmId::halving_doubling);
 }
 
 TEST_CASE("ops with one algorithm, and world size 1", "[tcp][selection]") {
   Chooser choose;
-  CHECK(choose(OpKind::gather, 4, 1 << 20) == AlgorithmId::direct);
-  CHECK(choose(OpKind::scatter, 4, 1 << 20) == AlgorithmId::direct);
-  CHECK(choose(OpKind::all_to_all, 4, 1 << 20) == AlgorithmId::pairwise);
-  CHECK(choose(OpKind::barrier, 4, 0) == AlgorithmId::dissemination);
-  CHECK(choose(OpKind::allreduce, 1, 1 << 20) == AlgorithmId::local);
+  CHECK(choose(OpType::gather, 4, 1 << 20) == AlgorithmId::direct);
+  CHECK(choose(OpType::scatter, 4, 1 << 20) == AlgorithmId::direct);
+  CHECK(choose(OpType::all_to_all, 4, 1 << 20) == AlgorithmId::pairwise);
+  CHECK(choose(OpType::barrier, 4, 0) == AlgorithmId::dissemination);
+  CHECK(choose(OpType::allreduce, 1, 1 << 20) == AlgorithmId::local);
   CHECK(std::string(cpu::algorithm_name(AlgorithmId::local)) == "local");
 }
 
 TEST_CASE("no figures given: the defaults choose", "[tcp][selection]") {
   cpu::CollectiveArgs a;
-  a.kind = OpKind::allreduce;
+  a.kind = OpType::allreduce;
   a.count = 8;
   CHECK(cpu::select_algorithm(4, a) == AlgorithmId::recursive_doubling);
 }
@@ -219,19 +219,19 @@ TEST_CASE("no figures given: the defaults choose", "[tcp][selection]") {
 TEST_CASE("CHORUS_ALGO: parsed once into ids, forced where it runs, bad entries named",
           "[tcp][selection]") {
   const auto forced = cpu::parse_algorithm_overrides("allreduce=ring,broadcast=tree");
-  CHECK(forced[static_cast<std::size_t>(OpKind::allreduce)] == AlgorithmId::ring);
-  CHECK(forced[static_cast<std::size_t>(OpKind::broadcast)] == AlgorithmId::tree);
-  CHECK(forced[static_cast<std::size_t>(OpKind::reduce)] == AlgorithmId::automatic);
+  CHECK(forced[static_cast<std::size_t>(OpType::allreduce)] == AlgorithmId::ring);
+  CHECK(forced[static_cast<std::size_t>(OpType::broadcast)] == AlgorithmId::tree);
+  CHECK(forced[static_cast<std::size_t>(OpType::reduce)] == AlgorithmId::automatic);
   Chooser choose;
   choose.a.forced = AlgorithmId::ring;
-  CHECK(choose(OpKind::allreduce, 4, 8) == AlgorithmId::ring);  // the default: rd
+  CHECK(choose(OpType::allreduce, 4, 8) == AlgorithmId::ring);  // the default: rd
   choose.a.forced = AlgorithmId::tree;
-  CHECK(choose(OpKind::broadcast, 4, std::size_t{1} << 30) == AlgorithmId::tree);
+  CHECK(choose(OpType::broadcast, 4, std::size_t{1} << 30) == AlgorithmId::tree);
   choose.a.forced = AlgorithmId::halving_doubling;
-  CHECK(choose(OpKind::allreduce, 3, 8) == AlgorithmId::halving_doubling);  // folds pairs
+  CHECK(choose(OpType::allreduce, 3, 8) == AlgorithmId::halving_doubling);  // folds pairs
   // hierarchical on one host: the default.
   choose.a.forced = AlgorithmId::hierarchical;
-  CHECK(choose(OpKind::allreduce, 4, 8) == AlgorithmId::recursive_doubling);
+  CHECK(choose(OpType::allreduce, 4, 8) == AlgorithmId::recursive_doubling);
   for (const auto& [text, says] : std::vector<std::pair<std::string, std::string>>{
            {"allreduce=tree",
             "CHORUS_ALGO='allreduce=tree': allreduce has no algorithm 'tree'; it has ring, "

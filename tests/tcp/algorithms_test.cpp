@@ -116,7 +116,7 @@ std::string run_case(const Case& c, const Variant& v, std::uint32_t seed,
 }
 
 // forced: the algorithm CHORUS_ALGO would force (automatic: the default choice).
-void run_matrix(OpKind kind, bool reduces, cpu::AlgorithmId forced = cpu::AlgorithmId::automatic) {
+void run_matrix(OpType kind, bool reduces, cpu::AlgorithmId forced = cpu::AlgorithmId::automatic) {
   std::uint32_t seed = 1;
   int cases = 0;
   for (int n = 1; n <= 8; ++n) {
@@ -129,12 +129,12 @@ void run_matrix(OpKind kind, bool reduces, cpu::AlgorithmId forced = cpu::Algori
           for (bool in_place : {false, true}) {
             for (const Variant& v : kVariants) {
               Case c{kind, n, count, dt, op, 0, in_place};
-              if (kind == OpKind::all_to_all) {
+              if (kind == OpType::all_to_all) {
                 c.count = count * static_cast<std::size_t>(n);
               }
               // Rooted ops: vary the root with the case so every position gets exercised.
-              if (kind == OpKind::broadcast || kind == OpKind::reduce || kind == OpKind::gather ||
-                  kind == OpKind::scatter) {
+              if (kind == OpType::broadcast || kind == OpType::reduce || kind == OpType::gather ||
+                  kind == OpType::scatter) {
                 c.root = static_cast<int>(seed % static_cast<std::uint32_t>(n));
               }
               const std::string err = run_case(c, v, seed++, nullptr, nullptr, nullptr, forced);
@@ -155,26 +155,26 @@ void run_matrix(OpKind kind, bool reduces, cpu::AlgorithmId forced = cpu::Algori
 }  // namespace
 
 TEST_CASE("loopback allreduce: every world size, count, dtype and op", "[tcp][algorithms]") {
-  run_matrix(OpKind::allreduce, true);
+  run_matrix(OpType::allreduce, true);
 }
 TEST_CASE("loopback reduce_scatter: every world size, count, dtype and op", "[tcp][algorithms]") {
-  run_matrix(OpKind::reduce_scatter, true);
+  run_matrix(OpType::reduce_scatter, true);
 }
 TEST_CASE("loopback reduce: every world size, count, dtype, op and root", "[tcp][algorithms]") {
-  run_matrix(OpKind::reduce, true);
+  run_matrix(OpType::reduce, true);
 }
-TEST_CASE("loopback allgather", "[tcp][algorithms]") { run_matrix(OpKind::allgather, false); }
-TEST_CASE("loopback broadcast", "[tcp][algorithms]") { run_matrix(OpKind::broadcast, false); }
-TEST_CASE("loopback gather", "[tcp][algorithms]") { run_matrix(OpKind::gather, false); }
-TEST_CASE("loopback scatter", "[tcp][algorithms]") { run_matrix(OpKind::scatter, false); }
-TEST_CASE("loopback all_to_all", "[tcp][algorithms]") { run_matrix(OpKind::all_to_all, false); }
+TEST_CASE("loopback allgather", "[tcp][algorithms]") { run_matrix(OpType::allgather, false); }
+TEST_CASE("loopback broadcast", "[tcp][algorithms]") { run_matrix(OpType::broadcast, false); }
+TEST_CASE("loopback gather", "[tcp][algorithms]") { run_matrix(OpType::gather, false); }
+TEST_CASE("loopback scatter", "[tcp][algorithms]") { run_matrix(OpType::scatter, false); }
+TEST_CASE("loopback all_to_all", "[tcp][algorithms]") { run_matrix(OpType::all_to_all, false); }
 
 TEST_CASE("loopback direct (single-copy) collectives: world sizes, counts, dtypes and ops",
           "[tcp][algorithms]") {
-  run_matrix(OpKind::allreduce, true, cpu::AlgorithmId::direct);
-  run_matrix(OpKind::reduce_scatter, true, cpu::AlgorithmId::direct);
-  run_matrix(OpKind::allgather, false, cpu::AlgorithmId::direct);
-  run_matrix(OpKind::broadcast, false, cpu::AlgorithmId::direct);
+  run_matrix(OpType::allreduce, true, cpu::AlgorithmId::direct);
+  run_matrix(OpType::reduce_scatter, true, cpu::AlgorithmId::direct);
+  run_matrix(OpType::allgather, false, cpu::AlgorithmId::direct);
+  run_matrix(OpType::broadcast, false, cpu::AlgorithmId::direct);
 }
 
 // The engine keeps each rank's last Schedule and Executor and runs the next op in them
@@ -190,25 +190,25 @@ TEST_CASE("a schedule and executor run op after op when cleared and restarted",
   };
   for (int n = 1; n <= 5; ++n) {
     const std::vector<Step> steps = {
-        {{OpKind::allreduce, n, 33, DataType::int32, ReduceOp::sum, 0, false},
+        {{OpType::allreduce, n, 33, DataType::int32, ReduceOp::sum, 0, false},
          cpu::AlgorithmId::automatic,
          kVariants[1]},
-        {{OpKind::allgather, n, 7, DataType::float32, ReduceOp::sum, 0, true},
+        {{OpType::allgather, n, 7, DataType::float32, ReduceOp::sum, 0, true},
          cpu::AlgorithmId::automatic,
          kVariants[0]},
-        {{OpKind::allreduce, n, 1, DataType::float64, ReduceOp::max, 0, false},
+        {{OpType::allreduce, n, 1, DataType::float64, ReduceOp::max, 0, false},
          cpu::AlgorithmId::automatic,
          kVariants[0]},
-        {{OpKind::allreduce, n, 250, DataType::float32, ReduceOp::avg, 0, false},
+        {{OpType::allreduce, n, 250, DataType::float32, ReduceOp::avg, 0, false},
          cpu::AlgorithmId::direct,
          kVariants[1]},
-        {{OpKind::broadcast, n, 250, DataType::uint8, ReduceOp::sum, n - 1, false},
+        {{OpType::broadcast, n, 250, DataType::uint8, ReduceOp::sum, n - 1, false},
          cpu::AlgorithmId::automatic,
          kVariants[1]},
-        {{OpKind::reduce_scatter, n, 0, DataType::int64, ReduceOp::prod, 0, false},
+        {{OpType::reduce_scatter, n, 0, DataType::int64, ReduceOp::prod, 0, false},
          cpu::AlgorithmId::automatic,
          kVariants[0]},
-        {{OpKind::allreduce, n, 33, DataType::bfloat16, ReduceOp::min, 0, true},
+        {{OpType::allreduce, n, 33, DataType::bfloat16, ReduceOp::min, 0, true},
          cpu::AlgorithmId::halving_doubling,
          kVariants[1]},
     };
@@ -262,7 +262,7 @@ TEST_CASE("a schedule and executor run op after op when cleared and restarted",
 
 TEST_CASE("loopback halving-doubling allreduce: every world size, count, dtype and op",
           "[tcp][algorithms]") {
-  run_matrix(OpKind::allreduce, true, cpu::AlgorithmId::halving_doubling);
+  run_matrix(OpType::allreduce, true, cpu::AlgorithmId::halving_doubling);
 }
 
 TEST_CASE("loopback hierarchical allreduce: host layouts, counts, dtypes and ops",
@@ -286,7 +286,7 @@ TEST_CASE("loopback hierarchical allreduce: host layouts, counts, dtypes and ops
         for (ReduceOp op : kAllOps) {
           for (bool in_place : {false, true}) {
             for (const Variant& v : kVariants) {
-              const Case c{OpKind::allreduce, n, count, dt, op, 0, in_place};
+              const Case c{OpType::allreduce, n, count, dt, op, 0, in_place};
               cpu::CollectiveArgs a;
               a.kind = c.kind;
               a.count = count;
@@ -321,7 +321,7 @@ TEST_CASE("loopback hierarchical allreduce: host layouts, counts, dtypes and ops
 
 TEST_CASE("loopback barrier completes for every world size", "[tcp][algorithms]") {
   for (int n = 1; n <= 8; ++n) {
-    Case c{OpKind::barrier, n, 0, DataType::uint8, ReduceOp::sum, 0, false};
+    Case c{OpType::barrier, n, 0, DataType::uint8, ReduceOp::sum, 0, false};
     REQUIRE(run_case(c, kVariants[0], static_cast<std::uint32_t>(n)).empty());
   }
 }
@@ -365,16 +365,16 @@ TEST_CASE("loopback: mismatched collectives are detected at the first message",
           "[tcp][algorithms]") {
   for (int n = 2; n <= 5; ++n) {
     for (int variant = 0; variant < 5; ++variant) {
-      Case c{OpKind::allreduce, n, 33, DataType::float32, ReduceOp::sum, 0, false};
+      Case c{OpType::allreduce, n, 33, DataType::float32, ReduceOp::sum, 0, false};
       // Written out, not derived from the case: what every rank but rank 1 issued, and what
       // rank 1 issued instead.
-      const OpSignature agreed{OpKind::allreduce, DataType::float32, ReduceOp::sum, 0, 33, 3};
+      const OpSignature agreed{OpType::allreduce, DataType::float32, ReduceOp::sum, 0, 33, 3};
       const OpSignature odd[] = {
-          {OpKind::allreduce, DataType::float32, ReduceOp::sum, 0, 34, 3},
-          {OpKind::allreduce, DataType::float64, ReduceOp::sum, 0, 33, 3},
-          {OpKind::allreduce, DataType::float32, ReduceOp::max, 0, 33, 3},
-          {OpKind::allreduce, DataType::float32, ReduceOp::sum, 0, 33, 4},
-          {OpKind::broadcast, DataType::float32, ReduceOp::sum, 0, 33, 3},
+          {OpType::allreduce, DataType::float32, ReduceOp::sum, 0, 34, 3},
+          {OpType::allreduce, DataType::float64, ReduceOp::sum, 0, 33, 3},
+          {OpType::allreduce, DataType::float32, ReduceOp::max, 0, 33, 3},
+          {OpType::allreduce, DataType::float32, ReduceOp::sum, 0, 33, 4},
+          {OpType::broadcast, DataType::float32, ReduceOp::sum, 0, 33, 3},
       };
       std::vector<OpSignature> sigs(static_cast<std::size_t>(n), agreed);
       sigs[1] = odd[variant];
@@ -406,11 +406,11 @@ TEST_CASE("loopback: mismatched collectives are detected at the first message",
 // instead of to the op made a 7-element reduce_scatter take 4 MiB per rank and this binary
 // run for minutes. Every pipelined algorithm must ask for what the op needs.
 TEST_CASE("scratch is sized to the op, not to the pipeline slice", "[tcp][algorithms]") {
-  for (OpKind kind : {OpKind::allreduce, OpKind::reduce_scatter, OpKind::reduce, OpKind::broadcast,
-                      OpKind::allgather, OpKind::all_to_all, OpKind::barrier}) {
+  for (OpType kind : {OpType::allreduce, OpType::reduce_scatter, OpType::reduce, OpType::broadcast,
+                      OpType::allgather, OpType::all_to_all, OpType::barrier}) {
     for (int n : {2, 3, 4, 8}) {
       Case c{kind, n, 7, DataType::float64, ReduceOp::sum, n - 1, true};
-      if (kind == OpKind::all_to_all) {
+      if (kind == OpType::all_to_all) {
         c.count = 7 * static_cast<std::size_t>(n);
       }
       for (const Variant& v : {Variant{0, 1u << 20}, Variant{1u << 30, 1u << 20}}) {
@@ -477,7 +477,7 @@ struct RecordingTransport : cpu::Transport {
 // executor holds it until the data send behind it is ready, or until it is released.
 TEST_CASE("executor: a signature header waits for the first data send to its peer",
           "[tcp][algorithms]") {
-  const OpSignature sig{OpKind::allreduce, DataType::uint8, ReduceOp::sum, 0, 1, 7};
+  const OpSignature sig{OpType::allreduce, DataType::uint8, ReduceOp::sum, 0, 1, 7};
   for (const bool release_first : {false, true}) {
     INFO("release_first=" << release_first);
     cpu::ScratchArena arena;
@@ -563,12 +563,12 @@ TEST_CASE("stream framing: data aligned behind a 64-byte header, the total a mul
 
 TEST_CASE("schedule: every op's stream to and from each peer is a multiple of 64 bytes",
           "[tcp][algorithms]") {
-  const OpKind kinds[] = {OpKind::allreduce, OpKind::allgather, OpKind::reduce_scatter,
-                          OpKind::broadcast, OpKind::reduce,    OpKind::gather,
-                          OpKind::scatter,   OpKind::all_to_all};
+  const OpType kinds[] = {OpType::allreduce, OpType::allgather, OpType::reduce_scatter,
+                          OpType::broadcast, OpType::reduce,    OpType::gather,
+                          OpType::scatter,   OpType::all_to_all};
   std::size_t padded = 0;
   for (const int n : {2, 3, 4}) {
-    for (const OpKind kind : kinds) {
+    for (const OpType kind : kinds) {
       for (const DataType dtype : {DataType::uint8, DataType::float32, DataType::float64}) {
         for (const std::size_t count : {std::size_t{1}, std::size_t{7}, std::size_t{1001}}) {
           // Buffers for the largest shape any kind takes (n blocks of count elements).
@@ -636,7 +636,7 @@ TEST_CASE("at 4096 ranks, allreduce and barrier schedules name O(log N) peers pe
   std::vector<float> large_in(kRanks * 64), large_out(kRanks * 64);  // 1 MiB: the ring
   for (int rank : {0, 1, 2047, 2048, 4095}) {
     std::set<int> peers;
-    auto add = [&](OpKind kind, const float* in, float* out, std::size_t count) {
+    auto add = [&](OpType kind, const float* in, float* out, std::size_t count) {
       cpu::ScratchArena arena;
       cpu::Schedule s(rank, kRanks, DataType::float32, ReduceOp::sum, arena);
       cpu::CollectiveArgs a;
@@ -653,9 +653,9 @@ TEST_CASE("at 4096 ranks, allreduce and barrier schedules name O(log N) peers pe
         }
       }
     };
-    add(OpKind::allreduce, small_in.data(), small_out.data(), small_in.size());
-    add(OpKind::allreduce, large_in.data(), large_out.data(), large_in.size());
-    add(OpKind::barrier, nullptr, nullptr, 0);
+    add(OpType::allreduce, small_in.data(), small_out.data(), small_in.size());
+    add(OpType::allreduce, large_in.data(), large_out.data(), large_in.size());
+    add(OpType::barrier, nullptr, nullptr, 0);
     INFO("rank " << rank << " names " << peers.size() << " peers");
     CHECK(peers.size() <= static_cast<std::size_t>(2 + 3 * kLog2));
   }

@@ -41,7 +41,7 @@ std::vector<Case> board_cases(int n) {
     const std::size_t limit = cpu::SlotBoard::kSlotBytes / element_size(dt);
     for (ReduceOp op : kAllOps) {
       for (std::size_t count : {std::size_t{1}, std::size_t{7}, limit, limit + 1}) {
-        cases.push_back({OpKind::allreduce, n, count, dt, op, 0, count % 2 == 1});
+        cases.push_back({OpType::allreduce, n, count, dt, op, 0, count % 2 == 1});
       }
     }
   }

@@ -33,7 +33,7 @@ inline constexpr ReduceOp kAllOps[] = {ReduceOp::sum, ReduceOp::prod, ReduceOp::
                                        ReduceOp::avg};
 
 struct Case {
-  OpKind kind = OpKind::allreduce;
+  OpType kind = OpType::allreduce;
   int n = 1;
   std::size_t count = 0;  // as OpSignature::count: per-rank elements (all_to_all: total)
   DataType dtype = DataType::float32;
@@ -169,8 +169,8 @@ struct RankBuffers {
 
 inline std::size_t in_count(const Case& c) {
   switch (c.kind) {
-    case OpKind::reduce_scatter:
-    case OpKind::scatter:
+    case OpType::reduce_scatter:
+    case OpType::scatter:
       return c.count * static_cast<std::size_t>(c.n);
     default:
       return c.count;
@@ -178,8 +178,8 @@ inline std::size_t in_count(const Case& c) {
 }
 inline std::size_t out_count(const Case& c) {
   switch (c.kind) {
-    case OpKind::allgather:
-    case OpKind::gather:
+    case OpType::allgather:
+    case OpType::gather:
       return c.count * static_cast<std::size_t>(c.n);
     default:
       return c.count;
@@ -210,30 +210,30 @@ inline RankBuffers make_buffers(const Case& c, int rank, bool shared = false) {
   }
   // Output storage starts as garbage so that "nothing written" fails the check.
   switch (c.kind) {
-    case OpKind::allreduce:
-    case OpKind::reduce:
-    case OpKind::all_to_all:
+    case OpType::allreduce:
+    case OpType::reduce:
+    case OpType::all_to_all:
       for (std::size_t i = 0; i < ic; ++i) {
         store(a, i, c.dtype, static_cast<double>(base_value(rank, i, c.op)));
       }
       rb.in = Tensor(a, ic, c.dtype);
       rb.out = c.in_place ? rb.in : Tensor(b, oc, c.dtype);
-      if (c.kind == OpKind::reduce && rank != c.root && c.in_place) {
+      if (c.kind == OpType::reduce && rank != c.root && c.in_place) {
         rb.out = rb.in;
       }
       break;
-    case OpKind::broadcast:
+    case OpType::broadcast:
       for (std::size_t i = 0; i < ic; ++i) {
         store(a, i, c.dtype,
               rank == c.root ? static_cast<double>(base_value(rank, i, c.op)) : 99.0);
       }
       rb.in = rb.out = Tensor(a, ic, c.dtype);
       break;
-    case OpKind::allgather:
-    case OpKind::gather: {
+    case OpType::allgather:
+    case OpType::gather: {
       // Output in b; input either separate (a) or block `rank` of the output.
       rb.out = Tensor(b, oc, c.dtype);
-      const bool inside = c.in_place && (c.kind == OpKind::allgather || rank == c.root);
+      const bool inside = c.in_place && (c.kind == OpType::allgather || rank == c.root);
       void* in = inside ? static_cast<void*>(static_cast<std::byte*>(b) + ur * c.count * es) : a;
       for (std::size_t i = 0; i < c.count; ++i) {
         store(in, i, c.dtype, static_cast<double>(base_value(rank, i, c.op)));
@@ -241,9 +241,9 @@ inline RankBuffers make_buffers(const Case& c, int rank, bool shared = false) {
       rb.in = Tensor(in, c.count, c.dtype);
       break;
     }
-    case OpKind::reduce_scatter:
-    case OpKind::scatter: {
-      const bool has_input = c.kind == OpKind::reduce_scatter || rank == c.root;
+    case OpType::reduce_scatter:
+    case OpType::scatter: {
+      const bool has_input = c.kind == OpType::reduce_scatter || rank == c.root;
       for (std::size_t i = 0; i < ic; ++i) {
         store(a, i, c.dtype, has_input ? static_cast<double>(base_value(rank, i, c.op)) : 77.0);
       }
@@ -253,10 +253,12 @@ inline RankBuffers make_buffers(const Case& c, int rank, bool shared = false) {
                       : Tensor(b, oc, c.dtype);
       break;
     }
-    case OpKind::barrier:
-    case OpKind::allgatherv:  // the variable-size collectives have cases of their own
-    case OpKind::reduce_scatterv:
-    case OpKind::all_to_allv:
+    case OpType::barrier:
+    case OpType::allgatherv:  // the variable-size collectives have cases of their own
+    case OpType::reduce_scatterv:
+    case OpType::all_to_allv:
+    case OpType::send:  // point-to-point: not a collective case
+    case OpType::recv:
       break;
   }
   (void)un;
@@ -289,33 +291,33 @@ inline std::string check_result(const Case& c, int rank, const RankBuffers& rb) 
            [&](std::size_t k) { store_reference(want.data(), k, c.dtype, c.n, first + k, c.op); });
   };
   switch (c.kind) {
-    case OpKind::reduce:
+    case OpType::reduce:
       if (rank != c.root) {
         return {};
       }
       reduced(0);
       break;
-    case OpKind::allreduce:
+    case OpType::allreduce:
       reduced(0);
       break;
-    case OpKind::reduce_scatter:
+    case OpType::reduce_scatter:
       reduced(ur * c.count);
       break;
-    case OpKind::broadcast:
+    case OpType::broadcast:
       expect(c.count, [&](std::size_t k) { input_of(k, c.root, k); });
       break;
-    case OpKind::allgather:
-    case OpKind::gather:
-      if (c.kind == OpKind::gather && rank != c.root) {
+    case OpType::allgather:
+    case OpType::gather:
+      if (c.kind == OpType::gather && rank != c.root) {
         return {};
       }
       expect(c.count * un,
              [&](std::size_t k) { input_of(k, static_cast<int>(k / c.count), k % c.count); });
       break;
-    case OpKind::scatter:
+    case OpType::scatter:
       expect(c.count, [&](std::size_t k) { input_of(k, c.root, ur * c.count + k); });
       break;
-    case OpKind::all_to_all: {
+    case OpType::all_to_all: {
       const std::size_t m = c.count / un;
       expect(c.count, [&](std::size_t k) {
         if (k < un * m) {
@@ -324,10 +326,12 @@ inline std::string check_result(const Case& c, int rank, const RankBuffers& rb) 
       });
       break;
     }
-    case OpKind::barrier:
-    case OpKind::allgatherv:
-    case OpKind::reduce_scatterv:
-    case OpKind::all_to_allv:
+    case OpType::barrier:
+    case OpType::allgatherv:
+    case OpType::reduce_scatterv:
+    case OpType::all_to_allv:
+    case OpType::send:
+    case OpType::recv:
       return {};
   }
   for (std::size_t i = 0; i < n_out; ++i) {

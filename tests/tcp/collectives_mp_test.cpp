@@ -21,33 +21,33 @@
 namespace chorus::test {
 namespace {
 
-constexpr OpKind kCollectives[] = {OpKind::allreduce, OpKind::allgather, OpKind::reduce_scatter,
-                                   OpKind::broadcast, OpKind::reduce,    OpKind::gather,
-                                   OpKind::scatter,   OpKind::all_to_all};
+constexpr OpType kCollectives[] = {OpType::allreduce, OpType::allgather, OpType::reduce_scatter,
+                                   OpType::broadcast, OpType::reduce,    OpType::gather,
+                                   OpType::scatter,   OpType::all_to_all};
 
 // The matrix of cases every rank runs, in the same order.
 std::vector<Case> matrix(int n) {
   std::vector<Case> cases;
   int salt = 0;
-  auto add = [&](OpKind kind, DataType dt, ReduceOp op, std::size_t count) {
+  auto add = [&](OpType kind, DataType dt, ReduceOp op, std::size_t count) {
     for (bool in_place : {false, true}) {
       Case c{kind, n, count, dt, op, 0, in_place};
-      if (kind == OpKind::all_to_all) {
+      if (kind == OpType::all_to_all) {
         c.count = count * static_cast<std::size_t>(n);
       }
-      if (kind == OpKind::broadcast || kind == OpKind::reduce || kind == OpKind::gather ||
-          kind == OpKind::scatter) {
+      if (kind == OpType::broadcast || kind == OpType::reduce || kind == OpType::gather ||
+          kind == OpType::scatter) {
         c.root = salt++ % n;
       }
       cases.push_back(c);
     }
   };
   for (std::size_t count : {std::size_t{0}, std::size_t{1}, std::size_t{7}, std::size_t{1001}}) {
-    for (OpKind kind : kCollectives) {
+    for (OpType kind : kCollectives) {
       for (DataType dt : kAllTypes) {
         add(kind, dt, ReduceOp::sum, count);
       }
-      if (kind == OpKind::allreduce || kind == OpKind::reduce_scatter || kind == OpKind::reduce) {
+      if (kind == OpType::allreduce || kind == OpType::reduce_scatter || kind == OpType::reduce) {
         for (DataType dt : {DataType::int32, DataType::bfloat16, DataType::float64}) {
           for (ReduceOp op : kAllOps) {
             if (op != ReduceOp::sum) {
@@ -206,7 +206,108 @@ void run_variable_size_on(int n) {
   REQUIRE_ALL_OK(results);
 }
 
+// Coalesced ops (OpDescriptor::ins/outs): allreduce, allgather and reduce_scatter over
+// tensors of different sizes (empty ones, one past a pipeline slice), in and out of place;
+// each is one op with one sequence number.
+void run_coalesced_on(int n) {
+  StoreServerProcess server;
+  const auto results = run_processes(
+      n,
+      [&](int rank) {
+        auto pg = make_tcp_group(child_store(server.port()), rank, n, loopback_options());
+        const auto un = static_cast<std::size_t>(n);
+        const auto ur = static_cast<std::size_t>(rank);
+        const std::vector<std::size_t> sizes = {5, 0, 1, 70'001, 3, 0};
+        // Element k of part p on rank q: distinct across parts and ranks.
+        auto value = [](int q, std::size_t p, std::size_t k) { return value_of(q, p * 7 + k); };
+        auto describe = [&](OpType type, ReduceOp op, bool in_place,
+                            std::vector<std::vector<std::int32_t>>& ins,
+                            std::vector<std::vector<std::int32_t>>& outs) {
+          OpDescriptor d{.type = type, .op = op};
+          for (std::size_t p = 0; p < sizes.size(); ++p) {
+            const std::size_t c = sizes[p];
+            const std::size_t in_count = type == OpType::reduce_scatter ? un * c : c;
+            const std::size_t out_count = type == OpType::allgather ? un * c : c;
+            ins.emplace_back(in_count);
+            outs.emplace_back(out_count, -1);
+            for (std::size_t k = 0; k < in_count; ++k) {
+              ins[p][k] = value(rank, p, k);
+            }
+            Tensor in = Tensor::of(ins[p].data(), in_count);
+            Tensor out = Tensor::of(outs[p].data(), out_count);
+            if (in_place && type == OpType::allreduce) {
+              out = in;
+            } else if (in_place && type == OpType::allgather) {
+              std::copy(ins[p].begin(), ins[p].end(), outs[p].begin() + ur * c);
+              in = out.slice(ur * c, c);
+            } else if (in_place && type == OpType::reduce_scatter) {
+              out = in.slice(ur * c, c);
+            }
+            d.ins.push_back(in);
+            d.outs.push_back(out);
+          }
+          return d;
+        };
+        for (ReduceOp op : {ReduceOp::sum, ReduceOp::max}) {
+          for (bool in_place : {false, true}) {
+            std::vector<std::vector<std::int32_t>> ins, outs;
+            const auto before = pg->barrier();
+            pg->run(describe(OpType::allreduce, op, in_place, ins, outs))->wait();
+            CHILD_CHECK(pg->barrier()->seq() == before->seq() + 2);  // one op, one seq
+            for (std::size_t p = 0; p < sizes.size(); ++p) {
+              for (std::size_t k = 0; k < sizes[p]; ++k) {
+                std::int32_t want = op == ReduceOp::sum ? 0 : value(0, p, k);
+                for (int q = 0; q < n; ++q) {
+                  want =
+                      op == ReduceOp::sum ? want + value(q, p, k) : std::max(want, value(q, p, k));
+                }
+                CHILD_CHECK((in_place ? ins[p][k] : outs[p][k]) == want);
+              }
+            }
+            std::vector<std::vector<std::int32_t>> rs_in, rs_out;
+            pg->run(describe(OpType::reduce_scatter, op, in_place, rs_in, rs_out))->wait();
+            for (std::size_t p = 0; p < sizes.size(); ++p) {
+              const std::size_t c = sizes[p];
+              for (std::size_t k = 0; k < c; ++k) {
+                std::int32_t want = op == ReduceOp::sum ? 0 : value(0, p, ur * c + k);
+                for (int q = 0; q < n; ++q) {
+                  const std::int32_t v = value(q, p, ur * c + k);
+                  want = op == ReduceOp::sum ? want + v : std::max(want, v);
+                }
+                CHILD_CHECK((in_place ? rs_in[p][ur * c + k] : rs_out[p][k]) == want);
+              }
+            }
+          }
+        }
+        for (bool in_place : {false, true}) {
+          std::vector<std::vector<std::int32_t>> ins, outs;
+          pg->run(describe(OpType::allgather, ReduceOp::sum, in_place, ins, outs))->wait();
+          for (std::size_t p = 0; p < sizes.size(); ++p) {
+            for (int q = 0; q < n; ++q) {
+              for (std::size_t k = 0; k < sizes[p]; ++k) {
+                CHILD_CHECK(outs[p][static_cast<std::size_t>(q) * sizes[p] + k] == value(q, p, k));
+              }
+            }
+          }
+        }
+        // Only empty tensors: an op of count 0, still one seq on every rank.
+        OpDescriptor empty{.type = OpType::allreduce};
+        empty.ins = {Tensor(), Tensor()};
+        empty.outs = {Tensor(), Tensor()};
+        pg->run(empty)->wait();
+        pg->barrier()->wait();
+      },
+      90s);
+  REQUIRE_ALL_OK(results);
+}
+
 }  // namespace
+
+TEST_CASE("coalesced collectives over sockets, world sizes 1 to 4", "[tcp][mp]") {
+  for (int n : {1, 2, 3, 4}) {
+    run_coalesced_on(n);
+  }
+}
 
 TEST_CASE("variable-size collectives over sockets, world sizes 1 to 4", "[tcp][mp]") {
   for (int n : {1, 2, 3, 4}) {

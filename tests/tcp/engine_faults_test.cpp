@@ -70,7 +70,7 @@ std::shared_ptr<WorkState> allreduce(Engine& e, float* data, std::size_t count, 
                                      Duration timeout = 60s, bool driven = false) {
   auto o = std::make_unique<Op>();
   o->kind = Op::Kind::collective;
-  o->args.kind = OpKind::allreduce;
+  o->args.kind = OpType::allreduce;
   o->args.in = data;
   o->args.out = data;
   o->args.count = count;
@@ -78,7 +78,7 @@ std::shared_ptr<WorkState> allreduce(Engine& e, float* data, std::size_t count, 
   o->args.op = ReduceOp::sum;
   o->args.small_bytes = 256 * 1024;
   o->args.slice_bytes = 1 << 20;
-  o->sig.kind = OpKind::allreduce;
+  o->sig.kind = OpType::allreduce;
   o->sig.seq = seq;
   o->sig.dtype = DataType::float32;
   o->sig.count = count;

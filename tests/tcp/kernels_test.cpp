@@ -254,24 +254,28 @@ TEST_CASE("OpSignature encodes to the documented bytes", "[tcp][kernels]") {
     EncodedSignature bytes;
   };
   const Vector vectors[] = {
-      {{OpKind::allreduce, DataType::float32, ReduceOp::sum, 0, 1024, 5},
-       {0x43, 0x48, 0x53, 0x47, 2, 1, 8, 0, 0, 0, 0, 0, 0, 0, 0, 0,  //
+      {{OpType::allreduce, DataType::float32, ReduceOp::sum, 0, 1024, 5},
+       {0x43, 0x48, 0x53, 0x47, 2, 0, 8, 0, 0, 0, 0, 0, 0, 0, 0, 0,  //
         0x00, 0x04, 0,    0,    0, 0, 0, 0, 5, 0, 0, 0, 0, 0, 0, 0}},
-      {{OpKind::reduce, DataType::bfloat16, ReduceOp::max, 3, 123456789012ull, 42},
-       {0x43, 0x48, 0x53, 0x47, 2,    5, 7, 3, 3,  0, 0, 0, 0, 0, 0, 0,  //
+      {{OpType::reduce, DataType::bfloat16, ReduceOp::max, 3, 123456789012ull, 42},
+       {0x43, 0x48, 0x53, 0x47, 2,    4, 7, 3, 3,  0, 0, 0, 0, 0, 0, 0,  //
         0x14, 0x1a, 0x99, 0xbe, 0x1c, 0, 0, 0, 42, 0, 0, 0, 0, 0, 0, 0}},
-      {{OpKind::scatter, DataType::int64, ReduceOp::sum, 258, 7, 1},
-       {0x43, 0x48, 0x53, 0x47, 2, 7, 4, 0, 0x02, 0x01, 0, 0, 0, 0, 0, 0,  //
+      {{OpType::scatter, DataType::int64, ReduceOp::sum, 258, 7, 1},
+       {0x43, 0x48, 0x53, 0x47, 2, 6, 4, 0, 0x02, 0x01, 0, 0, 0, 0, 0, 0,  //
         7,    0,    0,    0,    0, 0, 0, 0, 1,    0,    0, 0, 0, 0, 0, 0}},
-      {{OpKind::reduce_scatter, DataType::float16, ReduceOp::avg, 0, 33, 0x0102030405060708ull},
-       {0x43, 0x48, 0x53, 0x47, 2, 3, 6, 4, 0, 0, 0, 0, 0, 0, 0, 0,  //
+      {{OpType::reduce_scatter, DataType::float16, ReduceOp::avg, 0, 33, 0x0102030405060708ull},
+       {0x43, 0x48, 0x53, 0x47, 2, 2, 6, 4, 0, 0, 0, 0, 0, 0, 0, 0,  //
         33,   0,    0,    0,    0, 0, 0, 0, 8, 7, 6, 5, 4, 3, 2, 1}},
-      {{OpKind::barrier, DataType::uint8, ReduceOp::sum, 0, 0, 9},
-       {0x43, 0x48, 0x53, 0x47, 2, 9, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0,  //
+      {{OpType::barrier, DataType::uint8, ReduceOp::sum, 0, 0, 9},
+       {0x43, 0x48, 0x53, 0x47, 2, 8, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0,  //
         0,    0,    0,    0,    0, 0, 0, 0, 9, 0, 0, 0, 0, 0, 0, 0}},
-      {{OpKind::allgather, DataType::float32, ReduceOp::sum, 0, 65536, 2},
-       {0x43, 0x48, 0x53, 0x47, 2, 2, 8, 0, 0, 0, 0, 0, 0, 0, 0, 0,  //
+      {{OpType::allgather, DataType::float32, ReduceOp::sum, 0, 65536, 2},
+       {0x43, 0x48, 0x53, 0x47, 2, 1, 8, 0, 0, 0, 0, 0, 0, 0, 0, 0,  //
         0,    0,    1,    0,    0, 0, 0, 0, 2, 0, 0, 0, 0, 0, 0, 0}},
+      // A coalesced allreduce of 0x010203 tensors: their number in bytes 13..15.
+      {{OpType::allreduce, DataType::int32, ReduceOp::max, 0, 10, 3, 0x010203},
+       {0x43, 0x48, 0x53, 0x47, 2, 0, 2, 3, 0, 0, 0, 0, 0, 3, 2, 1,  //
+        10,   0,    0,    0,    0, 0, 0, 0, 3, 0, 0, 0, 0, 0, 0, 0}},
   };
   for (const Vector& v : vectors) {
     INFO(describe(v.sig));
@@ -283,7 +287,7 @@ TEST_CASE("OpSignature encodes to the documented bytes", "[tcp][kernels]") {
 }
 
 TEST_CASE("OpSignature round-trips and describes mismatches", "[tcp][kernels]") {
-  OpSignature s{OpKind::reduce, DataType::bfloat16, ReduceOp::max, 3, 123456789012ull, 42};
+  OpSignature s{OpType::reduce, DataType::bfloat16, ReduceOp::max, 3, 123456789012ull, 42};
   const EncodedSignature e = encode(s);
   const auto back = decode_signature(e.data());
   REQUIRE(back);
@@ -294,18 +298,24 @@ TEST_CASE("OpSignature round-trips and describes mismatches", "[tcp][kernels]") 
   bad = e;
   bad[5] = 99;
   CHECK_FALSE(decode_signature(bad.data()));
+  bad = e;
+  bad[5] = static_cast<std::uint8_t>(OpType::send);  // point-to-point ops carry no signature
+  CHECK_FALSE(decode_signature(bad.data()));
+  bad = e;
+  bad[4] = 1;  // version 1 numbered the kinds differently: never mistaken for this one
+  CHECK_FALSE(decode_signature(bad.data()));
 
-  OpSignature a{OpKind::allreduce, DataType::float32, ReduceOp::sum, 0, 1024, 5};
+  OpSignature a{OpType::allreduce, DataType::float32, ReduceOp::sum, 0, 1024, 5};
   OpSignature b = a;
   b.count = 2048;
   const std::string msg = describe_mismatch(a, 0, b, 2);
   CHECK(msg.find("rank 0 issued allreduce (seq 5, 1024 x float32, sum)") != std::string::npos);
   CHECK(msg.find("rank 2 issued allreduce (seq 5, 2048 x float32, sum)") != std::string::npos);
   CHECK(msg.find("count") != std::string::npos);
-  OpSignature c{OpKind::broadcast, DataType::float32, ReduceOp::sum, 1, 1024, 5};
+  OpSignature c{OpType::broadcast, DataType::float32, ReduceOp::sum, 1, 1024, 5};
   CHECK(describe_mismatch(a, 0, c, 1).find("different collectives") != std::string::npos);
   CHECK(describe(c) == "broadcast (seq 5, 1024 x float32, root 1)");
-  CHECK(describe(OpSignature{OpKind::barrier, DataType::uint8, ReduceOp::sum, 0, 0, 9}) ==
+  CHECK(describe(OpSignature{OpType::barrier, DataType::uint8, ReduceOp::sum, 0, 0, 9}) ==
         "barrier (seq 9)");
 
   // The reserved bytes must be zero (a version 1 peer's SharedBuffer flag among them): else
@@ -316,6 +326,15 @@ TEST_CASE("OpSignature round-trips and describes mismatches", "[tcp][kernels]") 
   flags = encode(a);
   flags[4] = 1;
   CHECK_FALSE(decode_signature(flags.data()));
+
+  // Same total in a different number of tensors (a coalesced op split differently).
+  OpSignature three = a;
+  three.parts = 3;
+  OpSignature two = a;
+  two.parts = 2;
+  CHECK(describe(three) == "allreduce (seq 5, 1024 x float32 in 3 tensors, sum)");
+  CHECK(describe_mismatch(three, 0, two, 1).find("different number of tensors") !=
+        std::string::npos);
 }
 
 TEST_CASE("stream_copy copies exactly the bytes asked for, at every alignment", "[tcp][kernels]") {

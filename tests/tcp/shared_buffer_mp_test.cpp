@@ -35,11 +35,11 @@ std::vector<Case> shared_cases(int n) {
   int root = 0;
   for (DataType dt : kAllTypes) {
     for (ReduceOp op : kAllOps) {
-      for (OpKind kind : {OpKind::allreduce, OpKind::reduce_scatter}) {
+      for (OpType kind : {OpType::allreduce, OpType::reduce_scatter}) {
         cases.push_back({kind, n, shared_count(dt, 256 * 1024), dt, op, 0, in_place = !in_place});
       }
     }
-    for (OpKind kind : {OpKind::allgather, OpKind::broadcast}) {
+    for (OpType kind : {OpType::allgather, OpType::broadcast}) {
       for (bool place : {false, true}) {
         cases.push_back(
             {kind, n, shared_count(dt, 256 * 1024), dt, ReduceOp::sum, root++ % n, place});
@@ -49,14 +49,14 @@ std::vector<Case> shared_cases(int n) {
   // Out of place with the group's outputs at 32 MiB: the outputs are streamed (direct.cpp's
   // reduce_and_stream), unaligned at the odd count's end.
   const auto group_share = (std::size_t{32} << 20) / static_cast<std::size_t>(n);
-  cases.push_back({OpKind::allreduce, n, shared_count(DataType::float32, group_share),
+  cases.push_back({OpType::allreduce, n, shared_count(DataType::float32, group_share),
                    DataType::float32, ReduceOp::sum, 0, false});
-  cases.push_back({OpKind::allreduce, n, shared_count(DataType::int32, group_share),
+  cases.push_back({OpType::allreduce, n, shared_count(DataType::int32, group_share),
                    DataType::int32, ReduceOp::max, 0, false});
   for (bool place : {false, true}) {
-    cases.push_back({OpKind::allreduce, n, shared_count(DataType::float32, 3 << 20),
+    cases.push_back({OpType::allreduce, n, shared_count(DataType::float32, 3 << 20),
                      DataType::float32, ReduceOp::sum, 0, place});
-    cases.push_back({OpKind::allreduce, n, shared_count(DataType::bfloat16, 3 << 20),
+    cases.push_back({OpType::allreduce, n, shared_count(DataType::bfloat16, 3 << 20),
                      DataType::bfloat16, ReduceOp::avg, 0, place});
   }
   return cases;
@@ -106,13 +106,13 @@ std::vector<Case> mixed_cases(int n) {
   int root = 0;
   for (std::size_t bytes : {std::size_t{4000}, std::size_t{256 * 1024}, std::size_t{1} << 20}) {
     for (bool place : {false, true}) {
-      for (OpKind kind : {OpKind::allreduce, OpKind::reduce_scatter}) {
+      for (OpType kind : {OpType::allreduce, OpType::reduce_scatter}) {
         cases.push_back({kind, n, shared_count(DataType::float32, bytes), DataType::float32,
                          ReduceOp::sum, 0, place});
         cases.push_back({kind, n, shared_count(DataType::bfloat16, bytes), DataType::bfloat16,
                          ReduceOp::avg, 0, place});
       }
-      for (OpKind kind : {OpKind::allgather, OpKind::broadcast}) {
+      for (OpType kind : {OpType::allgather, OpType::broadcast}) {
         cases.push_back({kind, n, shared_count(DataType::int32, bytes), DataType::int32,
                          ReduceOp::sum, root++ % n, place});
       }

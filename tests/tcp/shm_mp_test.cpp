@@ -64,19 +64,19 @@ std::vector<Case> large_cases(int n) {
   std::vector<Case> cases;
   int root = 0;
   for (std::size_t count : {std::size_t{700'001}, std::size_t{16'385}, std::size_t{3}}) {
-    for (OpKind kind :
-         {OpKind::allreduce, OpKind::allgather, OpKind::reduce_scatter, OpKind::broadcast,
-          OpKind::reduce, OpKind::gather, OpKind::scatter, OpKind::all_to_all}) {
+    for (OpType kind :
+         {OpType::allreduce, OpType::allgather, OpType::reduce_scatter, OpType::broadcast,
+          OpType::reduce, OpType::gather, OpType::scatter, OpType::all_to_all}) {
       for (bool in_place : {false, true}) {
         Case c{kind, n, count, DataType::float32, ReduceOp::sum, root++ % n, in_place};
-        if (kind == OpKind::all_to_all) {
+        if (kind == OpType::all_to_all) {
           c.count = count / 4 * static_cast<std::size_t>(n);
         }
         cases.push_back(c);
       }
     }
-    cases.push_back({OpKind::allreduce, n, count, DataType::int64, ReduceOp::max, 0, false});
-    cases.push_back({OpKind::allreduce, n, count, DataType::bfloat16, ReduceOp::sum, 0, true});
+    cases.push_back({OpType::allreduce, n, count, DataType::int64, ReduceOp::max, 0, false});
+    cases.push_back({OpType::allreduce, n, count, DataType::bfloat16, ReduceOp::sum, 0, true});
   }
   return cases;
 }
@@ -103,13 +103,13 @@ std::vector<Case> reduce_on_arrival_cases(int n) {
   int root = 0;
   for (DataType dt : kAllTypes) {
     for (ReduceOp op : kAllOps) {
-      for (OpKind kind : {OpKind::allreduce, OpKind::reduce_scatter, OpKind::reduce}) {
-        cases.push_back({OpKind::broadcast, n, 5, DataType::int8, ReduceOp::sum, 0, false});
+      for (OpType kind : {OpType::allreduce, OpType::reduce_scatter, OpType::reduce}) {
+        cases.push_back({OpType::broadcast, n, 5, DataType::int8, ReduceOp::sum, 0, false});
         cases.push_back({kind, n, 20'011, dt, op, root++ % n, in_place = !in_place});
       }
     }
   }
-  cases.push_back({OpKind::allreduce, n, 300'007, DataType::float64, ReduceOp::avg, 0, false});
+  cases.push_back({OpType::allreduce, n, 300'007, DataType::float64, ReduceOp::avg, 0, false});
   return cases;
 }
 
@@ -203,7 +203,7 @@ TEST_CASE("a group over two hosts: shared memory inside each, tcp between them",
         // A host of one: no segment.
         ::setenv("CHORUS_HOST_ID", fmt::format("alone-{}", rank).c_str(), 1);
         auto alone = make_tcp_group(store, rank, n, loopback_options());
-        run_cases(*alone, {{OpKind::allreduce, n, 100'003, DataType::float32}}, rank);
+        run_cases(*alone, {{OpType::allreduce, n, 100'003, DataType::float32}}, rank);
       },
       150s);
   REQUIRE_ALL_OK(results);

@@ -64,7 +64,7 @@ std::vector<int> two_cpus() {
 
 OpSignature allreduce_sig(std::uint64_t seq, std::size_t count) {
   OpSignature sig;
-  sig.kind = OpKind::allreduce;
+  sig.kind = OpType::allreduce;
   sig.seq = seq;
   sig.dtype = DataType::float32;
   sig.count = count;

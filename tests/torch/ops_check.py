@@ -237,6 +237,17 @@ dist.all_gather_coalesced(outl, [torch.full((k + 1,), float(rank * 10 + k)) for 
 for j in range(n):
     for k in range(2):
         same(outl[j][k], torch.full((k + 1,), float(j * 10 + k)), "all_gather_coalesced")
+# One chorus op over every tensor (OpDescriptor::ins/outs): sizes differing, an empty one, a
+# non-contiguous one (staged and copied back), MAX, against gloo.
+ts = [torch.arange(5.0) * (rank + 1), torch.zeros(0), torch.full((3, 2), float(rank)).t(),
+      torch.arange(700.0) - rank]
+gl = [t.clone() for t in ts]
+dist.all_reduce_coalesced(ts, op=dist.ReduceOp.MAX)
+dist.all_reduce_coalesced(gl, op=dist.ReduceOp.MAX, group=gloo)
+for a, b in zip(ts, gl):
+    same(a, b, "all_reduce_coalesced (MAX, uneven, non-contiguous) vs gloo")
+check(not ts[2].is_contiguous(), "all_reduce_coalesced kept the tensor's own layout")
+counts["vs_gloo"] += 1
 
 # Object collectives (pickled over allgather / broadcast / gather / scatter).
 objs = [None] * n

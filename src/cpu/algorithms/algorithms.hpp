@@ -40,9 +40,17 @@ struct HostMap {
 // Groups ranks by equal host ids ("" counts as a host of its own).
 HostMap make_host_map(const std::vector<std::string>& host_ids);
 
+// One tensor pair of a coalesced op (OpDescriptor::ins/outs); count as OpSignature::count
+// for the op on that pair alone.
+struct CoalescedPart {
+  const void* in = nullptr;
+  void* out = nullptr;
+  std::size_t count = 0;
+};
+
 // Validated arguments of one collective. Counts follow OpSignature::count.
 struct CollectiveArgs {
-  OpKind kind = OpKind::barrier;
+  OpType kind = OpType::barrier;
   const void* in = nullptr;
   void* out = nullptr;
   std::size_t count = 0;
@@ -53,6 +61,11 @@ struct CollectiveArgs {
   // size() entries; owned by the Op); null for the other ops.
   const std::size_t* in_counts = nullptr;
   const std::size_t* out_counts = nullptr;
+  // A coalesced op's pairs (num_parts of them, owned by the Op); in and out are then null and
+  // count is the sum of the parts' counts. No algorithm sees them: build_schedule() packs them
+  // into scratch around the op's ordinary algorithm (coalesced.cpp).
+  const CoalescedPart* parts = nullptr;
+  std::size_t num_parts = 0;
   // TcpGroupOptions: the hierarchical allreduce's phases use their latency algorithms up to
   // small_bytes; slice_bytes per pipeline slice.
   std::size_t small_bytes = 64 * 1024;
@@ -80,9 +93,9 @@ struct CollectiveArgs {
 // (the op's count in bytes); below it the rings and the board win. The same on every rank.
 inline constexpr std::size_t kSharedBufferMinBytes = kSharedBufferMinOpBytes;
 // Whether `kind` has a direct algorithm that maps SharedBuffers.
-inline bool maps_shared_buffers(OpKind kind) noexcept {
-  return kind == OpKind::allreduce || kind == OpKind::reduce_scatter || kind == OpKind::allgather ||
-         kind == OpKind::broadcast;
+inline bool maps_shared_buffers(OpType kind) noexcept {
+  return kind == OpType::allreduce || kind == OpType::reduce_scatter || kind == OpType::allgather ||
+         kind == OpType::broadcast;
 }
 // Whether the op's algorithm depends on the kinds of memory its ranks pass (SharedBuffers or
 // not), which the ranks do not know of each other before the op: then it is built by
@@ -97,9 +110,10 @@ bool needs_memory_agreement(int size, const CollectiveArgs& a) noexcept;
 void build_memory_agreement(Schedule& s, const CollectiveArgs& a);
 
 // CHORUS_ALGO: "op=algorithm[,op=algorithm...]", e.g. "allreduce=ring,broadcast=tree".
-// Indexed by OpKind; automatic where the cost model chooses. Throws InvalidArgument naming the
+// Indexed by OpType (point-to-point entries stay automatic); automatic where the cost model
+// chooses. Throws InvalidArgument naming the
 // variable, the entry and the algorithms that op has.
-using AlgorithmOverrides = std::array<AlgorithmId, static_cast<std::size_t>(kLastOpKind) + 1>;
+using AlgorithmOverrides = std::array<AlgorithmId, kNumOpTypes>;
 AlgorithmOverrides parse_algorithm_overrides(const std::string& text);
 
 // The selection inputs of an op (registry.hpp).
@@ -110,14 +124,21 @@ Selection selection_of(int size, const CollectiveArgs& a);
 AlgorithmId select_algorithm(int size, const CollectiveArgs& a);
 // Its name (a static string, for the flight recorder and logs).
 const char* choose_algorithm(int size, const CollectiveArgs& a);
-// Builds the algorithm select_algorithm() picks into `s` (not finalized).
+// Builds the op into `s` (not finalized): a coalesced op packed (build_coalesced), an op whose
+// algorithm depends on every rank's memory kind agreed in-band (build_memory_agreement), else
+// build_chosen().
 void build_schedule(Schedule& s, const CollectiveArgs& a);
+// Builds the algorithm select_algorithm() picks, with no in-band agreement: for buffers every
+// rank knows to be private (a coalesced op's packed scratch), and agreement's own phases.
+void build_chosen(Schedule& s, const CollectiveArgs& a);
 // The choice for every op at each size in `sizes` (bytes), with the predicted time of each
 // algorithm that may be the default: "op bytes chosen (alg us, alg us, ...)" lines. `group`
 // carries the group-wide fields (hosts, peer_memory, shared_memory, costs).
 std::string describe_choices(int size, const CollectiveArgs& group,
                              const std::vector<std::size_t>& sizes);
 
+// A coalesced op: packs its parts, builds the op's algorithm on the packed buffer, unpacks.
+void build_coalesced(Schedule& s, const CollectiveArgs& a);
 void build_ring_allreduce(Schedule& s, const CollectiveArgs& a);
 void build_rd_allreduce(Schedule& s, const CollectiveArgs& a);
 // Reduce-scatter by recursive halving, allgather by recursive doubling.

@@ -76,9 +76,9 @@ Extents extents_of(const CollectiveArgs& a, int n) {
   const std::size_t bytes = a.count * element_size(a.dtype);
   const auto un = static_cast<std::size_t>(n);
   switch (a.kind) {
-    case OpKind::reduce_scatter:
+    case OpType::reduce_scatter:
       return {bytes * un, bytes};
-    case OpKind::allgather:
+    case OpType::allgather:
       return {bytes, bytes * un};
     default:
       return {bytes, bytes};
@@ -294,7 +294,7 @@ void reduce_and_stream(const CollectiveArgs& a, const std::vector<PeerAccess>& o
 // output, the other ops' input (the only buffer peers read; the others write only their own).
 bool shares(const CollectiveArgs& a, const BufferKeys& k) {
   return a.one_sided->mappable(k.in) &&
-         (a.kind != OpKind::allreduce || a.one_sided->mappable(k.out));
+         (a.kind != OpType::allreduce || a.one_sided->mappable(k.out));
 }
 
 }  // namespace
@@ -309,7 +309,7 @@ void build_memory_agreement(Schedule& s, const CollectiveArgs& a) {
     // Not every rank passed SharedBuffers: this rank knows the outcome without waiting for
     // the keys, and its algorithm starts at once (nothing of it depends on their receives).
     rest.shared_buffers = false;
-    build_schedule(s, rest);
+    build_chosen(s, rest);
     return;
   }
   const int n = s.size();
@@ -318,7 +318,7 @@ void build_memory_agreement(Schedule& s, const CollectiveArgs& a) {
     for (int q = 0; q < n; ++q) {
       rest.shared_buffers = rest.shared_buffers && shares(rest, rest.keys[q]);
     }
-    build_schedule(next, rest);
+    build_chosen(next, rest);
   });
 }
 

@@ -99,7 +99,7 @@ void build_hierarchical_allreduce(Schedule& s, const CollectiveArgs& a) {
     if (host.size() > 1) {
       CollectiveArgs phase = segment_args(k);
       s.enter_view(host, kNoTask);
-      phase.kind = OpKind::reduce;
+      phase.kind = OpType::reduce;
       phase.root = 0;
       if (!leader) {
         phase.out = nullptr;
@@ -120,7 +120,7 @@ void build_hierarchical_allreduce(Schedule& s, const CollectiveArgs& a) {
       }
       const TaskId gate = s.join_range(reduced[uk].from, reduced[uk].to);
       s.enter_view(leaders, gate);
-      phase.kind = OpKind::allreduce;
+      phase.kind = OpType::allreduce;
       small ? build_rd_allreduce(s, phase) : build_ring_allreduce(s, phase);
       s.leave_view();
     }
@@ -135,7 +135,7 @@ void build_hierarchical_allreduce(Schedule& s, const CollectiveArgs& a) {
                                  : s.join_range(reduced[uk].from, reduced[uk].to);
       CollectiveArgs phase = segment_args(k);
       s.enter_view(host, gate);
-      phase.kind = OpKind::broadcast;
+      phase.kind = OpType::broadcast;
       phase.root = 0;
       phase.in = phase.out;
       small ? build_tree_broadcast(s, phase) : build_chain_broadcast(s, phase);

@@ -9,6 +9,7 @@
 #include <array>
 #include <cmath>
 
+#include "core/op_rules.hpp"
 #include "cpu/algorithms/algorithms.hpp"
 
 namespace chorus::cpu {
@@ -63,12 +64,9 @@ int ceil_log2(int n) {
   }
   return l;
 }
-bool reduces(OpKind kind) {
-  return kind == OpKind::allreduce || kind == OpKind::reduce || kind == OpKind::reduce_scatter;
-}
 // Microseconds to reduce `bytes` (0 for ops that do not reduce).
 double reduce_us(const Selection& s, double bytes) {
-  return reduces(s.kind) ? bytes / (s.costs->reduce_gbps * 1e3) : 0;
+  return op_rule(s.kind).reduces ? bytes / (s.costs->reduce_gbps * 1e3) : 0;
 }
 // A pipelined step hides its reductions behind its transfers, all but the last slice's: what
 // one step of `block` bytes adds.
@@ -167,7 +165,7 @@ double hierarchical_us(const Selection& s) {
   const Phase leaders = cheaper(recursive_doubling(s, s.costs->network, hosts),
                                 ring_allreduce(s, s.costs->network, hosts));
   Selection as_broadcast = s;
-  as_broadcast.kind = OpKind::broadcast;
+  as_broadcast.kind = OpType::broadcast;
   const Phase bcast =
       cheaper(tree(as_broadcast, s.host_link(), local), chain(as_broadcast, s.host_link(), local));
   return reduce.alpha_us + leaders.alpha_us + bcast.alpha_us +
@@ -205,7 +203,7 @@ bool direct_may_be_default(const Selection& s) {
 }
 
 using A = AlgorithmId;
-using K = OpKind;
+using K = OpType;
 constexpr AlgorithmSpec kRegistry[] = {
     {K::allreduce, A::ring, always, always, false, ring_allreduce_us, build_ring_allreduce},
     {K::allreduce, A::recursive_doubling, always, always, true, recursive_doubling_us,
@@ -283,7 +281,7 @@ const char* algorithm_name(AlgorithmId id) noexcept {
   return "unknown";
 }
 
-std::span<const AlgorithmSpec> algorithms_of(OpKind kind) noexcept {
+std::span<const AlgorithmSpec> algorithms_of(OpType kind) noexcept {
   // The rows of one op are adjacent.
   const std::span<const AlgorithmSpec> all(kRegistry);
   const auto first =
@@ -293,7 +291,7 @@ std::span<const AlgorithmSpec> algorithms_of(OpKind kind) noexcept {
   return {first, last};
 }
 
-const AlgorithmSpec* find_algorithm(OpKind kind, AlgorithmId id) noexcept {
+const AlgorithmSpec* find_algorithm(OpType kind, AlgorithmId id) noexcept {
   for (const AlgorithmSpec& a : algorithms_of(kind)) {
     if (a.id == id) {
       return &a;
@@ -302,7 +300,7 @@ const AlgorithmSpec* find_algorithm(OpKind kind, AlgorithmId id) noexcept {
   return nullptr;
 }
 
-const AlgorithmSpec* find_algorithm(OpKind kind, std::string_view name) noexcept {
+const AlgorithmSpec* find_algorithm(OpType kind, std::string_view name) noexcept {
   for (const AlgorithmSpec& a : algorithms_of(kind)) {
     if (name == algorithm_name(a.id)) {
       return &a;

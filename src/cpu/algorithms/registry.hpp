@@ -40,7 +40,7 @@ const char* algorithm_name(AlgorithmId id) noexcept;
 // What an algorithm's applicability and cost depend on: the op, its size and the group-wide
 // facts every rank shares (never this rank's own state).
 struct Selection {
-  OpKind kind = OpKind::barrier;
+  OpType kind = OpType::barrier;
   ReduceOp op = ReduceOp::sum;
   int size = 1;            // world size
   double bytes = 0;        // the op's count in bytes (OpSignature::count x element size)
@@ -66,7 +66,7 @@ struct Selection {
 
 // One algorithm of one op.
 struct AlgorithmSpec {
-  OpKind kind;
+  OpType kind;
   AlgorithmId id;
   // Whether it can run for this op on this group (forced where it cannot, the choice falls
   // back to the cheapest that can).
@@ -83,10 +83,10 @@ struct AlgorithmSpec {
 };
 
 // The algorithms of `kind`, in order of preference where costs tie.
-std::span<const AlgorithmSpec> algorithms_of(OpKind kind) noexcept;
+std::span<const AlgorithmSpec> algorithms_of(OpType kind) noexcept;
 // The spec of (kind, id), or nullptr if that op has no such algorithm.
-const AlgorithmSpec* find_algorithm(OpKind kind, AlgorithmId id) noexcept;
+const AlgorithmSpec* find_algorithm(OpType kind, AlgorithmId id) noexcept;
 // The algorithm of `kind` called `name`, or nullptr.
-const AlgorithmSpec* find_algorithm(OpKind kind, std::string_view name) noexcept;
+const AlgorithmSpec* find_algorithm(OpType kind, std::string_view name) noexcept;
 
 }  // namespace chorus::cpu

@@ -4,6 +4,7 @@
 // figures (link_costs.hpp). World size 1 is a local copy.
 #include <algorithm>
 #include <limits>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -19,31 +20,15 @@
 namespace chorus::cpu {
 namespace {
 
-constexpr OpKind kAllOps[] = {OpKind::allreduce,  OpKind::allgather,       OpKind::reduce_scatter,
-                              OpKind::broadcast,  OpKind::reduce,          OpKind::gather,
-                              OpKind::scatter,    OpKind::all_to_all,      OpKind::barrier,
-                              OpKind::allgatherv, OpKind::reduce_scatterv, OpKind::all_to_allv};
-
+// A group of one rank: the output is the input (avg over one rank is the value itself), so
+// copying the input to the output, where the op has both and they differ, is every op's
+// result; the variable-size ops lay theirs out by their counts.
 void build_single_rank(Schedule& s, const CollectiveArgs& a) {
-  const std::size_t bytes = a.count * element_size(a.dtype);
-  switch (a.kind) {
-    case OpKind::allreduce:
-    case OpKind::reduce:
-    case OpKind::allgather:
-    case OpKind::reduce_scatter:
-    case OpKind::gather:
-    case OpKind::scatter:
-    case OpKind::all_to_all:
-      // avg over one rank is the value itself.
-      s.copy(a.out, a.in, bytes);
-      break;
-    case OpKind::allgatherv:
-    case OpKind::reduce_scatterv:
-    case OpKind::all_to_allv:
-      return build_variable_single_rank(s, a);
-    case OpKind::broadcast:
-    case OpKind::barrier:
-      break;
+  if (a.in_counts != nullptr || a.out_counts != nullptr) {
+    return build_variable_single_rank(s, a);
+  }
+  if (a.in != nullptr && a.out != nullptr) {
+    s.copy(a.out, a.in, a.count * element_size(a.dtype));
   }
 }
 
@@ -69,6 +54,17 @@ const AlgorithmSpec* cheapest(const Selection& sel) {
   return best;
 }
 
+// The op called `name` that has algorithms (every collective; send and recv have none).
+std::optional<OpType> find_op(const std::string& name) {
+  for (int t = 0; t < kNumOpTypes; ++t) {
+    const auto kind = static_cast<OpType>(t);
+    if (name == to_string(kind) && !algorithms_of(kind).empty()) {
+      return kind;
+    }
+  }
+  return std::nullopt;
+}
+
 const AlgorithmSpec& spec_of(const CollectiveArgs& a, AlgorithmId id) {
   const AlgorithmSpec* spec = find_algorithm(a.kind, id);
   CHORUS_CHECK(spec != nullptr, "{} has no algorithm {}", to_string(a.kind), algorithm_name(id));
@@ -87,9 +83,9 @@ AlgorithmOverrides parse_algorithm_overrides(const std::string& text) {
     const std::size_t eq = entry.find('=');
     const std::string op = entry.substr(0, eq);
     const std::string name = eq == std::string::npos ? "" : entry.substr(eq + 1);
-    const auto kind = std::find_if(std::begin(kAllOps), std::end(kAllOps),
-                                   [&](OpKind k) { return op == to_string(k); });
-    if (kind == std::end(kAllOps)) {
+    // The ops CHORUS_ALGO names are those with registered algorithms.
+    const auto kind = find_op(op);
+    if (!kind) {
       throw InvalidArgument(fmt::format(
           "CHORUS_ALGO='{}': '{}' names no collective; use op=algorithm entries separated by "
           "commas, e.g. allreduce=ring,broadcast=tree",
@@ -154,9 +150,16 @@ bool needs_memory_agreement(int size, const CollectiveArgs& a) noexcept {
 }
 
 void build_schedule(Schedule& s, const CollectiveArgs& a) {
+  if (a.num_parts != 0) {
+    return build_coalesced(s, a);
+  }
   if (needs_memory_agreement(s.size(), a)) {
     return build_memory_agreement(s, a);
   }
+  build_chosen(s, a);
+}
+
+void build_chosen(Schedule& s, const CollectiveArgs& a) {
   const AlgorithmId id = select_algorithm(s.size(), a);
   if (id == AlgorithmId::local) {
     return build_single_rank(s, a);
@@ -167,7 +170,8 @@ void build_schedule(Schedule& s, const CollectiveArgs& a) {
 std::string describe_choices(int size, const CollectiveArgs& group,
                              const std::vector<std::size_t>& sizes) {
   std::string out;
-  for (OpKind kind : kAllOps) {
+  for (int t = 0; t < kNumOpTypes; ++t) {
+    const auto kind = static_cast<OpType>(t);
     if (algorithms_of(kind).size() < 2) {
       continue;  // one algorithm: nothing is chosen
     }

@@ -103,7 +103,7 @@ void build_pairwise_all_to_allv(Schedule& s, const CollectiveArgs& a) {
 
 // One rank: the output is the input (avg over one rank is the value itself).
 void build_variable_single_rank(Schedule& s, const CollectiveArgs& a) {
-  const std::size_t* counts = a.kind == OpKind::reduce_scatterv ? a.in_counts : a.out_counts;
+  const std::size_t* counts = a.kind == OpType::reduce_scatterv ? a.in_counts : a.out_counts;
   if (a.in != a.out) {
     s.copy(a.out, a.in, counts[0] * element_size(a.dtype));
   }

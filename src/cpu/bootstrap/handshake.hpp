@@ -26,8 +26,10 @@
 namespace chorus::cpu {
 
 inline constexpr std::uint32_t kHelloMagic = 0x43544843;  // "CHTC"
-inline constexpr std::uint16_t kProtocolVersion = 4;      // 4: data streams 64-byte aligned
-inline constexpr std::uint16_t kProbeChannel = 0xffff;    // "are you alive?", then close
+// 4: data streams 64-byte aligned; 5: op signatures v2 (kinds are OpType values, coalesced
+// ops carry their number of tensors), so a mixed job fails at the hello, not mid-op.
+inline constexpr std::uint16_t kProtocolVersion = 5;
+inline constexpr std::uint16_t kProbeChannel = 0xffff;  // "are you alive?", then close
 // The answer to a dial that crossed the answering (lower) rank's own dial: "use mine".
 inline constexpr std::uint16_t kCrossingChannel = 0xfffe;
 // check_hello's expect_src for an end that accepts a link from any other rank.

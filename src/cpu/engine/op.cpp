@@ -17,7 +17,7 @@ std::string Op::what() const {
                        other);
   }
   std::string text = describe(sig);
-  if (sig.kind != OpKind::barrier) {
+  if (sig.kind != OpType::barrier) {
     // describe() gives counts; messages also want bytes.
     text.insert(text.size() - 1, fmt::format(", {}", format_bytes(bytes)));
   }

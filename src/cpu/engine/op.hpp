@@ -29,6 +29,8 @@ struct Op {
   // The variable-size collectives' counts per rank, which args.in_counts/out_counts point into.
   std::vector<std::size_t> in_counts;
   std::vector<std::size_t> out_counts;
+  // A coalesced op's tensor pairs, which args.parts points into.
+  std::vector<CoalescedPart> parts;
   OpSignature sig;  // collective
   // Runs through the transport's SmallOps capability (Engine::runs_small()), not a schedule.
   bool via_small_ops = false;

@@ -70,7 +70,7 @@ class SlotBoard final : public SmallOps {
   const char* name() const noexcept override { return "board"; }
   // Allreduces of 1 byte to kSlotBytes.
   bool takes(const OpSignature& sig, std::size_t bytes) const noexcept override {
-    return sig.kind == OpKind::allreduce && takes(bytes);
+    return sig.kind == OpType::allreduce && takes(bytes);
   }
   std::size_t max_bytes() const noexcept override { return kSlotBytes; }
 
