@@ -72,6 +72,8 @@ test-unit: build-unit
 # (docs/results.md, "`make test` on 2 cores"). The sanitizers' documentation asks for -O1 or
 # higher; -g1 keeps the line tables that a report's symbolized stack trace needs (function,
 # file, line) and drops only the variables' descriptions, which a report never prints.
+# The test files themselves are compiled at -O0 in these legs (tests/meson.build: almost half
+# of a test file's compile time under the sanitizers is optimizing Catch2's assertions).
 SAN_MESON_OPTS := -Dbench=false -Dexamples=false -Db_lundef=false -Dtorch=disabled
 SAN_FLAGS := -O1 -g1 -fno-omit-frame-pointer -fno-sanitize-recover=all
 SAN_ENV := ASAN_OPTIONS=halt_on_error=1:abort_on_error=0:detect_leaks=1:print_summary=1 \

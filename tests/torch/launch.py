@@ -16,12 +16,21 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
-def free_port():
-    # Bound and closed at once: the kernel hands out ephemeral ports in turn, so the port is
-    # still free when the ranks start (the same window torchrun has).
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+def reserve_port():
+    """A port for a launch's store, held until the launch ends: a socket bound to it with
+    SO_REUSEADDR that never listens. Binding port 0 and closing at once is not enough when
+    launches start together (exit_in_callback starts four, and meson runs test groups side by
+    side): between the close and rank 0's bind, seconds of importing torch, another launch's
+    pick or any connect() may take the same port, and two launches then share one store ("two
+    processes claim rank 1"). While this socket is bound, the kernel hands the port to no bind(0)
+    and no connect(); rank 0's store still binds and listens on it, because torch's TCPStore
+    sets SO_REUSEADDR too and this socket never listens (checked on torch 1.13 and 2.6), and a
+    second store on the port still fails with EADDRINUSE. Returns the socket (the port is
+    sock.getsockname()[1]); Launch closes it."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind(("127.0.0.1", 0))
+    return sock
 
 
 def base_env(extra=None):
@@ -38,8 +47,10 @@ def base_env(extra=None):
 class Launch:
     """Processes of one launch, their output, and a deadline."""
 
-    def __init__(self, procs, deadline_s, what):
+    def __init__(self, procs, deadline_s, what, reserved=None):
         self.procs = procs
+        # reserve_port()'s socket: closed once every process has been waited for (else at exit)
+        self.reserved = reserved
         self.deadline = time.monotonic() + deadline_s
         self.what = what
         self.outputs = [None] * len(procs)
@@ -66,7 +77,13 @@ class Launch:
         for i in range(len(self.procs)):
             if self.codes[i] is None:
                 self.wait(i)
+        self.release()
         return self.codes
+
+    def release(self):
+        if self.reserved is not None:
+            self.reserved.close()
+            self.reserved = None
 
     def kill_all(self):
         for p in self.procs:
@@ -101,15 +118,17 @@ def command(cmd, env, deadline_s, what):
 
 
 def by_hand(script, n, args=(), env=None, deadline_s=120, stdin=subprocess.DEVNULL):
-    """n ranks with env:// variables set by hand (as a user would without a launcher)."""
-    port = free_port()
+    """n ranks with env:// variables set by hand (as a user would without a launcher); MASTER_PORT
+    is reserved for the launch (reserve_port)."""
+    reserved = reserve_port()
+    port = reserved.getsockname()[1]
     procs = []
     for r in range(n):
         e = base_env(env)
         e.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(r), WORLD_SIZE=str(n),
                  LOCAL_RANK=str(r), LOCAL_WORLD_SIZE=str(n))
         procs.append(_popen([sys.executable, script, *args], e, stdin))
-    return Launch(procs, deadline_s, f"{os.path.basename(script)} x{n}")
+    return Launch(procs, deadline_s, f"{os.path.basename(script)} x{n}", reserved)
 
 
 def torchrun(script, n, args=(), env=None, deadline_s=180):
@@ -117,14 +136,16 @@ def torchrun(script, n, args=(), env=None, deadline_s=180):
     torchrun misparses its defaults on Python 3.11 (an IntFlag change). With nolibuv/ on
     PYTHONPATH: Debian 13's torch 2.6 torchrun cannot run a script otherwise."""
     logs = tempfile.mkdtemp(prefix="chorus_torchrun_")
+    reserved = reserve_port()
     env = dict(env or {})
     env["PYTHONPATH"] = os.pathsep.join(
         p for p in (os.path.join(HERE, "nolibuv"), os.environ.get("PYTHONPATH")) if p)
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "1",
            "--nproc_per_node", str(n), "--master_addr", "127.0.0.1",
-           "--master_port", str(free_port()), "--redirects", "1", "--tee", "1",
+           "--master_port", str(reserved.getsockname()[1]), "--redirects", "1", "--tee", "1",
            "--log_dir", logs, script, *args]
-    return Launch([_popen(cmd, base_env(env))], deadline_s, f"torchrun {os.path.basename(script)} x{n}")
+    return Launch([_popen(cmd, base_env(env))], deadline_s, f"torchrun {os.path.basename(script)} x{n}",
+                  reserved)
 
 
 def chorusrun(chorusrun_path, script, n, args=(), env=None, deadline_s=180):

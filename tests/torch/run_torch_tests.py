@@ -88,10 +88,14 @@ def case_package():
 def case_init(method):
     """tcp://, file:// and store= rendezvous (env:// is what every other case uses)."""
     tmp = tempfile.mkdtemp(prefix="chorus_init_")
+    # tcp:// and store=: the store's port is held until the launch is over (reserve_port).
+    reserved = launch.reserve_port()
     try:
-        shared = os.path.join(tmp, "rendezvous") if method == "file" else str(launch.free_port())
+        shared = (os.path.join(tmp, "rendezvous") if method == "file"
+                  else str(reserved.getsockname()[1]))
         outputs = launch.by_hand(INIT, 3, args=[method, shared], deadline_s=120).expect_success()
     finally:
+        reserved.close()
         shutil.rmtree(tmp, ignore_errors=True)
     if ranks_reporting(outputs, f"OK init {method}") != 3:
         raise AssertionError("not every rank finished:\n" + "\n".join(outputs))
