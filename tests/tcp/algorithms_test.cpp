@@ -623,6 +623,62 @@ TEST_CASE("schedule: every op's stream to and from each peer is a multiple of 64
   CHECK(padded > 0);  // the odd sizes above do need pads
 }
 
+// An op whose algorithm the memory kinds choose (build_memory_agreement) sends its keys inside
+// the signature headers: on ordinary memory it posts exactly the messages of the algorithm
+// alone, each header longer by the keys, plus a header alone to each peer the algorithm does
+// not talk to (docs/results.md, "the agreement's cost").
+TEST_CASE("an agreed op carries the keys in its headers: no message of their own",
+          "[tcp][algorithms][shared_buffer]") {
+  cpu::CmaOneSided one_sided;
+  std::vector<float> in(64 * 1024), out(in.size());  // 256 KiB: agreed
+  for (const int n : {2, 3, 4, 5}) {
+    for (const int rank : {0, n - 1}) {
+      INFO(n << " ranks, rank " << rank);
+      cpu::ScratchArena arena, plain_arena;
+      cpu::CollectiveArgs a;
+      a.kind = OpKind::allreduce;
+      a.in = in.data();
+      a.out = out.data();
+      a.count = in.size();
+      a.dtype = DataType::float32;
+      a.peer_memory = true;
+      a.one_sided = &one_sided;
+      REQUIRE(cpu::needs_memory_agreement(n, a));
+      const OpSignature sig{OpKind::allreduce, DataType::float32, ReduceOp::sum, 0, a.count, 1};
+      cpu::Schedule agreed(rank, n, a.dtype, a.op, plain_arena);
+      cpu::build_schedule(agreed, a);
+      agreed.finalize(sig);
+      // The same algorithm, chosen without an agreement.
+      cpu::BufferKeys keys[8];
+      cpu::CollectiveArgs known = a;
+      known.keys = keys;
+      cpu::Schedule plain(rank, n, a.dtype, a.op, arena);
+      cpu::build_schedule(plain, known);
+      plain.finalize(sig);
+      const cpu::MemoryKey mine_in = one_sided.register_buffer(a.in, a.count * sizeof(float));
+      for (int p = 0; p < n; ++p) {
+        if (p == rank) {
+          continue;
+        }
+        INFO("peer " << p);
+        for (const bool sends : {true, false}) {
+          const auto& fifo = sends ? agreed.send_fifo(p) : agreed.recv_fifo(p);
+          const auto& alone = sends ? plain.send_fifo(p) : plain.recv_fifo(p);
+          REQUIRE(!fifo.empty());
+          CHECK(fifo.size() == std::max<std::size_t>(alone.size(), 1));
+          const cpu::Task& header = agreed.tasks()[static_cast<std::size_t>(fifo.front())];
+          CHECK(header.header);
+          CHECK(header.size == cpu::kStreamAlign + sizeof(cpu::BufferKeys));
+          if (sends) {
+            const auto* carried = static_cast<const std::uint8_t*>(header.src) + cpu::kStreamAlign;
+            CHECK(std::memcmp(carried, mine_in.bytes.data(), mine_in.bytes.size()) == 0);
+          }
+        }
+      }
+    }
+  }
+}
+
 // Links are made on demand (link_connector.hpp), so the peers a rank's schedules name are the
 // links it opens. A 4096-rank data-parallel job (small and large allreduce, barrier) must need
 // O(log N) of them per rank, not N - 1. Checked on the schedules themselves, for ranks at the

@@ -29,6 +29,7 @@ struct BufferKeys {
   MemoryKey out;
 };
 static_assert(sizeof(BufferKeys) % kStreamAlign == 0);
+static_assert(sizeof(BufferKeys) <= kHeaderPayloadMaxBytes);  // build_memory_agreement
 
 // Which ranks of a group share a host (host_id.hpp), for the hierarchical algorithms.
 struct HostMap {
@@ -101,7 +102,8 @@ inline bool maps_shared_buffers(OpType kind) noexcept {
 // not), which the ranks do not know of each other before the op: then it is built by
 // build_memory_agreement. Group-wide inputs only, so every rank answers alike.
 bool needs_memory_agreement(int size, const CollectiveArgs& a) noexcept;
-// The op in two phases (direct.cpp): every rank sends its buffers' keys to every peer; a rank
+// The op in two phases (direct.cpp): every rank sends its buffers' keys to every peer, inside
+// the op's signature headers (Schedule::carry_in_header: no message of their own); a rank
 // whose own buffers are not all SharedBuffers knows the outcome at once (not every rank passed
 // them) and builds the chosen algorithm right behind the keys, in the same schedule; a rank
 // whose buffers are SharedBuffers builds the rest once the keys arrived (Schedule::then()),

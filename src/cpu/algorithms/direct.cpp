@@ -6,8 +6,10 @@
 // each rank reads what it needs straight from the other ranks' buffers, once.
 //
 // Every op has three parts:
-//   1. each rank registers its buffers with the transport and sends the keys to its peers
-//      (one small message on the collective stream, after the signature header);
+//   1. each rank registers its buffers with the transport and sends the keys to its peers:
+//      inside the op's signature headers where the memory kinds chose the algorithm
+//      (build_memory_agreement), else (direct forced) as one small message on the collective
+//      stream, after the signature header;
 //   2. a call task does the work: where a peer's buffer can be mapped (OneSided::map: it lies
 //      in a SharedBuffer) with plain memcpy and reductions straight from it, without a scratch
 //      piece or a system call per piece; elsewhere through OneSided::post_read/post_write
@@ -300,20 +302,32 @@ bool shares(const CollectiveArgs& a, const BufferKeys& k) {
 }  // namespace
 
 void build_memory_agreement(Schedule& s, const CollectiveArgs& a) {
-  const std::vector<int> peers = others(s);
-  const Exchange x = exchange_keys(s, a, peers, peers);
-  s.pad_with_messages();  // the rest may come in a continuation, which has no header
+  // The keys ride in the op's signature headers (Schedule::carry_in_header): no message of their
+  // own, so where the algorithm talks to every peer the agreement sends nothing extra, and a
+  // header still goes out with the first data message behind it (executor.hpp).
+  const int n = s.size();
+  const int r = s.rank();
+  auto* of = static_cast<BufferKeys*>(s.scratch(sizeof(BufferKeys) * static_cast<std::size_t>(n)));
+  const Extents e = extents_of(a, n);
+  of[r] = {a.one_sided->register_buffer(a.in, e.in), a.one_sided->register_buffer(a.out, e.out)};
+  s.carry_in_header(&of[r], sizeof(BufferKeys));
   CollectiveArgs rest = a;
-  rest.keys = x.of;
-  if (!shares(a, x.of[s.rank()])) {
+  rest.keys = of;
+  if (!shares(a, of[r])) {
     // Not every rank passed SharedBuffers: this rank knows the outcome without waiting for
-    // the keys, and its algorithm starts at once (nothing of it depends on their receives).
+    // the keys, and its algorithm starts at once, behind the headers (it never reads the
+    // peers' keys: the direct algorithms are not chosen for private buffers).
     rest.shared_buffers = false;
     build_chosen(s, rest);
     return;
   }
-  const int n = s.size();
-  s.then([rest, n](Schedule& next) mutable {
+  // Every header has arrived once the first phase (the headers alone) completed.
+  s.then([rest, of, n, r](Schedule& next) mutable {
+    for (int q = 0; q < n; ++q) {
+      if (q != r) {
+        std::memcpy(&of[q], next.received_payload(q), sizeof(BufferKeys));
+      }
+    }
     rest.shared_buffers = true;
     for (int q = 0; q < n; ++q) {
       rest.shared_buffers = rest.shared_buffers && shares(rest, rest.keys[q]);

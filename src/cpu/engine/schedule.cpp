@@ -3,6 +3,7 @@
 #include "cpu/engine/schedule.hpp"
 
 #include <algorithm>
+#include <cstring>
 
 #include "core/check.hpp"
 
@@ -95,6 +96,7 @@ void Schedule::clear(DataType dtype, ReduceOp op) {
   header_out_ = {};
   next_ = nullptr;
   pad_with_messages_ = false;
+  payload_bytes_ = 0;
 }
 
 TaskId Schedule::add(Task t, std::initializer_list<TaskId> deps) {
@@ -289,7 +291,7 @@ void Schedule::frame_stream(TaskKind kind, int peer, bool with_header) {
   const std::size_t bytes = stream_bytes(fifo);
   StreamFraming framing = stream_framing(bytes);
   if (pad_with_messages_) {
-    framing = {kStreamAlign, (kStreamAlign - bytes % kStreamAlign) % kStreamAlign};
+    framing = {kStreamAlign + payload_bytes_, (kStreamAlign - bytes % kStreamAlign) % kStreamAlign};
   }
   if (with_header) {
     add_header(kind, peer, fifo, framing.header_bytes);
@@ -333,19 +335,30 @@ void Schedule::finalize(const OpSignature& sig) {
   header_out_ = {};
   const EncodedSignature encoded = encode(sig);
   std::copy(encoded.begin(), encoded.end(), header_out_.begin());
+  std::copy(payload_.begin(), payload_.begin() + static_cast<std::ptrdiff_t>(payload_bytes_),
+            header_out_.begin() + kStreamAlign);
   headers_in_.assign(static_cast<std::size_t>(size_), WireHeader{});
   pads_in_.resize(static_cast<std::size_t>(size_));
   // Every peer the op talks to, in either direction, gets and sends a header: the peer set is
-  // made symmetric so that the other side checks too even where data flows one way.
+  // made symmetric so that the other side checks too even where data flows one way. With a
+  // payload, every peer does.
   for (int p = 0; p < size_; ++p) {
-    if (send_fifo_[static_cast<std::size_t>(p)].empty() &&
-        recv_fifo_[static_cast<std::size_t>(p)].empty()) {
+    if (p == rank_ || (payload_bytes_ == 0 && send_fifo_[static_cast<std::size_t>(p)].empty() &&
+                       recv_fifo_[static_cast<std::size_t>(p)].empty())) {
       continue;
     }
     frame_stream(TaskKind::send, p);
     frame_stream(TaskKind::recv, p);
   }
   freeze();
+}
+
+void Schedule::carry_in_header(const void* payload, std::size_t bytes) {
+  CHORUS_CHECK(bytes % kStreamAlign == 0 && bytes <= kHeaderPayloadMaxBytes,
+               "a header payload of {} bytes", bytes);
+  std::memcpy(payload_.data(), payload, bytes);
+  payload_bytes_ = bytes;
+  pad_with_messages_ = true;
 }
 
 void Schedule::finalize_continuation(const OpSignature& sig) {

@@ -47,8 +47,12 @@ inline constexpr TaskId kNoTask = -1;
 inline constexpr std::size_t kStreamAlign = 64;
 inline constexpr std::size_t kPadMessageMinBytes = 4096;
 static_assert(kStreamAlign >= kSignatureBytes);
-// The longest header: a signature padded to 64 bytes, plus up to 63 bytes of a small op's pad.
-using WireHeader = std::array<std::uint8_t, 2 * kStreamAlign>;
+// Bytes an op may carry inside its headers after the signature (Schedule::carry_in_header()):
+// a multiple of kStreamAlign, so that such a header ends aligned.
+inline constexpr std::size_t kHeaderPayloadMaxBytes = 2 * kStreamAlign;
+// The longest header: a signature padded to 64 bytes, plus up to 63 bytes of a small op's pad or
+// a payload (carry_in_header()).
+using WireHeader = std::array<std::uint8_t, kStreamAlign + kHeaderPayloadMaxBytes>;
 using WirePad = std::array<std::uint8_t, kStreamAlign>;
 
 // How one op frames `data_bytes` on a stream: the header's length (signature and zeros) and the
@@ -199,6 +203,16 @@ class Schedule {
   void pad_with_messages() noexcept { pad_with_messages_ = true; }
   // Freezes a continuation: as finalize(), without headers (the first phase checked them).
   void finalize_continuation(const OpSignature& sig);
+  // Every peer gets, and sends, a header, whose signature (padded to kStreamAlign) is followed by
+  // `bytes` of `payload` (copied now; a multiple of kStreamAlign, at most
+  // kHeaderPayloadMaxBytes); the streams are padded by pad messages only (pad_with_messages()).
+  // Every rank of the op must make the same call with the same size. What a peer sent lies at
+  // received_payload(peer) once the first phase completed (a continuation may read it): the
+  // exchange costs no message of its own where the op talks to every peer anyway.
+  void carry_in_header(const void* payload, std::size_t bytes);
+  const std::uint8_t* received_payload(int peer) const {
+    return received_header(peer) + kStreamAlign;
+  }
 
   // ---- for the Executor ----
   std::vector<Task>& tasks() noexcept { return tasks_; }
@@ -253,6 +267,8 @@ class Schedule {
   std::vector<WirePad> pads_in_;    // where each peer's pad lands (read and dropped)
   Continuation next_;               // then()
   bool pad_with_messages_ = false;  // pad_with_messages()
+  std::array<std::uint8_t, kHeaderPayloadMaxBytes> payload_{};  // carry_in_header()
+  std::size_t payload_bytes_ = 0;
 };
 
 }  // namespace chorus::cpu

@@ -65,9 +65,11 @@ std::string out_of_bounds(int peer, const Fields& f, std::size_t offset, std::si
 
 }  // namespace
 
+CmaOneSided::CmaOneSided() : pid_(static_cast<std::int64_t>(::getpid())) {}
+
 MemoryKey CmaOneSided::register_buffer(const void* data, std::size_t bytes) const {
   Fields f;
-  f.pid = static_cast<std::int64_t>(::getpid());
+  f.pid = pid_;
   f.address = reinterpret_cast<std::uintptr_t>(data);
   f.bytes = bytes;
   if (bytes > 0) {

@@ -12,6 +12,7 @@
 
 #include "core/private.hpp"
 
+#include <cstdint>
 #include <memory>
 #include <utility>
 
@@ -23,6 +24,7 @@ namespace chorus::cpu {
 
 class CmaOneSided final : public OneSided {
  public:
+  CmaOneSided();
   MemoryKey register_buffer(const void* data, std::size_t bytes) const override;
   bool mappable(const MemoryKey& key) const noexcept override;
   bool completes_inline() const noexcept override { return true; }
@@ -37,6 +39,10 @@ class CmaOneSided final : public OneSided {
 
  private:
   PeerBuffers buffers_;
+  // This process, named in every key: asked once, for getpid() is a system call, and an agreed
+  // op registers two buffers (on this paravirtualized VM a system call costs about a
+  // microsecond; docs/results.md, "the agreement's cost").
+  std::int64_t pid_ = 0;
 };
 
 // The transport stack's layer that offers CmaOneSided (one_sided()); everything else goes to
