@@ -636,7 +636,7 @@ TEST_CASE("an agreed op carries the keys in its headers: no message of their own
       INFO(n << " ranks, rank " << rank);
       cpu::ScratchArena arena, plain_arena;
       cpu::CollectiveArgs a;
-      a.kind = OpKind::allreduce;
+      a.kind = OpType::allreduce;
       a.in = in.data();
       a.out = out.data();
       a.count = in.size();
@@ -644,7 +644,7 @@ TEST_CASE("an agreed op carries the keys in its headers: no message of their own
       a.peer_memory = true;
       a.one_sided = &one_sided;
       REQUIRE(cpu::needs_memory_agreement(n, a));
-      const OpSignature sig{OpKind::allreduce, DataType::float32, ReduceOp::sum, 0, a.count, 1};
+      const OpSignature sig{OpType::allreduce, DataType::float32, ReduceOp::sum, 0, a.count, 1};
       cpu::Schedule agreed(rank, n, a.dtype, a.op, plain_arena);
       cpu::build_schedule(agreed, a);
       agreed.finalize(sig);
