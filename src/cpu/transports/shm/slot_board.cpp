@@ -227,8 +227,8 @@ void SlotBoard::wake_peers() noexcept {
       continue;
     }
     // A thread waiting in wait() sleeps on the board's word; an engine running a board op
-    // sleeps in the transport (ShmTransport::await_board) on the segment's. The group's ranks
-    // are the host's, so the group rank is the segment's index.
+    // sleeps in the transport on the segment's (ShmTransport::before_poll, PollHint::small_op).
+    // The group's ranks are the host's, so the group rank is the segment's index.
     wake_if_sleeping(wake(p));
     wake_if_sleeping(segment_->wake(p));
   }
