@@ -124,6 +124,7 @@ check(not grads_shared[1] and not grads_shared[2], "a bucket on gloo reads as sh
 mine = chorus.torch.shared_empty(count) if rank != 0 else torch.zeros(count)
 mine.copy_(torch.arange(count, dtype=torch.float32) % 7 + rank + 1)
 dist.all_reduce(mine)
+want = (torch.arange(count, dtype=torch.float32) % 7) * n + n * (n + 1) / 2
 check(torch.equal(mine, want), "a mixed allreduce (rank 0 on ordinary memory) is wrong")
 say(f"OK shared: 4 ops exact over SharedBuffer tensors, {peers} peer mappings, share_ moved a "
     f"tensor in place, DDP with allreduce_hook = gloo's (max diff {diff:.1g}) with its bucket "
