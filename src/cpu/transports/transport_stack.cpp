@@ -42,7 +42,6 @@ TransportStack build_stack(const std::vector<TransportLayer>& layers, StackConte
   }
   TransportStack out;
   out.transport = std::move(transport);
-  out.peer_memory = ctx.peer_memory;
   out.shared_memory = ctx.shared_memory;
   return out;
 }

@@ -72,7 +72,6 @@ struct TransportLayer {
 // What make_transport built, and what the algorithm choice needs to know about it.
 struct TransportStack {
   std::unique_ptr<EngineTransport> transport;
-  bool peer_memory = false;    // StackContext::peer_memory
   bool shared_memory = false;  // StackContext::shared_memory
 };
 
