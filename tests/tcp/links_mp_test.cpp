@@ -250,6 +250,8 @@ TEST_CASE("CHORUS_MAX_PEER_SOCKETS: idle links are released, and linked again wh
 // Rank 2 never issues the all_to_all. Rank 0 has no link to it before the op (ring neighbours
 // 1 and 3); the op's dial is answered by rank 2's link connector, which runs whatever rank 2's
 // program does, so rank 0's timeout names rank 2 from the status probe like its neighbours'.
+// The probe's answer is "has not issued this op yet"; on a loaded machine the answer can miss
+// the probe's grace (a tenth of the 2 s timeout), and then it says so, still naming rank 2.
 TEST_CASE("a timeout names a peer that was linked by the op itself", "[tcp][mp][links]") {
   constexpr int kRanks = 4;
   auto results = run_group(kRanks, 2s, 60s, [](int rank, Store& store, ProcessGroup& pg) {
@@ -261,12 +263,15 @@ TEST_CASE("a timeout names a peer that was linked by the op itself", "[tcp][mp][
     const Error e = expect_error([&] {
       pg.all_to_all(Tensor::of(in.data(), in.size()), Tensor::of(out.data(), out.size()))->wait();
     });
+    // Checked after the barrier: a failed check must not leave rank 2 waiting out the barrier.
+    store_barrier(store, "checked", kRanks);
     const auto& peers = e.context().peers;
-    CHILD_CHECK(std::find(peers.begin(), peers.end(), 2) != peers.end());
-    if (!contains(e.what(), "has not issued this op yet")) {
+    const bool probe_named_rank2 = contains(e.what(), "rank 2 (") &&
+                                   (contains(e.what(), "has not issued this op yet") ||
+                                    contains(e.what(), "did not answer a status probe"));
+    if (std::find(peers.begin(), peers.end(), 2) == peers.end() || !probe_named_rank2) {
       throw ChildCheckFailed{e.what()};
     }
-    store_barrier(store, "checked", kRanks);
   });
   REQUIRE_ALL_OK(results);
 }
