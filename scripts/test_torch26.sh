@@ -18,8 +18,9 @@ echo "test-torch26: Debian 13 root ready at $root ($((SECONDS - start)) s)"
 # not speed. ccache's directory lives in the cached root (CCACHE_DISABLE=1 passes through, for
 # honest build timings). Only what the tests run is built: the Python package (meson alias
 # torch-package) and chorusrun. torch_unity: the extension's files as one translation unit
-# (they parse the same torch headers: a quarter of their compile time); the default leg
-# compiles them one by one.
+# (they parse the same torch headers: a quarter of their compile time); library_unity: the
+# library's files as unity files of about 8 (src/meson.build); the default leg compiles the
+# library's files one by one.
 command=("$@")
 [ ${#command[@]} -gt 0 ] || command=(python3 tests/torch/run_torch_tests.py all)
 scripts/in_torch26_root.sh "$root" env CCACHE_DISABLE="${CCACHE_DISABLE:-}" bash -c '
@@ -29,7 +30,7 @@ scripts/in_torch26_root.sh "$root" env CCACHE_DISABLE="${CCACHE_DISABLE:-}" bash
   [ -n "$CCACHE_DISABLE" ] || unset CCACHE_DISABLE
   if [ ! -f build-torch26/build.ninja ]; then
     meson setup build-torch26 -Dtorch=enabled -Dtests=false -Dbench=false -Dexamples=false \
-      -Dbuildtype=plain -Dtorch_unity=true -Dwerror=false -Dcpp_args="-Wno-stringop-overflow -Wno-stringop-overread" \
+      -Dbuildtype=plain -Dtorch_unity=true -Dlibrary_unity=true -Dwerror=false -Dcpp_args="-Wno-stringop-overflow -Wno-stringop-overread" \
       >/dev/null
   fi
   ninja -C build-torch26 --quiet torch-package tools/chorusrun

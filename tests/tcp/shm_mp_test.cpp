@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <fstream>
 #include <string>
@@ -58,15 +59,20 @@ std::vector<std::string> segments_of(const std::vector<ChildResult>& results) {
   return found;
 }
 
+const std::vector<OpType> kEveryKind = {OpType::allreduce, OpType::allgather,
+                                        OpType::reduce_scatter, OpType::broadcast,
+                                        OpType::reduce, OpType::gather,
+                                        OpType::scatter, OpType::all_to_all};
+
 // Sizes around the 1 MiB ring and the 64 KiB chunk: a message that wraps the ring several
-// times, one just over a chunk, and an odd small one.
-std::vector<Case> large_cases(int n) {
+// times, one just over a chunk, and an odd small one; for the kinds given (a run that forces
+// an algorithm needs only the kinds that algorithm serves).
+std::vector<Case> large_cases(int n, const std::vector<OpType>& kinds) {
   std::vector<Case> cases;
   int root = 0;
+  const bool allreduce = std::find(kinds.begin(), kinds.end(), OpType::allreduce) != kinds.end();
   for (std::size_t count : {std::size_t{700'001}, std::size_t{16'385}, std::size_t{3}}) {
-    for (OpType kind :
-         {OpType::allreduce, OpType::allgather, OpType::reduce_scatter, OpType::broadcast,
-          OpType::reduce, OpType::gather, OpType::scatter, OpType::all_to_all}) {
+    for (OpType kind : kinds) {
       for (bool in_place : {false, true}) {
         Case c{kind, n, count, DataType::float32, ReduceOp::sum, root++ % n, in_place};
         if (kind == OpType::all_to_all) {
@@ -75,8 +81,10 @@ std::vector<Case> large_cases(int n) {
         cases.push_back(c);
       }
     }
-    cases.push_back({OpType::allreduce, n, count, DataType::int64, ReduceOp::max, 0, false});
-    cases.push_back({OpType::allreduce, n, count, DataType::bfloat16, ReduceOp::sum, 0, true});
+    if (allreduce) {
+      cases.push_back({OpType::allreduce, n, count, DataType::int64, ReduceOp::max, 0, false});
+      cases.push_back({OpType::allreduce, n, count, DataType::bfloat16, ReduceOp::sum, 0, true});
+    }
   }
   return cases;
 }
@@ -113,7 +121,8 @@ std::vector<Case> reduce_on_arrival_cases(int n) {
   return cases;
 }
 
-void run_large_on(int n, const char* transport, const char* algorithms = nullptr) {
+void run_large_on(int n, const char* transport, const char* algorithms = nullptr,
+                  const std::vector<OpType>& kinds = kEveryKind) {
   StoreServerProcess server;
   const auto results = run_processes(
       n,
@@ -125,7 +134,7 @@ void run_large_on(int n, const char* transport, const char* algorithms = nullptr
         auto store = child_store(server.port());
         auto pg = make_tcp_group(store, rank, n, loopback_options());
         CHILD_CHECK(maps_shared_segment() == (std::string(transport) == "shm" && n > 1));
-        run_cases(*pg, large_cases(n), rank);
+        run_cases(*pg, large_cases(n, kinds), rank);
       },
       150s);
   REQUIRE_ALL_OK(results);
@@ -172,16 +181,18 @@ TEST_CASE("the single-copy algorithms over real processes, every size and op the
   // Below their default thresholds too (the 3-element and 16385-element cases), in and out of
   // place, at 2 ranks as well (where they are never the default).
   const char* direct = "allreduce=direct,allgather=direct,reduce_scatter=direct,broadcast=direct";
-  run_large_on(2, "shm", direct);
-  run_large_on(4, "shm", direct);
+  const std::vector<OpType> kinds = {OpType::allreduce, OpType::allgather, OpType::reduce_scatter,
+                                     OpType::broadcast};
+  run_large_on(2, "shm", direct, kinds);
+  run_large_on(4, "shm", direct, kinds);
 }
 
 TEST_CASE("halving-doubling allreduce over real processes, sockets and shared memory",
           "[shm][mp]") {
   // Forced below its default sizes too; 3 ranks fold a pair first.
   const char* hd = "allreduce=halving_doubling";
-  run_large_on(4, "shm", hd);
-  run_large_on(3, "tcp", hd);
+  run_large_on(4, "shm", hd, {OpType::allreduce});
+  run_large_on(3, "tcp", hd, {OpType::allreduce});
 }
 
 TEST_CASE("CHORUS_TRANSPORT=tcp keeps same-host ranks on sockets", "[shm][mp]") {
@@ -199,7 +210,7 @@ TEST_CASE("a group over two hosts: shared memory inside each, tcp between them",
         auto store = child_store(server.port());
         auto pg = make_tcp_group(store, rank, n, loopback_options());
         CHILD_CHECK(maps_shared_segment());
-        run_cases(*pg, large_cases(n), rank);
+        run_cases(*pg, large_cases(n, kEveryKind), rank);
         // A host of one: no segment.
         ::setenv("CHORUS_HOST_ID", fmt::format("alone-{}", rank).c_str(), 1);
         auto alone = make_tcp_group(store, rank, n, loopback_options());
