@@ -17,10 +17,10 @@
 // others' input (broadcast: the tensor). Elsewhere a SharedBuffer is ordinary memory and
 // everything works as before.
 //
-// Every rank passes SharedBuffer memory to such an op, or none does: it is part of what ranks
-// must agree on, like the count. A rank that differs fails the op on every rank with a
-// mismatch naming both ranks ("... different memory: pass chorus::SharedBuffer memory on
-// every rank or on none"), never a hang or wrong data.
+// The single copy needs SharedBuffer memory on every rank. Ranks may mix memory kinds: the
+// group agrees inside the op (each rank's buffer keys ride in the op's headers), and where one
+// rank passes ordinary memory every rank runs the algorithm ordinary memory gets (shared
+// rings): the same results, without the speed-up.
 //
 // The memory is zero-filled, page-aligned, and reserved when allocated (a host short of
 // memory fails here, never with SIGBUS later). It costs one file descriptor while it lives.

@@ -167,10 +167,16 @@ void FlightRecorder::started(std::uint64_t record, const char* algorithm) noexce
   }
   const std::int64_t now = stamp_us(tsc_now());
   const std::lock_guard lock(mu_);
-  if (TraceEntry* e = slot(record); e != nullptr && e->state == TraceState::issued) {
+  TraceEntry* e = slot(record);
+  if (e == nullptr) {
+    return;
+  }
+  if (e->state == TraceState::issued) {
     e->started_us = std::max(now, e->issued_us);  // tsc_now() may step back a little
     e->algorithm = algorithm != nullptr ? algorithm : "";
     e->state = TraceState::started;
+  } else if (e->state == TraceState::started && algorithm != nullptr) {
+    e->algorithm = algorithm;  // an op's second phase, with the algorithm its first one chose
   }
 }
 

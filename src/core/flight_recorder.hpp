@@ -91,6 +91,8 @@ class FlightRecorder {
   // null. A record that is not next_record() is ignored.
   void issued_as(std::uint64_t record, const TraceEntry& entry, Clock::time_point now,
                  const char* algorithm) noexcept;
+  // Marks op `record` started with `algorithm`; on an op already started, only renames its
+  // algorithm (an op that chose it in a first phase, e.g. by agreeing on memory kinds).
   void started(std::uint64_t record, const char* algorithm) noexcept;
   void ended(std::uint64_t record, const std::exception_ptr& error) noexcept;
   // The successful end at `end` of the latest op, issued at `issued`, from its issuing

@@ -266,9 +266,9 @@ TEST_CASE("a timeout names a peer that was linked by the op itself", "[tcp][mp][
     // Checked after the barrier: a failed check must not leave rank 2 waiting out the barrier.
     store_barrier(store, "checked", kRanks);
     const auto& peers = e.context().peers;
-    const bool probe_named_rank2 = contains(e.what(), "rank 2 (") &&
-                                   (contains(e.what(), "has not issued this op yet") ||
-                                    contains(e.what(), "did not answer a status probe"));
+    const bool probe_named_rank2 =
+        contains(e.what(), "rank 2 (") && (contains(e.what(), "has not issued this op yet") ||
+                                           contains(e.what(), "did not answer a status probe"));
     if (std::find(peers.begin(), peers.end(), 2) == peers.end() || !probe_named_rank2) {
       throw ChildCheckFailed{e.what()};
     }

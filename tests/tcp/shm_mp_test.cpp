@@ -59,10 +59,9 @@ std::vector<std::string> segments_of(const std::vector<ChildResult>& results) {
   return found;
 }
 
-const std::vector<OpType> kEveryKind = {OpType::allreduce, OpType::allgather,
-                                        OpType::reduce_scatter, OpType::broadcast,
-                                        OpType::reduce, OpType::gather,
-                                        OpType::scatter, OpType::all_to_all};
+const std::vector<OpType> kEveryKind = {
+    OpType::allreduce, OpType::allgather, OpType::reduce_scatter, OpType::broadcast,
+    OpType::reduce,    OpType::gather,    OpType::scatter,        OpType::all_to_all};
 
 // Sizes around the 1 MiB ring and the 64 KiB chunk: a message that wraps the ring several
 // times, one just over a chunk, and an odd small one; for the kinds given (a run that forces

@@ -12,6 +12,7 @@
 
 #include <poll.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -22,6 +23,7 @@
 #include <fmt/format.h>
 #include <catch2/catch.hpp>
 
+#include <chorus/shared_buffer.hpp>
 #include <chorus/store.hpp>
 
 #include "tcp/mp_common.hpp"
@@ -116,6 +118,16 @@ bool wait_for_file(const std::string& dir, const std::string& name, Duration bou
   }
   ::close(fd);
   return found;
+}
+
+// Child side: SIGUSR1 dumps this rank's recorder into `dir` (use_trace_dir()); the dump's groups.
+std::vector<trace_tool::GroupView> dump_own_recorder(const std::string& dir, int rank) {
+  ::raise(SIGUSR1);
+  CHILD_CHECK(wait_for_file(dir, fmt::format("rank{}.json", rank), 20s));
+  std::ifstream in(fmt::format("{}/rank{}.json", dir, rank));
+  std::stringstream text;
+  text << in.rdbuf();
+  return trace_tool::parse_dump(text.str(), "x");
 }
 
 }  // namespace
@@ -317,12 +329,7 @@ TEST_CASE("SIGUSR1 dumps a healthy process's recorder; CHORUS_TRACE_BUFFER bound
           pg->allreduce(Tensor::of(data.data(), data.size()))->wait();
         }
         pg->barrier()->wait();
-        ::raise(SIGUSR1);
-        CHILD_CHECK(wait_for_file(dir.path, fmt::format("rank{}.json", rank), 20s));
-        std::ifstream in(fmt::format("{}/rank{}.json", dir.path, rank));
-        std::stringstream text;
-        text << in.rdbuf();
-        const auto views = trace_tool::parse_dump(text.str(), "x");
+        const auto views = dump_own_recorder(dir.path, rank);
         CHILD_CHECK(views.size() == 1);
         const auto& v = views[0];
         CHILD_CHECK(v.recorded == 6 && v.ops.size() == 4 && v.failure.empty());
@@ -335,6 +342,43 @@ TEST_CASE("SIGUSR1 dumps a healthy process's recorder; CHORUS_TRACE_BUFFER bound
         CHILD_CHECK(v.ops[0].dtype == "int32");
         for (const auto& o : v.ops) {
           CHILD_CHECK(o.issued_us <= o.started_us && o.started_us <= o.ended_us);
+        }
+        pg->barrier()->wait();  // both read their files before either group goes away
+      },
+      60s);
+  REQUIRE_ALL_OK(results);
+}
+
+// The recorder names the algorithm an op ran, also where the ranks chose it inside the op by
+// agreeing on their memory kinds: SharedBuffers on both ranks map each other (direct); on one
+// rank only, both run what ordinary memory gets (ring), the SharedBuffer rank after its
+// agreement phase.
+TEST_CASE("the recorder names the algorithm that memory kinds agreed on", "[tcp][mp][trace]") {
+  StoreServerProcess server;
+  TraceDir dir;
+  const auto results = run_processes(
+      2,
+      [&](int rank) {
+        use_trace_dir(dir.path, rank);
+        ::setenv("CHORUS_TRANSPORT", "shm", 1);
+        auto store = child_store(server.port());
+        auto pg = make_tcp_group(store, rank, 2, loopback_options(30s));
+        constexpr std::size_t kCount = 1 << 18;  // 1 MiB of int32
+        SharedBuffer shared(kCount * sizeof(std::int32_t));
+        std::vector<std::int32_t> ordinary(kCount, rank);
+        auto* in_shared = static_cast<std::int32_t*>(shared.data());
+        std::fill(in_shared, in_shared + kCount, rank);
+        pg->allreduce(Tensor::of(in_shared, kCount))->wait();  // both SharedBuffers
+        std::int32_t* mixed = rank == 0 ? in_shared : ordinary.data();
+        std::fill(mixed, mixed + kCount, rank);
+        pg->allreduce(Tensor::of(mixed, kCount))->wait();  // rank 0's only
+        CHILD_CHECK(in_shared[0] == 1 && mixed[kCount - 1] == 1);
+        const auto views = dump_own_recorder(dir.path, rank);
+        CHILD_CHECK(views.size() == 1 && views[0].ops.size() == 2);
+        const auto& ops = views[0].ops;
+        if (ops[0].algorithm != "direct" || ops[1].algorithm != "ring") {
+          throw ChildCheckFailed{
+              fmt::format("rank {}: recorded {} and {}", rank, ops[0].algorithm, ops[1].algorithm)};
         }
         pg->barrier()->wait();  // both read their files before either group goes away
       },

@@ -322,6 +322,7 @@ void build_memory_agreement(Schedule& s, const CollectiveArgs& a) {
     return;
   }
   // Every header has arrived once the first phase (the headers alone) completed.
+  s.set_algorithm("memory_agreement");
   s.then([rest, of, n, r](Schedule& next) mutable {
     for (int q = 0; q < n; ++q) {
       if (q != r) {

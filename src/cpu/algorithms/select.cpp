@@ -161,6 +161,7 @@ void build_schedule(Schedule& s, const CollectiveArgs& a) {
 
 void build_chosen(Schedule& s, const CollectiveArgs& a) {
   const AlgorithmId id = select_algorithm(s.size(), a);
+  s.set_algorithm(algorithm_name(id));
   if (id == AlgorithmId::local) {
     return build_single_rank(s, a);
   }

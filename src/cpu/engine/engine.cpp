@@ -207,7 +207,7 @@ void Engine::start_next() {
     build_run(*current_);
     transport_->op_starting(current_->sig);
     if (config_.on_start) {
-      config_.on_start(current_->call, choose_algorithm(config_.size, current_->args));
+      config_.on_start(current_->call, schedule_->algorithm());
     }
     executor_->start();
     headers_until_ = executor_->holds_headers() ? Deadline::after(kHeaderHold) : Deadline::never();
@@ -315,6 +315,9 @@ void Engine::start_continuation(Schedule::Continuation next) {
   schedule_->clear(schedule_->dtype(), schedule_->op());
   next(*schedule_);
   schedule_->finalize_continuation(current_->sig);
+  if (config_.on_start) {
+    config_.on_start(current_->call, schedule_->algorithm());  // what the first phase chose
+  }
   executor_->restart((++epoch_) << 32);
   executor_->start();
   settle_current();

@@ -73,7 +73,8 @@ struct EngineConfig {
   // failure (the group records it for fast-fail).
   std::function<void(std::exception_ptr)> on_failure;
   // Called by the loop when a collective starts running, with its algorithm (the
-  // group's flight recorder notes both).
+  // group's flight recorder notes both), and again when an op built in two phases starts its
+  // second, with the algorithm the first one chose.
   std::function<void(const OpCall&, const char* algorithm)> on_start;
   // Peer liveness (see TcpGroupOptions::peer_timeout): heartbeats to every peer four times per
   // peer_timeout, and a peer not heard from for peer_timeout fails the group naming it.

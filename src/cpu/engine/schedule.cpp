@@ -95,6 +95,7 @@ void Schedule::clear(DataType dtype, ReduceOp op) {
   sig_ = {};
   header_out_ = {};
   next_ = nullptr;
+  algorithm_ = nullptr;
   pad_with_messages_ = false;
   payload_bytes_ = 0;
 }

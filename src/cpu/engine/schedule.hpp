@@ -203,6 +203,16 @@ class Schedule {
   void pad_with_messages() noexcept { pad_with_messages_ = true; }
   // Freezes a continuation: as finalize(), without headers (the first phase checked them).
   void finalize_continuation(const OpSignature& sig);
+
+  // The algorithm this build runs, for the flight recorder (a static name): the first one set
+  // since clear() stays (a hierarchical algorithm's phases do not rename the op). An op built in
+  // two phases names its first phase ("memory_agreement") and then its continuation's choice.
+  void set_algorithm(const char* name) noexcept {
+    if (algorithm_ == nullptr) {
+      algorithm_ = name;
+    }
+  }
+  const char* algorithm() const noexcept { return algorithm_; }
   // Every peer gets, and sends, a header, whose signature (padded to kStreamAlign) is followed by
   // `bytes` of `payload` (copied now; a multiple of kStreamAlign, at most
   // kHeaderPayloadMaxBytes); the streams are padded by pad messages only (pad_with_messages()).
@@ -264,9 +274,10 @@ class Schedule {
   OpSignature sig_{};
   WireHeader header_out_{};
   std::vector<WireHeader> headers_in_;
-  std::vector<WirePad> pads_in_;    // where each peer's pad lands (read and dropped)
-  Continuation next_;               // then()
-  bool pad_with_messages_ = false;  // pad_with_messages()
+  std::vector<WirePad> pads_in_;     // where each peer's pad lands (read and dropped)
+  Continuation next_;                // then()
+  const char* algorithm_ = nullptr;  // set_algorithm()
+  bool pad_with_messages_ = false;   // pad_with_messages()
   std::array<std::uint8_t, kHeaderPayloadMaxBytes> payload_{};  // carry_in_header()
   std::size_t payload_bytes_ = 0;
 };
