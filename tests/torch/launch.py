@@ -94,10 +94,28 @@ class Launch:
                     pass
 
     def report(self):
+        """Every process's exit code and output. Made when the launch failed: a process not
+        waited for yet is collected first (killed if it still runs, "killed at report"), so the
+        report shows where each rank was, not only the one that failed first."""
+        for i, p in enumerate(self.procs):
+            if self.codes[i] is not None:
+                continue
+            running = p.poll() is None
+            if running:
+                try:
+                    os.killpg(p.pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+            try:
+                out, _ = p.communicate(timeout=10)
+            except (subprocess.TimeoutExpired, ValueError):
+                out = None
+            self.outputs[i] = out
+            self.codes[i] = "killed at report" if running else p.returncode
         lines = []
         for i, p in enumerate(self.procs):
             lines.append(f"--- {self.what} process {i}: exit {self.codes[i]} ---")
-            lines.append(self.outputs[i] or "(output not collected)")
+            lines.append(self.outputs[i] or "(no output)")
         return "\n".join(lines)
 
     def expect_success(self):
@@ -128,7 +146,8 @@ def by_hand(script, n, args=(), env=None, deadline_s=120, stdin=subprocess.DEVNU
         e.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(r), WORLD_SIZE=str(n),
                  LOCAL_RANK=str(r), LOCAL_WORLD_SIZE=str(n))
         procs.append(_popen([sys.executable, script, *args], e, stdin))
-    return Launch(procs, deadline_s, f"{os.path.basename(script)} x{n}", reserved)
+    return Launch(procs, deadline_s, f"{os.path.basename(script)} x{n} (store port {port})",
+                  reserved)
 
 
 def torchrun(script, n, args=(), env=None, deadline_s=180):
