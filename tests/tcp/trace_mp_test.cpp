@@ -17,6 +17,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <sstream>
 #include <vector>
 
@@ -128,6 +129,25 @@ std::vector<trace_tool::GroupView> dump_own_recorder(const std::string& dir, int
   std::stringstream text;
   text << in.rdbuf();
   return trace_tool::parse_dump(text.str(), "x");
+}
+
+// Two ranks dumping into `dir`, each with `name`=`value` in its environment, a group on loopback
+// (30 s timeout), and body(rank, group); the whole run bounded by 60 s.
+std::vector<ChildResult> run_traced_pair(const std::string& dir, const char* name,
+                                         const char* value,
+                                         const std::function<void(int, ProcessGroup&)>& body) {
+  StoreServerProcess server;
+  return run_processes(
+      2,
+      [&](int rank) {
+        use_trace_dir(dir, rank);
+        ::setenv(name, value, 1);
+        auto store = child_store(server.port());
+        auto pg = make_tcp_group(store, rank, 2, loopback_options(30s));
+        body(rank, *pg);
+        pg->barrier()->wait();  // both read their files before either group goes away
+      },
+      60s);
 }
 
 }  // namespace
@@ -315,20 +335,14 @@ TEST_CASE("chorus-trace shows the op that differs between ranks at one sequence 
 
 TEST_CASE("SIGUSR1 dumps a healthy process's recorder; CHORUS_TRACE_BUFFER bounds it",
           "[tcp][mp][trace]") {
-  StoreServerProcess server;
   TraceDir dir;
-  const auto results = run_processes(
-      2,
-      [&](int rank) {
-        use_trace_dir(dir.path, rank);
-        ::setenv("CHORUS_TRACE_BUFFER", "4", 1);
-        auto store = child_store(server.port());
-        auto pg = make_tcp_group(store, rank, 2, loopback_options(30s));
+  const auto results =
+      run_traced_pair(dir.path, "CHORUS_TRACE_BUFFER", "4", [&](int rank, ProcessGroup& pg) {
         std::vector<std::int32_t> data(1 << 18, rank);  // 1 MiB: the ring algorithm
         for (int i = 0; i < 5; ++i) {
-          pg->allreduce(Tensor::of(data.data(), data.size()))->wait();
+          pg.allreduce(Tensor::of(data.data(), data.size()))->wait();
         }
-        pg->barrier()->wait();
+        pg.barrier()->wait();
         const auto views = dump_own_recorder(dir.path, rank);
         CHILD_CHECK(views.size() == 1);
         const auto& v = views[0];
@@ -343,9 +357,7 @@ TEST_CASE("SIGUSR1 dumps a healthy process's recorder; CHORUS_TRACE_BUFFER bound
         for (const auto& o : v.ops) {
           CHILD_CHECK(o.issued_us <= o.started_us && o.started_us <= o.ended_us);
         }
-        pg->barrier()->wait();  // both read their files before either group goes away
-      },
-      60s);
+      });
   REQUIRE_ALL_OK(results);
 }
 
@@ -354,24 +366,18 @@ TEST_CASE("SIGUSR1 dumps a healthy process's recorder; CHORUS_TRACE_BUFFER bound
 // rank only, both run what ordinary memory gets (ring), the SharedBuffer rank after its
 // agreement phase.
 TEST_CASE("the recorder names the algorithm that memory kinds agreed on", "[tcp][mp][trace]") {
-  StoreServerProcess server;
   TraceDir dir;
-  const auto results = run_processes(
-      2,
-      [&](int rank) {
-        use_trace_dir(dir.path, rank);
-        ::setenv("CHORUS_TRANSPORT", "shm", 1);
-        auto store = child_store(server.port());
-        auto pg = make_tcp_group(store, rank, 2, loopback_options(30s));
+  const auto results =
+      run_traced_pair(dir.path, "CHORUS_TRANSPORT", "shm", [&](int rank, ProcessGroup& pg) {
         constexpr std::size_t kCount = 1 << 18;  // 1 MiB of int32
         SharedBuffer shared(kCount * sizeof(std::int32_t));
         std::vector<std::int32_t> ordinary(kCount, rank);
         auto* in_shared = static_cast<std::int32_t*>(shared.data());
         std::fill(in_shared, in_shared + kCount, rank);
-        pg->allreduce(Tensor::of(in_shared, kCount))->wait();  // both SharedBuffers
+        pg.allreduce(Tensor::of(in_shared, kCount))->wait();  // both SharedBuffers
         std::int32_t* mixed = rank == 0 ? in_shared : ordinary.data();
         std::fill(mixed, mixed + kCount, rank);
-        pg->allreduce(Tensor::of(mixed, kCount))->wait();  // rank 0's only
+        pg.allreduce(Tensor::of(mixed, kCount))->wait();  // rank 0's only
         CHILD_CHECK(in_shared[0] == 1 && mixed[kCount - 1] == 1);
         const auto views = dump_own_recorder(dir.path, rank);
         CHILD_CHECK(views.size() == 1 && views[0].ops.size() == 2);
@@ -380,9 +386,7 @@ TEST_CASE("the recorder names the algorithm that memory kinds agreed on", "[tcp]
           throw ChildCheckFailed{
               fmt::format("rank {}: recorded {} and {}", rank, ops[0].algorithm, ops[1].algorithm)};
         }
-        pg->barrier()->wait();  // both read their files before either group goes away
-      },
-      60s);
+      });
   REQUIRE_ALL_OK(results);
 }
 

@@ -198,9 +198,6 @@ class Schedule {
   using Continuation = std::function<void(Schedule&)>;
   void then(Continuation next) { next_ = std::move(next); }
   Continuation take_continuation() noexcept { return std::exchange(next_, nullptr); }
-  // This op's streams are padded by a pad message only, never inside the header, so that a
-  // rank that builds it in two phases and one that builds it in one post the same messages.
-  void pad_with_messages() noexcept { pad_with_messages_ = true; }
   // Freezes a continuation: as finalize(), without headers (the first phase checked them).
   void finalize_continuation(const OpSignature& sig);
 
@@ -215,7 +212,9 @@ class Schedule {
   const char* algorithm() const noexcept { return algorithm_; }
   // Every peer gets, and sends, a header, whose signature (padded to kStreamAlign) is followed by
   // `bytes` of `payload` (copied now; a multiple of kStreamAlign, at most
-  // kHeaderPayloadMaxBytes); the streams are padded by pad messages only (pad_with_messages()).
+  // kHeaderPayloadMaxBytes); the streams are then padded by pad messages only, never inside the
+  // header, so that a rank that builds the op in two phases and one that builds it in one post
+  // the same messages.
   // Every rank of the op must make the same call with the same size. What a peer sent lies at
   // received_payload(peer) once the first phase completed (a continuation may read it): the
   // exchange costs no message of its own where the op talks to every peer anyway.
@@ -277,7 +276,7 @@ class Schedule {
   std::vector<WirePad> pads_in_;     // where each peer's pad lands (read and dropped)
   Continuation next_;                // then()
   const char* algorithm_ = nullptr;  // set_algorithm()
-  bool pad_with_messages_ = false;   // pad_with_messages()
+  bool pad_with_messages_ = false;   // carry_in_header(), a continuation
   std::array<std::uint8_t, kHeaderPayloadMaxBytes> payload_{};  // carry_in_header()
   std::size_t payload_bytes_ = 0;
 };
