@@ -345,8 +345,10 @@ CHORUS_C_API chorus_result_t chorus_recv(chorus_group_t* group, const chorus_ten
                                          int src, uint32_t tag, const chorus_op_options_t* options,
                                          chorus_work_t** work);
 
-/* One op as data (C++: chorus::OpDescriptor, include/chorus/op.hpp) for chorus_run, the one
- * entry the functions above are shorthands for. Fields an op does not use are ignored. */
+/* One op as data (C++: chorus::OpDescriptor, include/chorus/process_group.hpp) for chorus_run, the
+ * one entry: the functions above are shorthands for the classic ops, and every other op (the
+ * variable-size collectives, a coalesced op) is reached through it. Fields an op does not use
+ * are ignored. */
 typedef enum chorus_op_type_t {
   CHORUS_OP_ALLREDUCE = 0,
   CHORUS_OP_ALLGATHER = 1,
@@ -357,11 +359,19 @@ typedef enum chorus_op_type_t {
   CHORUS_OP_SCATTER = 6,
   CHORUS_OP_ALL_TO_ALL = 7,
   CHORUS_OP_BARRIER = 8,
-  CHORUS_OP_SEND = 9,             /* the message is `in`; peer: the destination */
-  CHORUS_OP_RECV = 10,            /* the message is `in`; peer: the source or CHORUS_ANY_SOURCE */
-  CHORUS_OP_ALLGATHERV = 11,      /* out_counts */
-  CHORUS_OP_REDUCE_SCATTERV = 12, /* in_counts */
-  CHORUS_OP_ALL_TO_ALLV = 13      /* in_counts and out_counts */
+  CHORUS_OP_SEND = 9,  /* the message is `in`; peer: the destination */
+  CHORUS_OP_RECV = 10, /* the message is `in`; peer: the source or CHORUS_ANY_SOURCE */
+  /* The variable-size collectives: each counts array has one entry per rank of the group,
+   * rank j's block has counts[j] elements, the blocks lie back to back in rank order.
+   * allgatherv: out (sum of out_counts) = every rank's in (out_counts[rank]); every rank
+   * passes the same out_counts. reduce_scatterv: out (in_counts[rank]) = this rank's block of
+   * the reduction (op) of every rank's in (sum of in_counts); every rank passes the same
+   * in_counts. all_to_allv: block j of in (in_counts[j]) goes to rank j, block i of out
+   * (out_counts[i]) comes from rank i; out-of-place only. */
+  CHORUS_OP_ALLGATHERV = 11,
+  CHORUS_OP_REDUCE_SCATTERV = 12,
+  CHORUS_OP_ALL_TO_ALLV = 13,
+  CHORUS_OP_TYPE_COUNT /* the number of op types; not an op */
 } chorus_op_type_t;
 typedef struct chorus_op_t {
   size_t size;          /* sizeof(chorus_op_t) */
@@ -369,7 +379,7 @@ typedef struct chorus_op_t {
   chorus_op_type_t type;
   chorus_tensor_t in;
   chorus_tensor_t out;
-  const size_t* in_counts;  /* one entry per rank, or NULL (see chorus_allgatherv ...) */
+  const size_t* in_counts;  /* one entry per rank, or NULL (see CHORUS_OP_ALLGATHERV ...) */
   const size_t* out_counts; /* one entry per rank, or NULL */
   chorus_reduce_op_t op;
   int root;
@@ -394,25 +404,6 @@ typedef struct chorus_op_t {
 /* Launches the op *op describes (same rules and results as the functions above). */
 CHORUS_C_API chorus_result_t chorus_run(chorus_group_t* group, const chorus_op_t* op,
                                         chorus_work_t** work);
-
-/* The variable-size collectives (C++: ProcessGroup::allgatherv ...). Each counts array has
- * one entry per rank of the group: rank j's block has counts[j] elements, the blocks lie back
- * to back in rank order. allgatherv: out (sum of counts) = every rank's in (counts[rank]).
- * reduce_scatterv: out (counts[rank]) = this rank's block of the reduction of every rank's in
- * (sum of counts); options->op is the operator. all_to_allv: block j of in (in_counts[j]) goes
- * to rank j, block i of out (out_counts[i]) comes from rank i; out-of-place only. */
-CHORUS_C_API chorus_result_t chorus_allgatherv(chorus_group_t* group, const chorus_tensor_t* in,
-                                               const chorus_tensor_t* out, const size_t* counts,
-                                               const chorus_op_options_t* options,
-                                               chorus_work_t** work);
-CHORUS_C_API chorus_result_t chorus_reduce_scatterv(
-    chorus_group_t* group, const chorus_tensor_t* in, const chorus_tensor_t* out,
-    const size_t* counts, const chorus_op_options_t* options, chorus_work_t** work);
-CHORUS_C_API chorus_result_t chorus_all_to_allv(chorus_group_t* group, const chorus_tensor_t* in,
-                                                const chorus_tensor_t* out, const size_t* in_counts,
-                                                const size_t* out_counts,
-                                                const chorus_op_options_t* options,
-                                                chorus_work_t** work);
 
 /* ---- work handles ------------------------------------------------------------------------ */
 

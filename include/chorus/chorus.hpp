@@ -9,7 +9,6 @@
 #include <chorus/errors.hpp>
 #include <chorus/init.hpp>
 #include <chorus/logging.hpp>
-#include <chorus/op.hpp>
 #include <chorus/options.hpp>
 #include <chorus/process_group.hpp>
 #include <chorus/shared_buffer.hpp>

@@ -1,23 +1,89 @@
 // SPDX-License-Identifier: BSD-3-Clause
-// ProcessGroup: a set of ranks running collectives together, and the backend factories.
+// ProcessGroup: a set of ranks running collectives together; OpDescriptor, one op of a group
+// described as data; and the backend factories.
+//
+// Every op goes through one entry, ProcessGroup::run(OpDescriptor): the C++ methods
+// (allreduce(), all_to_allv() ...) are inline sugar that describe their op, the C ABI's
+// chorus_run and the torch backend describe theirs with the same descriptor, so an op's
+// argument rules, sequence numbering, deadline and tracing exist once. A new op is a new
+// OpType, a row in the shape-rule table and the backends' implementation. The sugar being
+// inline, the library's ABI is run() and the handles, not one symbol per op. Programs that
+// forward ops generically (bindings, schedulers) use run() directly.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 #include <exception>
 #include <memory>
+#include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <chorus/deadline.hpp>
 #include <chorus/export.hpp>
-#include <chorus/op.hpp>
 #include <chorus/options.hpp>
 #include <chorus/store.hpp>
 #include <chorus/tensor.hpp>
+#include <chorus/types.hpp>
 #include <chorus/work.hpp>
 
 namespace chorus {
+
+// recv()'s source for a message from any rank (MPI_ANY_SOURCE).
+inline constexpr int kAnySource = -1;
+
+// What an op does. The ProcessGroup method of the same name documents each one's shapes.
+enum class OpType : std::uint8_t {
+  allreduce,
+  allgather,
+  reduce_scatter,
+  broadcast,
+  reduce,
+  gather,
+  scatter,
+  all_to_all,
+  barrier,
+  send,
+  recv,
+  allgatherv,       // counts per rank: out_counts
+  reduce_scatterv,  // counts per rank: in_counts
+  all_to_allv,      // counts per rank: in_counts (sent) and out_counts (received)
+};
+inline constexpr int kNumOpTypes = 14;
+// "allreduce", "all_to_allv" ...; "?" if out of range.
+CHORUS_API const char* to_string(OpType type) noexcept;
+
+// One op, as plain data. Fields an op does not use are ignored (their defaults are fine).
+// Tensors are borrowed until the op's Work completes; the count vectors are copied by run().
+struct OpDescriptor {
+  OpType type = OpType::barrier;
+  Tensor in;   // the input (broadcast: the tensor, in place; send/recv: the message)
+  Tensor out;  // the output (broadcast, send, recv, barrier: unused)
+  // Elements per rank for the variable-size collectives, block j belonging to rank j and the
+  // blocks laid out back to back in rank order: allgatherv's output (out_counts),
+  // reduce_scatterv's input (in_counts), all_to_allv's input and output (both). Every rank
+  // passes the same counts to allgatherv and reduce_scatterv; all_to_allv's in_counts[j] on
+  // rank i equals out_counts[i] on rank j.
+  std::vector<std::size_t> in_counts;
+  std::vector<std::size_t> out_counts;
+  ReduceOp op = ReduceOp::sum;      // allreduce, reduce_scatter(v), reduce
+  int root = 0;                     // broadcast, reduce, gather, scatter
+  int peer = -1;                    // send: the destination; recv: the source, or kAnySource
+  std::uint32_t tag = 0;            // send, recv
+  std::optional<Duration> timeout;  // unset: the group's timeout
+  // Coalesced: several tensors, one op (torch's allreduce_coalesced, an NCCL group of calls).
+  // When `ins` is not empty the op runs on the pairs (ins[i], outs[i]) instead of in/out, which
+  // must then be empty. Each pair has the shape the op has on one tensor (allreduce: equal
+  // counts; allgather: outs[i] holds size x ins[i], rank-major; reduce_scatter: ins[i] holds
+  // size x outs[i]), any count, 0 included; all tensors have one dtype. In place: outs[i] is
+  // ins[i] (allgather, reduce_scatter: the rank's block of the larger one, as on one tensor);
+  // otherwise an input overlaps no output, and no two outputs overlap. It is one op: one
+  // sequence number, one deadline, one Work, and on every rank the same number of tensors
+  // with the same counts. allreduce, allgather and reduce_scatter only.
+  std::vector<Tensor> ins;
+  std::vector<Tensor> outs;
+};
 
 namespace detail {
 class Backend;       // src/core/backend.hpp: the engine behind a group
@@ -33,7 +99,8 @@ struct GroupAccess;  // src/core/backend.hpp: how chorus's own layers reach it
 // through run(): it checks the descriptor against the op's shape rules (throwing
 // InvalidArgument on the calling rank before anything is sent), fails fast if the group was
 // aborted (rethrowing the original error), assigns the sequence number and deadline, then
-// hands the op to the backend. The named methods below are sugar that build the descriptor.
+// hands the op to the backend. The named methods below are inline sugar that build the
+// descriptor.
 //
 // Thread-safe, and issue order is execution order. Each call takes its sequence number and
 // hands the op to the backend as one step, under a per-group lock, so ops run in the order
@@ -61,35 +128,68 @@ class CHORUS_API ProcessGroup final {
   // The device that tensors of this group must live on.
   Device device() const noexcept;
 
-  // The one entry: runs the op `op` describes (see op.hpp). Throws InvalidArgument when the
+  // The one entry: runs the op `op` describes (OpDescriptor above). Throws InvalidArgument when the
   // descriptor breaks its op's rules (the methods below state them).
   std::shared_ptr<Work> run(const OpDescriptor& op);
 
+  // The named ops: each builds its OpDescriptor and calls run().
+  //
   // out = reduction of every rank's in. in and out have equal count and dtype.
-  std::shared_ptr<Work> allreduce(Tensor in, Tensor out, const AllreduceOptions& options = {});
+  std::shared_ptr<Work> allreduce(Tensor in, Tensor out, const AllreduceOptions& options = {}) {
+    OpDescriptor op = describe(OpType::allreduce, in, out, options.timeout);
+    op.op = options.op;
+    return run(op);
+  }
   std::shared_ptr<Work> allreduce(Tensor inout, const AllreduceOptions& options = {}) {
     return allreduce(inout, inout, options);
   }
   // out = concatenation of every rank's in, in rank order. out.count() == size() * in.count().
   // In-place when in is out.slice(rank() * n, n).
-  std::shared_ptr<Work> allgather(Tensor in, Tensor out, const CollectiveOptions& options = {});
+  std::shared_ptr<Work> allgather(Tensor in, Tensor out, const CollectiveOptions& options = {}) {
+    return run(describe(OpType::allgather, in, out, options.timeout));
+  }
   // out (count n) = this rank's block of the reduction of every rank's in (count size() * n).
   std::shared_ptr<Work> reduce_scatter(Tensor in, Tensor out,
-                                       const ReduceScatterOptions& options = {});
+                                       const ReduceScatterOptions& options = {}) {
+    OpDescriptor op = describe(OpType::reduce_scatter, in, out, options.timeout);
+    op.op = options.op;
+    return run(op);
+  }
   // Every rank's inout becomes root's inout.
-  std::shared_ptr<Work> broadcast(Tensor inout, const RootOptions& options = {});
+  std::shared_ptr<Work> broadcast(Tensor inout, const RootOptions& options = {}) {
+    OpDescriptor op = describe(OpType::broadcast, inout, inout, options.timeout);
+    op.root = options.root;
+    return run(op);
+  }
   // Root's out = reduction of every rank's in; out is ignored on other ranks (may be empty).
-  std::shared_ptr<Work> reduce(Tensor in, Tensor out, const ReduceOptions& options = {});
+  std::shared_ptr<Work> reduce(Tensor in, Tensor out, const ReduceOptions& options = {}) {
+    OpDescriptor op = describe(OpType::reduce, in, out, options.timeout);
+    op.op = options.op;
+    op.root = options.root;
+    return run(op);
+  }
   // Root's out (count size() * n) = every rank's in (count n), in rank order; out ignored
   // elsewhere.
-  std::shared_ptr<Work> gather(Tensor in, Tensor out, const RootOptions& options = {});
+  std::shared_ptr<Work> gather(Tensor in, Tensor out, const RootOptions& options = {}) {
+    OpDescriptor op = describe(OpType::gather, in, out, options.timeout);
+    op.root = options.root;
+    return run(op);
+  }
   // Each rank's out (count n) = block rank() of root's in (count size() * n); in ignored
   // elsewhere.
-  std::shared_ptr<Work> scatter(Tensor in, Tensor out, const RootOptions& options = {});
+  std::shared_ptr<Work> scatter(Tensor in, Tensor out, const RootOptions& options = {}) {
+    OpDescriptor op = describe(OpType::scatter, in, out, options.timeout);
+    op.root = options.root;
+    return run(op);
+  }
   // Block j of rank i's in goes to block i of rank j's out. in and out have size() * n elements.
-  std::shared_ptr<Work> all_to_all(Tensor in, Tensor out, const CollectiveOptions& options = {});
+  std::shared_ptr<Work> all_to_all(Tensor in, Tensor out, const CollectiveOptions& options = {}) {
+    return run(describe(OpType::all_to_all, in, out, options.timeout));
+  }
   // Completes once every rank has entered the barrier.
-  std::shared_ptr<Work> barrier(const CollectiveOptions& options = {});
+  std::shared_ptr<Work> barrier(const CollectiveOptions& options = {}) {
+    return run(describe(OpType::barrier, Tensor(), Tensor(), options.timeout));
+  }
   // Tagged point-to-point. A send matches the recv on dst with the same tag and sender; the
   // counts and dtypes must match. Does not take a collective sequence number's place: p2p ops
   // are not checked against other ranks' collectives. A recv's src may be kAnySource: it takes
@@ -97,25 +197,49 @@ class CHORUS_API ProcessGroup final {
   // sent; of recvs that match a message, the one posted first takes it), and its Work's
   // source_rank() names the sender. See the class comment for the nccl backend's limits.
   std::shared_ptr<Work> send(Tensor tensor, int dst, std::uint32_t tag = 0,
-                             const CollectiveOptions& options = {});
+                             const CollectiveOptions& options = {}) {
+    OpDescriptor op = describe(OpType::send, tensor, Tensor(), options.timeout);
+    op.peer = dst;
+    op.tag = tag;
+    return run(op);
+  }
   std::shared_ptr<Work> recv(Tensor tensor, int src, std::uint32_t tag = 0,
-                             const CollectiveOptions& options = {});
+                             const CollectiveOptions& options = {}) {
+    OpDescriptor op = describe(OpType::recv, tensor, Tensor(), options.timeout);
+    op.peer = src;
+    op.tag = tag;
+    return run(op);
+  }
 
   // The variable-size collectives: `counts` has size() entries, rank j's block has counts[j]
   // elements, and blocks lie back to back in rank order. Every rank passes the same counts.
   // out (sum of counts) = every rank's in (counts[rank()] elements), in rank order. In-place
   // when in is out's block rank().
   std::shared_ptr<Work> allgatherv(Tensor in, Tensor out, std::vector<std::size_t> counts,
-                                   const CollectiveOptions& options = {});
+                                   const CollectiveOptions& options = {}) {
+    OpDescriptor op = describe(OpType::allgatherv, in, out, options.timeout);
+    op.out_counts = std::move(counts);
+    return run(op);
+  }
   // out (counts[rank()] elements) = block rank() of the reduction of every rank's in (sum of
   // counts). In-place when out is in's block rank().
   std::shared_ptr<Work> reduce_scatterv(Tensor in, Tensor out, std::vector<std::size_t> counts,
-                                        const ReduceScatterOptions& options = {});
+                                        const ReduceScatterOptions& options = {}) {
+    OpDescriptor op = describe(OpType::reduce_scatterv, in, out, options.timeout);
+    op.in_counts = std::move(counts);
+    op.op = options.op;
+    return run(op);
+  }
   // Block j of in (in_counts[j] elements) goes to rank j; block i of out (out_counts[i]) comes
   // from rank i. in_counts[j] on rank i must equal out_counts[i] on rank j. Out-of-place only.
   std::shared_ptr<Work> all_to_allv(Tensor in, Tensor out, std::vector<std::size_t> in_counts,
                                     std::vector<std::size_t> out_counts,
-                                    const CollectiveOptions& options = {});
+                                    const CollectiveOptions& options = {}) {
+    OpDescriptor op = describe(OpType::all_to_allv, in, out, options.timeout);
+    op.in_counts = std::move(in_counts);
+    op.out_counts = std::move(out_counts);
+    return run(op);
+  }
 
   // Fails every pending and future op. The error is Error{aborted, reason} unless the group
   // already failed (then the first error stays). Thread-safe, idempotent, bounded in time,
@@ -134,6 +258,15 @@ class CHORUS_API ProcessGroup final {
  private:
   friend struct detail::GroupAccess;
   explicit ProcessGroup(std::unique_ptr<detail::Backend> backend) noexcept;
+  static OpDescriptor describe(OpType type, Tensor in, Tensor out,
+                               std::optional<Duration> timeout) {
+    OpDescriptor op;
+    op.type = type;
+    op.in = in;
+    op.out = out;
+    op.timeout = timeout;
+    return op;
+  }
 
   std::unique_ptr<detail::Backend> backend_;  // never null
 };

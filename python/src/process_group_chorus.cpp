@@ -478,7 +478,20 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupChorus::reduce_scatter(
     throw InvalidArgument(prefix(op) + "the input list has " + std::to_string(list.size()) +
                           " tensors; the group has " + std::to_string(getSize()) + " ranks");
   }
-  require_all_like(list, out.user, "input_list", op);
+  // Inputs of different sizes (uneven reduce_scatter, as NCCL's process group takes them):
+  // block j has input j's size, and this rank's output must have its own input's shape.
+  const std::vector<std::size_t> counts = numels(list);
+  const bool uneven = list[static_cast<std::size_t>(getRank())].sizes() == out.user.sizes() &&
+                      std::any_of(counts.begin(), counts.end(), [&](std::size_t c) {
+                        return c != static_cast<std::size_t>(out.user.numel());
+                      });
+  if (uneven) {
+    for (const auto& t : list) {
+      require_same_dtype(out.user, t, op);
+    }
+  } else {
+    require_all_like(list, out.user, "input_list", op);
+  }
   for (const auto& t : list) {
     stage(t, op);
   }
@@ -486,8 +499,9 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupChorus::reduce_scatter(
   at::Tensor flat = flatten(list);
   Staged in = stage(flat, op);
   auto work = make_work(c10d::OpType::REDUCE_SCATTER, op, outputs);
-  Parts parts{group_->reduce_scatter(in.view(), out.view(),
-                                     {.op = rop, .timeout = chorus_timeout(opts.timeout)})};
+  const ReduceScatterOptions options{.op = rop, .timeout = chorus_timeout(opts.timeout)};
+  Parts parts{uneven ? group_->reduce_scatterv(in.view(), out.view(), counts, options)
+                     : group_->reduce_scatter(in.view(), out.view(), options)};
   ChorusWork::start(work, std::move(parts), [out] { out.copy_back(); }, {flat, out.buffer});
   return work;
 }

@@ -6,7 +6,7 @@
 #include <vector>
 
 #include <chorus/dlpack.hpp>
-#include <chorus/op.hpp>
+#include <chorus/process_group.hpp>
 
 #include "capi/dlpack_abi.hpp"
 #include "capi/extent.hpp"
@@ -271,48 +271,9 @@ chorus_result_t chorus_recv(chorus_group_t* group, const chorus_tensor_t* tensor
   });
 }
 
-chorus_result_t chorus_allgatherv(chorus_group_t* group, const chorus_tensor_t* in,
-                                  const chorus_tensor_t* out, const size_t* counts,
-                                  const chorus_op_options_t* options, chorus_work_t** work) {
-  static const char* fn = "chorus_allgatherv";
-  return run_op(fn, group, options, work, [&](chorus::OpDescriptor& op, chorus::ProcessGroup& pg) {
-    op.type = chorus::OpType::allgatherv;
-    op.in = to_tensor(in, fn, "in");
-    op.out = to_tensor(out, fn, "out");
-    op.out_counts = per_rank_counts(counts, pg, fn, "counts");
-  });
-}
-
-chorus_result_t chorus_reduce_scatterv(chorus_group_t* group, const chorus_tensor_t* in,
-                                       const chorus_tensor_t* out, const size_t* counts,
-                                       const chorus_op_options_t* options, chorus_work_t** work) {
-  static const char* fn = "chorus_reduce_scatterv";
-  return run_op(fn, group, options, work, [&](chorus::OpDescriptor& op, chorus::ProcessGroup& pg) {
-    op.type = chorus::OpType::reduce_scatterv;
-    op.in = to_tensor(in, fn, "in");
-    op.out = to_tensor(out, fn, "out");
-    op.in_counts = per_rank_counts(counts, pg, fn, "counts");
-  });
-}
-
-chorus_result_t chorus_all_to_allv(chorus_group_t* group, const chorus_tensor_t* in,
-                                   const chorus_tensor_t* out, const size_t* in_counts,
-                                   const size_t* out_counts, const chorus_op_options_t* options,
-                                   chorus_work_t** work) {
-  static const char* fn = "chorus_all_to_allv";
-  return run_op(fn, group, options, work, [&](chorus::OpDescriptor& op, chorus::ProcessGroup& pg) {
-    op.type = chorus::OpType::all_to_allv;
-    op.in = to_tensor(in, fn, "in");
-    op.out = to_tensor(out, fn, "out");
-    op.in_counts = per_rank_counts(in_counts, pg, fn, "in_counts");
-    op.out_counts = per_rank_counts(out_counts, pg, fn, "out_counts");
-  });
-}
-
-static_assert(CHORUS_OP_ALL_TO_ALLV + 1 == chorus::kNumOpTypes &&
-                  static_cast<int>(chorus::OpType::all_to_allv) == CHORUS_OP_ALL_TO_ALLV &&
+static_assert(CHORUS_OP_TYPE_COUNT == chorus::kNumOpTypes &&
                   static_cast<int>(chorus::OpType::send) == CHORUS_OP_SEND,
-              "chorus_op_type_t and chorus::OpType list the ops in the same order");
+              "chorus_op_type_t and chorus::OpType list the same ops in the same order");
 
 chorus_result_t chorus_run(chorus_group_t* group, const chorus_op_t* op, chorus_work_t** work) {
   static const char* fn = "chorus_run";

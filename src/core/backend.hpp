@@ -16,7 +16,6 @@
 #include <string>
 #include <vector>
 
-#include <chorus/op.hpp>
 #include <chorus/options.hpp>
 #include <chorus/process_group.hpp>
 #include <chorus/work.hpp>

@@ -333,23 +333,41 @@ void run_check(const OpDescriptor& op, const detail::Backend& backend, const cha
   }
 }
 
-// Indexed by OpType: name, collective, traces_output, rooted, reduces, coalesces, check.
+// Indexed by OpType: the columns are OpRule's, in order.
+using B = Buffers;
+using O = Operand;
+using T = OpType;
+constexpr bool y = true;
+constexpr bool n = false;
+// clang-format off
 constexpr OpRule kRules[kNumOpTypes] = {
-    {"allreduce", true, false, false, true, true, run_check<check_allreduce>},
-    {"allgather", true, false, false, false, true, run_check<check_allgather>},
-    {"reduce_scatter", true, true, false, true, true, run_check<check_reduce_scatter>},
-    {"broadcast", true, false, true, false, false, run_check<check_broadcast>},
-    {"reduce", true, false, true, true, false, run_check<check_reduce>},
-    {"gather", true, false, true, false, false, run_check<check_gather>},
-    {"scatter", true, true, true, false, false, run_check<check_scatter>},
-    {"all_to_all", true, false, false, false, false, run_check<check_all_to_all>},
-    {"barrier", true, false, false, false, false, run_check<check_barrier>},
-    {"send", false, false, false, false, false, run_check<check_send>},
-    {"recv", false, false, false, false, false, run_check<check_recv>},
-    {"allgatherv", true, false, false, false, false, run_check<check_allgatherv>},
-    {"reduce_scatterv", true, true, false, true, false, run_check<check_reduce_scatterv>},
-    {"all_to_allv", true, false, false, false, false, run_check<check_all_to_allv>},
+  // type              name               coll trace root red coal buffers      count    root_only in_c out_c check
+  {T::allreduce,       "allreduce",       y,   n,    n,   y,  y,   B::in_out,   O::in,   O::none,  n,   n,    run_check<check_allreduce>},
+  {T::allgather,       "allgather",       y,   n,    n,   n,  y,   B::in_out,   O::in,   O::none,  n,   n,    run_check<check_allgather>},
+  {T::reduce_scatter,  "reduce_scatter",  y,   y,    n,   y,  y,   B::in_out,   O::out,  O::none,  n,   n,    run_check<check_reduce_scatter>},
+  {T::broadcast,       "broadcast",       y,   n,    y,   n,  n,   B::in_place, O::in,   O::none,  n,   n,    run_check<check_broadcast>},
+  {T::reduce,          "reduce",          y,   n,    y,   y,  n,   B::in_out,   O::in,   O::out,   n,   n,    run_check<check_reduce>},
+  {T::gather,          "gather",          y,   n,    y,   n,  n,   B::in_out,   O::in,   O::out,   n,   n,    run_check<check_gather>},
+  {T::scatter,         "scatter",         y,   y,    y,   n,  n,   B::in_out,   O::out,  O::in,    n,   n,    run_check<check_scatter>},
+  {T::all_to_all,      "all_to_all",      y,   n,    n,   n,  n,   B::in_out,   O::in,   O::none,  n,   n,    run_check<check_all_to_all>},
+  {T::barrier,         "barrier",         y,   n,    n,   n,  n,   B::none,     O::none, O::none,  n,   n,    run_check<check_barrier>},
+  {T::send,            "send",            n,   n,    n,   n,  n,   B::in_place, O::in,   O::none,  n,   n,    run_check<check_send>},
+  {T::recv,            "recv",            n,   n,    n,   n,  n,   B::in_place, O::in,   O::none,  n,   n,    run_check<check_recv>},
+  {T::allgatherv,      "allgatherv",      y,   n,    n,   n,  n,   B::in_out,   O::out,  O::none,  n,   y,    run_check<check_allgatherv>},
+  {T::reduce_scatterv, "reduce_scatterv", y,   y,    n,   y,  n,   B::in_out,   O::in,   O::none,  y,   n,    run_check<check_reduce_scatterv>},
+  {T::all_to_allv,     "all_to_allv",     y,   n,    n,   n,  n,   B::in_out,   O::none, O::none,  y,   y,    run_check<check_all_to_allv>},
 };
+// clang-format on
+
+constexpr bool rows_in_op_type_order() {
+  for (int i = 0; i < kNumOpTypes; ++i) {
+    if (static_cast<int>(kRules[i].type) != i) {
+      return false;
+    }
+  }
+  return true;
+}
+static_assert(rows_in_op_type_order(), "kRules: row i is the rule of OpType i");
 
 }  // namespace
 

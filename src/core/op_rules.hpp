@@ -7,7 +7,9 @@
 
 #include "core/private.hpp"
 
-#include <chorus/op.hpp>
+#include <cstdint>
+
+#include <chorus/process_group.hpp>
 
 namespace chorus {
 
@@ -15,7 +17,19 @@ namespace detail {
 class Backend;
 }
 
+// One of an OpDescriptor's tensors (in, out), or neither.
+enum class Operand : std::uint8_t { none, in, out };
+
+// Which tensors a collective moves data through, for backends that hand the op's buffers to an
+// engine of their own (the CPU backend) instead of a library call per op.
+enum class Buffers : std::uint8_t {
+  none,      // no data (barrier)
+  in_place,  // `in` is both the input and the output (broadcast)
+  in_out,    // `in` and `out`
+};
+
 struct OpRule {
+  OpType type;
   const char* name;  // "allreduce" ... (to_string(OpType))
   // Numbered among the collectives (checked against the other ranks' ops at the same
   // sequence number); false: point-to-point, numbered on its own.
@@ -29,6 +43,17 @@ struct OpRule {
   bool reduces;
   // Takes several tensors in one op (OpDescriptor::ins/outs); the others reject them.
   bool coalesces;
+  // The op's data, as a backend's engine sees it (collectives only):
+  Buffers buffers;
+  // Whose count is the op's count per rank, the one every rank must agree on (OpSignature::
+  // count): the input's, the output's, or none (barrier; an op whose totals differ between ranks).
+  Operand count_of;
+  // The tensor only the root uses (reduce, gather: out; scatter: in); `none`: every rank uses
+  // both.
+  Operand root_only;
+  // Counts per rank (OpDescriptor::in_counts / out_counts) the op carries to its algorithm.
+  bool in_counts;
+  bool out_counts;
   // Throws InvalidArgument naming the op, the rank and what to fix, before anything is sent;
   // for a coalesced op (ins/outs) that each pair has the op's shape, and the list's own rules.
   void (*check)(const OpDescriptor& op, const detail::Backend& backend, const char* name);

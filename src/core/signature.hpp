@@ -12,7 +12,7 @@
 #include <optional>
 #include <string>
 
-#include <chorus/op.hpp>
+#include <chorus/process_group.hpp>
 #include <chorus/types.hpp>
 
 namespace chorus {

@@ -179,40 +179,26 @@ class CpuProcessGroup final : public detail::Backend {
     if (!op.ins.empty()) {
       return coalesced(op, call);
     }
-    const Tensor& in = op.in;
-    const Tensor& out = op.out;
-    const bool root = rank() == op.root;
-    // The buffers this rank touches and the op's OpSignature::count (signature.hpp).
-    switch (op.type) {
-      case OpType::allreduce:
-      case OpType::allgather:
-      case OpType::all_to_all:
-        return collective(op, in, out, in.count(), call);
-      case OpType::reduce_scatter:
-        return collective(op, in, out, out.count(), call);
-      case OpType::broadcast:
-        return collective(op, in, in, in.count(), call);
-      case OpType::reduce:
-      case OpType::gather:
-        // Only the root has an output; elsewhere the algorithm needs none.
-        return collective(op, in, root ? out : Tensor(), in.count(), call);
-      case OpType::scatter:
-        return collective(op, root ? in : Tensor(), out, out.count(), call);
-      case OpType::barrier:
-        return collective(op, Tensor(), Tensor(), 0, call);
-      case OpType::send:
-        return p2p(Op::Kind::send, in, op.peer, op.tag, call);
-      case OpType::recv:
-        return p2p(Op::Kind::recv, in, op.peer, op.tag, call);
-      case OpType::allgatherv:
-        return collective(op, in, out, out.count(), call, nullptr, &op.out_counts);
-      case OpType::reduce_scatterv:
-        return collective(op, in, out, in.count(), call, &op.in_counts);
-      case OpType::all_to_allv:
-        // The totals differ between ranks: the signature carries none (signature.hpp).
-        return collective(op, in, out, 0, call, &op.in_counts, &op.out_counts);
+    const OpRule& rule = op_rule(op.type);
+    if (!rule.collective) {
+      return p2p(op.type == OpType::send ? Op::Kind::send : Op::Kind::recv, op.in, op.peer, op.tag,
+                 call);
     }
-    throw InvalidArgument(fmt::format("{}: not an op of the tcp backend", call.name));
+    // The buffers this rank touches, and the op's OpSignature::count (signature.hpp), as the
+    // op's rule states them: nothing here names an op.
+    const bool root = rank() == op.root;
+    Tensor in = rule.buffers == Buffers::none ? Tensor() : op.in;
+    Tensor out = rule.buffers == Buffers::in_out ? op.out : in;
+    if (!root && rule.root_only == Operand::in) {
+      in = Tensor();
+    } else if (!root && rule.root_only == Operand::out) {
+      out = Tensor();  // only the root has an output; elsewhere the algorithm needs none
+    }
+    const std::size_t count = rule.count_of == Operand::in    ? op.in.count()
+                              : rule.count_of == Operand::out ? op.out.count()
+                                                              : 0;
+    return collective(op, in, out, count, call, rule.in_counts ? &op.in_counts : nullptr,
+                      rule.out_counts ? &op.out_counts : nullptr);
   }
 
   void check_supported(const OpDescriptor& op, const char* name) const override {
@@ -231,7 +217,7 @@ class CpuProcessGroup final : public detail::Backend {
     for (std::size_t i = 0; i < parts.size(); ++i) {
       // Per rank, as on one tensor: reduce_scatter counts its output, the others their input.
       const std::size_t count =
-          d.type == OpType::reduce_scatter ? d.outs[i].count() : d.ins[i].count();
+          op_rule(d.type).count_of == Operand::out ? d.outs[i].count() : d.ins[i].count();
       parts[i] = {d.ins[i].data(), d.outs[i].data(), count};
       total += count;
     }
@@ -251,10 +237,11 @@ class CpuProcessGroup final : public detail::Backend {
     Op built;
     Op* o = &built;
     o->kind = Op::Kind::collective;
-    const DataType dtype = !d.ins.empty()            ? d.ins[0].dtype()
-                           : kind == OpType::barrier ? DataType::uint8
-                           : in.count()              ? in.dtype()
-                                                     : out.dtype();
+    const bool carries_data = rule.buffers != Buffers::none;
+    const DataType dtype = !d.ins.empty()  ? d.ins[0].dtype()
+                           : !carries_data ? DataType::uint8
+                           : in.count()    ? in.dtype()
+                                           : out.dtype();
     o->args = group_args();
     o->args.kind = kind;
     o->args.in = in.data();
@@ -276,14 +263,15 @@ class CpuProcessGroup final : public detail::Backend {
     o->args.num_parts = o->parts.size();
     o->sig.kind = kind;
     o->sig.seq = call.seq;
-    if (kind != OpType::barrier) {
+    if (carries_data) {
       o->sig.dtype = dtype;
       o->sig.count = count;
     }
     o->sig.redop = op;
     o->sig.root = root;
     o->sig.parts = static_cast<std::uint32_t>(o->parts.size());  // check_supported() bounds it
-    o->bytes = (kind == OpType::all_to_allv ? in.count() : count) * element_size(dtype);
+    // This rank's payload: the op's count, or where the ranks' totals differ, its input's.
+    o->bytes = (rule.count_of == Operand::none ? in.count() : count) * element_size(dtype);
     o->call = call;
     // A small op the transport can run without messages (its SmallOps capability: the
     // shared-memory board of a one-host group) goes there (the same choice on every rank); this

@@ -102,34 +102,41 @@ TEST_CASE("C ABI on 2 ranks: allreduce, broadcast, allgather, send/recv, barrier
   REQUIRE_ALL_OK(results);
 }
 
-TEST_CASE("C ABI on 2 ranks: allgatherv, reduce_scatterv, all_to_allv", "[capi][mp]") {
+TEST_CASE("C ABI on 2 ranks: allgatherv, reduce_scatterv, all_to_allv through chorus_run",
+          "[capi][mp]") {
   chorus::test::StoreServerProcess server;
   auto results = chorus::test::run_processes(
       2,
       [&](int rank) {
         CWorld w(server.port(), "vops", rank, 2);
         chorus_work_t* work = nullptr;
+        const auto run_and_wait = [&](const chorus_op_t& op) {
+          C_CHECK(chorus_run(w.group, &op, &work));
+          C_CHECK(chorus_work_wait(work));
+          chorus_work_free(work);
+        };
         // allgatherv: rank 0 gives 1 element, rank 1 gives 3.
         const size_t counts[2] = {1, 3};
         std::vector<std::int32_t> mine(counts[rank], 10 * (rank + 1));
         std::vector<std::int32_t> all(4, -1);
-        chorus_tensor_t tm = chorus_cpu_tensor(mine.data(), mine.size(), CHORUS_INT32);
-        chorus_tensor_t ta = chorus_cpu_tensor(all.data(), all.size(), CHORUS_INT32);
-        C_CHECK(chorus_allgatherv(w.group, &tm, &ta, counts, nullptr, &work));
-        C_CHECK(chorus_work_wait(work));
-        chorus_work_free(work);
+        chorus_op_t gather = CHORUS_OP_INITIALIZER;
+        gather.type = CHORUS_OP_ALLGATHERV;
+        gather.in = chorus_cpu_tensor(mine.data(), mine.size(), CHORUS_INT32);
+        gather.out = chorus_cpu_tensor(all.data(), all.size(), CHORUS_INT32);
+        gather.out_counts = counts;
+        run_and_wait(gather);
         CHILD_CHECK((all == std::vector<std::int32_t>{10, 20, 20, 20}));
 
         // reduce_scatterv with max: blocks of 1 and 3 elements.
         std::vector<std::int32_t> in = {rank, 5 * rank, 1, 2};
         std::vector<std::int32_t> out(counts[rank], -1);
-        chorus_tensor_t ti = chorus_cpu_tensor(in.data(), in.size(), CHORUS_INT32);
-        chorus_tensor_t to = chorus_cpu_tensor(out.data(), out.size(), CHORUS_INT32);
-        chorus_op_options_t opts = CHORUS_OP_OPTIONS_INITIALIZER;
-        opts.op = CHORUS_MAX;
-        C_CHECK(chorus_reduce_scatterv(w.group, &ti, &to, counts, &opts, &work));
-        C_CHECK(chorus_work_wait(work));
-        chorus_work_free(work);
+        chorus_op_t scatter = CHORUS_OP_INITIALIZER;
+        scatter.type = CHORUS_OP_REDUCE_SCATTERV;
+        scatter.in = chorus_cpu_tensor(in.data(), in.size(), CHORUS_INT32);
+        scatter.out = chorus_cpu_tensor(out.data(), out.size(), CHORUS_INT32);
+        scatter.in_counts = counts;
+        scatter.op = CHORUS_MAX;
+        run_and_wait(scatter);
         CHILD_CHECK(
             out == (rank == 0 ? std::vector<std::int32_t>{1} : std::vector<std::int32_t>{5, 1, 2}));
 
@@ -140,34 +147,26 @@ TEST_CASE("C ABI on 2 ranks: allgatherv, reduce_scatterv, all_to_allv", "[capi][
         std::vector<double> send =
             rank == 0 ? std::vector<double>{1.5, 2.5} : std::vector<double>{3.5, 4.5};
         std::vector<double> got(rank == 0 ? 1 : 3, 0.0);
-        chorus_tensor_t ts = chorus_cpu_tensor(send.data(), send.size(), CHORUS_FLOAT64);
-        chorus_tensor_t tg = chorus_cpu_tensor(got.data(), got.size(), CHORUS_FLOAT64);
-        C_CHECK(chorus_all_to_allv(w.group, &ts, &tg, in_counts[rank], out_counts[rank], nullptr,
-                                   &work));
-        C_CHECK(chorus_work_wait(work));
-        chorus_work_free(work);
+        chorus_op_t exchange = CHORUS_OP_INITIALIZER;
+        exchange.type = CHORUS_OP_ALL_TO_ALLV;
+        exchange.in = chorus_cpu_tensor(send.data(), send.size(), CHORUS_FLOAT64);
+        exchange.out = chorus_cpu_tensor(got.data(), got.size(), CHORUS_FLOAT64);
+        exchange.in_counts = in_counts[rank];
+        exchange.out_counts = out_counts[rank];
+        run_and_wait(exchange);
         CHILD_CHECK(got ==
                     (rank == 0 ? std::vector<double>{3.5} : std::vector<double>{1.5, 2.5, 4.5}));
 
-        // The same all_to_allv through the one entry, chorus_run.
-        chorus_op_t op = CHORUS_OP_INITIALIZER;
-        op.type = CHORUS_OP_ALL_TO_ALLV;
-        op.in = ts;
-        op.out = tg;
-        op.in_counts = in_counts[rank];
-        op.out_counts = out_counts[rank];
-        std::fill(got.begin(), got.end(), 0.0);
-        C_CHECK(chorus_run(w.group, &op, &work));
-        C_CHECK(chorus_work_wait(work));
-        chorus_work_free(work);
-        CHILD_CHECK(got ==
-                    (rank == 0 ? std::vector<double>{3.5} : std::vector<double>{1.5, 2.5, 4.5}));
-
-        // Counts that do not match the tensors fail on the calling rank.
-        CHILD_CHECK(chorus_allgatherv(w.group, &ta, &ta, counts, nullptr, &work) ==
-                    CHORUS_ERR_INVALID_ARGUMENT);
-        CHILD_CHECK(chorus_allgatherv(w.group, &tm, &ta, nullptr, nullptr, &work) ==
-                    CHORUS_ERR_INVALID_ARGUMENT);
+        // Counts that do not match the tensors, or none, fail on the calling rank, naming the
+        // op and the field.
+        chorus_op_t bad = gather;
+        bad.in = gather.out;
+        CHILD_CHECK(chorus_run(w.group, &bad, &work) == CHORUS_ERR_INVALID_ARGUMENT);
+        CHILD_CHECK(std::string(chorus_get_last_error()).find("allgatherv") != std::string::npos);
+        bad = gather;
+        bad.out_counts = nullptr;
+        CHILD_CHECK(chorus_run(w.group, &bad, &work) == CHORUS_ERR_INVALID_ARGUMENT);
+        CHILD_CHECK(std::string(chorus_get_last_error()).find("out_counts") != std::string::npos);
       },
       60s);
   REQUIRE_ALL_OK(results);

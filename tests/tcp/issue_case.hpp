@@ -4,7 +4,6 @@
 
 #include <memory>
 
-#include <chorus/op.hpp>
 #include <chorus/process_group.hpp>
 
 #include "tcp/collective_cases.hpp"

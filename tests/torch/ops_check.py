@@ -379,6 +379,20 @@ def all_gather_uneven(group):
 
 verify(all_gather_uneven, "all_gather uneven", [torch.full((r + 1, 2), float(r)) for r in range(n)])
 
+
+# Uneven reduce_scatter: block j has j + 1 rows (chorus runs it as one reduce_scatterv; gloo
+# refuses it). Rank r's block j is (r + 1) * (j + 1) everywhere; the sum over ranks is
+# (j + 1) * n(n + 1)/2 in every element of rank j's output.
+def reduce_scatter_uneven(group):
+    out = torch.zeros(rank + 1, 2)
+    dist.reduce_scatter(out, [torch.full((j + 1, 2), float((rank + 1) * (j + 1)))
+                              for j in range(n)], group=group)
+    return out
+
+
+verify(reduce_scatter_uneven, "reduce_scatter uneven",
+       torch.full((rank + 1, 2), float((rank + 1) * n * (n + 1) // 2)))
+
 # Same element count, another shape: (5, 4) outputs for a (4, 5) input are refused, not filled.
 x45 = torch.arange(20, dtype=torch.float32).view(4, 5) + rank
 expect_refused_like_gloo(

@@ -161,11 +161,6 @@ void build_tree_reduce(Schedule& s, const CollectiveArgs& a);
 void build_gather(Schedule& s, const CollectiveArgs& a);
 void build_scatter(Schedule& s, const CollectiveArgs& a);
 void build_all_to_all(Schedule& s, const CollectiveArgs& a);
-// The variable-size collectives (variable_size.cpp): every peer at once, one message each way.
-void build_pairwise_allgatherv(Schedule& s, const CollectiveArgs& a);
-void build_pairwise_reduce_scatterv(Schedule& s, const CollectiveArgs& a);
-void build_pairwise_all_to_allv(Schedule& s, const CollectiveArgs& a);
-void build_variable_single_rank(Schedule& s, const CollectiveArgs& a);
 void build_barrier(Schedule& s, const CollectiveArgs& a);
 
 // ---- helpers shared by the algorithm files ----
@@ -181,6 +176,15 @@ inline Span block_of(std::size_t count, int n, int c) {
   const std::size_t base = count / un;
   const std::size_t extra = count % un;
   return {uc * base + std::min(uc, extra), base + (uc < extra ? 1 : 0)};
+}
+// Element offsets of the blocks of a variable-size collective: block j (counts[j] elements)
+// starts at offsets[j]; offsets[n] is the total.
+inline std::vector<std::size_t> block_offsets(const std::size_t* counts, int n) {
+  std::vector<std::size_t> offsets(static_cast<std::size_t>(n) + 1, 0);
+  for (std::size_t j = 0; j < static_cast<std::size_t>(n); ++j) {
+    offsets[j + 1] = offsets[j] + counts[j];
+  }
+  return offsets;
 }
 // Elements per pipeline slice (at least one).
 inline std::size_t slice_elems(const CollectiveArgs& a) {

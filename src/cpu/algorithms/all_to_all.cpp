@@ -6,6 +6,7 @@
 // waiting to be sent would make each rank's receive wait for its own send, and with bounded
 // socket buffers two ranks could wait on each other.
 #include "cpu/algorithms/algorithms.hpp"
+#include "cpu/algorithms/costs.hpp"
 
 namespace chorus::cpu {
 
@@ -32,6 +33,43 @@ void build_all_to_all(Schedule& s, const CollectiveArgs& a) {
   }
   const auto own = static_cast<std::size_t>(r) * m;
   s.copy(at(a.out, own, dt), at(a.in, own, dt), bytes);
+}
+
+namespace {
+
+// all_to_allv: all_to_all's pairwise exchange with a count per peer (in_counts[j] elements to
+// rank j, out_counts[i] from rank i), none between ranks whose block is empty.
+
+// Block j of the input goes to rank j; block i of the output comes from rank i.
+void build_pairwise_all_to_allv(Schedule& s, const CollectiveArgs& a) {
+  const int n = s.size();
+  const int r = s.rank();
+  const DataType dt = a.dtype;
+  const std::size_t es = element_size(dt);
+  const std::vector<std::size_t> in_off = block_offsets(a.in_counts, n);
+  const std::vector<std::size_t> out_off = block_offsets(a.out_counts, n);
+  for (int i = 1; i < n; ++i) {
+    const int to = mod(r + i, n);
+    s.send(to, at(a.in, in_off[static_cast<std::size_t>(to)], dt), a.in_counts[to] * es);
+  }
+  for (int i = 1; i < n; ++i) {
+    const int from = mod(r - i, n);
+    s.recv(from, at(a.out, out_off[static_cast<std::size_t>(from)], dt), a.out_counts[from] * es);
+  }
+  s.copy(at(a.out, out_off[static_cast<std::size_t>(r)], dt),
+         at(a.in, in_off[static_cast<std::size_t>(r)], dt), a.in_counts[r] * es);
+}
+
+}  // namespace
+
+AlgorithmRows all_to_all_algorithms() noexcept {
+  static constexpr AlgorithmSpec kRows[] = {
+      {OpType::all_to_all, AlgorithmId::pairwise, always, always, false, free_of_choice,
+       build_all_to_all},
+      {OpType::all_to_allv, AlgorithmId::pairwise, always, always, false, free_of_choice,
+       build_pairwise_all_to_allv},
+  };
+  return kRows;
 }
 
 }  // namespace chorus::cpu

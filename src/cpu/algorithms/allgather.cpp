@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "cpu/algorithms/algorithms.hpp"
+#include "cpu/algorithms/costs.hpp"
 
 namespace chorus::cpu {
 
@@ -38,6 +39,46 @@ void build_ring_allgather(Schedule& s, const CollectiveArgs& a) {
     }
     prev_recv = std::move(got);
   }
+}
+
+namespace {
+
+// allgatherv: block j (out_counts[j] elements, the blocks back to back in rank order) comes
+// from rank j, every peer at once, one message each way per pair (offset i = 1..n-1: to r+i,
+// from r-i), none between ranks whose block is empty. Per-rank sizes make the ring's equal
+// slices inapplicable; one message per peer moves each byte once.
+
+// out's block r is this rank's input (a local copy, none in place); block j arrives from rank j.
+void build_pairwise_allgatherv(Schedule& s, const CollectiveArgs& a) {
+  const int n = s.size();
+  const int r = s.rank();
+  const DataType dt = a.dtype;
+  const std::size_t es = element_size(dt);
+  const std::vector<std::size_t> off = block_offsets(a.out_counts, n);
+  const std::size_t mine = a.out_counts[r];
+  for (int i = 1; i < n; ++i) {
+    s.send(mod(r + i, n), a.in, mine * es);
+  }
+  for (int i = 1; i < n; ++i) {
+    const int from = mod(r - i, n);
+    s.recv(from, at(a.out, off[static_cast<std::size_t>(from)], dt), a.out_counts[from] * es);
+  }
+  void* own = at(a.out, off[static_cast<std::size_t>(r)], dt);
+  if (own != a.in) {
+    s.copy(own, a.in, mine * es);
+  }
+}
+
+}  // namespace
+
+AlgorithmRows allgather_algorithms() noexcept {
+  static constexpr AlgorithmSpec kRows[] = {
+      {OpType::allgather, AlgorithmId::ring, always, always, false, ring_block_us,
+       build_ring_allgather},
+      {OpType::allgatherv, AlgorithmId::pairwise, always, always, false, free_of_choice,
+       build_pairwise_allgatherv},
+  };
+  return kRows;
 }
 
 }  // namespace chorus::cpu

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "cpu/algorithms/algorithms.hpp"
+#include "cpu/algorithms/costs.hpp"
 
 namespace chorus::cpu {
 
@@ -28,6 +29,14 @@ void build_barrier(Schedule& s, const CollectiveArgs&) {
     }
     heard.push_back(s.recv(mod(r - d, n), sink + k, 1));
   }
+}
+
+AlgorithmRows barrier_algorithms() noexcept {
+  static constexpr AlgorithmSpec kRows[] = {
+      {OpType::barrier, AlgorithmId::dissemination, always, always, false, free_of_choice,
+       build_barrier},
+  };
+  return kRows;
 }
 
 }  // namespace chorus::cpu

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "cpu/algorithms/algorithms.hpp"
+#include "cpu/algorithms/costs.hpp"
 
 namespace chorus::cpu {
 
@@ -55,6 +56,15 @@ void build_chain_broadcast(Schedule& s, const CollectiveArgs& a) {
       s.send(real(v + 1), at(a.out, off, dt), bytes, {got});
     }
   }
+}
+
+AlgorithmRows broadcast_algorithms() noexcept {
+  static constexpr AlgorithmSpec kRows[] = {
+      {OpType::broadcast, AlgorithmId::tree, always, always, true, tree_us, build_tree_broadcast},
+      {OpType::broadcast, AlgorithmId::chain, always, always, false, chain_us,
+       build_chain_broadcast},
+  };
+  return kRows;
 }
 
 }  // namespace chorus::cpu

@@ -47,6 +47,7 @@
 #include "core/reduce.hpp"
 #include "core/stream_copy.hpp"
 #include "cpu/algorithms/algorithms.hpp"
+#include "cpu/algorithms/costs.hpp"
 
 namespace chorus::cpu {
 namespace {
@@ -440,6 +441,20 @@ void build_direct_broadcast(Schedule& s, const CollectiveArgs& a) {
     return std::nullopt;
   };
   run_then_release(s, x, std::move(work), {root}, {});
+}
+
+AlgorithmRows direct_algorithms() noexcept {
+  static constexpr AlgorithmSpec kRows[] = {
+      {OpType::allreduce, AlgorithmId::direct, direct_runs, direct_may_be_default, false,
+       direct_allreduce_us, build_direct_allreduce},
+      {OpType::allgather, AlgorithmId::direct, direct_runs, direct_may_be_default, false,
+       direct_block_us, build_direct_allgather},
+      {OpType::reduce_scatter, AlgorithmId::direct, direct_runs, direct_may_be_default, false,
+       direct_block_us, build_direct_reduce_scatter},
+      {OpType::broadcast, AlgorithmId::direct, direct_runs, direct_may_be_default, false,
+       direct_broadcast_us, build_direct_broadcast},
+  };
+  return kRows;
 }
 
 }  // namespace chorus::cpu

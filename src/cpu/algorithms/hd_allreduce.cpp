@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "cpu/algorithms/algorithms.hpp"
+#include "cpu/algorithms/costs.hpp"
 
 namespace chorus::cpu {
 
@@ -151,6 +152,14 @@ void build_hd_allreduce(Schedule& s, const CollectiveArgs& a) {
              {writer[static_cast<std::size_t>(b)][j]});
     });
   }
+}
+
+AlgorithmRows hd_allreduce_algorithms() noexcept {
+  static constexpr AlgorithmSpec kRows[] = {
+      {OpType::allreduce, AlgorithmId::halving_doubling, always, always, false, halving_doubling_us,
+       build_hd_allreduce},
+  };
+  return kRows;
 }
 
 }  // namespace chorus::cpu

@@ -22,6 +22,7 @@
 #include <map>
 
 #include "cpu/algorithms/algorithms.hpp"
+#include "cpu/algorithms/costs.hpp"
 
 namespace chorus::cpu {
 namespace {
@@ -142,6 +143,14 @@ void build_hierarchical_allreduce(Schedule& s, const CollectiveArgs& a) {
       s.leave_view();
     }
   }
+}
+
+AlgorithmRows hier_allreduce_algorithms() noexcept {
+  static constexpr AlgorithmSpec kRows[] = {
+      {OpType::allreduce, AlgorithmId::hierarchical, hierarchical_runs, always, false,
+       hierarchical_us, build_hierarchical_allreduce},
+  };
+  return kRows;
 }
 
 }  // namespace chorus::cpu

@@ -9,6 +9,7 @@
 // divides for avg. Finally each odd folding rank sends the result back to its even partner.
 // Each round receives into its own scratch buffer, so there are no slot-reuse waits.
 #include "cpu/algorithms/algorithms.hpp"
+#include "cpu/algorithms/costs.hpp"
 
 namespace chorus::cpu {
 
@@ -63,6 +64,14 @@ void build_rd_allreduce(Schedule& s, const CollectiveArgs& a) {
   if (r < 2 * rem) {
     s.send(r - 1, a.out, bytes, {acc_ready});
   }
+}
+
+AlgorithmRows rd_allreduce_algorithms() noexcept {
+  static constexpr AlgorithmSpec kRows[] = {
+      {OpType::allreduce, AlgorithmId::recursive_doubling, always, always, true,
+       recursive_doubling_us, build_rd_allreduce},
+  };
+  return kRows;
 }
 
 }  // namespace chorus::cpu

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "cpu/algorithms/algorithms.hpp"
+#include "cpu/algorithms/costs.hpp"
 
 namespace chorus::cpu {
 
@@ -70,6 +71,65 @@ void build_ring_reduce_scatter(Schedule& s, const CollectiveArgs& a) {
       partial[j] = rd;
     }
   }
+}
+
+namespace {
+
+// reduce_scatterv: rank j gets block j (in_counts[j] elements) of the reduction, every peer at
+// once, one message each way per pair, as allgather.cpp's pairwise exchange.
+
+// Rank j gets block j of this rank's input. This rank's block is reduced with each peer's as
+// the peers' blocks arrive, a chain of recv_reduce tasks through two alternating scratch
+// buffers, the last one writing out (and dividing for avg). In place (out is the input's block
+// r), the block is read by the first step only, and out is written by the last.
+void build_pairwise_reduce_scatterv(Schedule& s, const CollectiveArgs& a) {
+  const int n = s.size();
+  const int r = s.rank();
+  const DataType dt = a.dtype;
+  const std::size_t es = element_size(dt);
+  const std::vector<std::size_t> off = block_offsets(a.in_counts, n);
+  const std::size_t m = a.in_counts[r];
+  for (int i = 1; i < n; ++i) {
+    const int to = mod(r + i, n);
+    s.send(to, at(a.in, off[static_cast<std::size_t>(to)], dt), a.in_counts[to] * es);
+  }
+  const void* acc = at(a.in, off[static_cast<std::size_t>(r)], dt);
+  if (m == 0) {
+    return;
+  }
+  if (n == 1) {  // the rank's own block is the result (avg over one rank is the value itself)
+    if (acc != a.out) {
+      s.copy(a.out, acc, m * es);
+    }
+    return;
+  }
+  std::byte* partial[2] = {nullptr, nullptr};
+  if (n > 2) {
+    partial[0] = static_cast<std::byte*>(s.scratch(m * es));
+    partial[1] = static_cast<std::byte*>(s.scratch(m * es));
+  }
+  TaskId prev = kNoTask;
+  for (int i = 1; i < n; ++i) {
+    const bool last = i == n - 1;
+    void* dst = last ? a.out : partial[i & 1];
+    // Each step has a slot of its own: the receives from different peers arrive in any order.
+    void* slot = s.scratch(m * es);
+    prev = s.recv_reduce(mod(r - i, n), dst, acc, slot, m, last && a.op == ReduceOp::avg ? n : 0,
+                         true, {prev});
+    acc = dst;
+  }
+}
+
+}  // namespace
+
+AlgorithmRows reduce_scatter_algorithms() noexcept {
+  static constexpr AlgorithmSpec kRows[] = {
+      {OpType::reduce_scatter, AlgorithmId::ring, always, always, false, ring_block_us,
+       build_ring_reduce_scatter},
+      {OpType::reduce_scatterv, AlgorithmId::pairwise, always, always, false, free_of_choice,
+       build_pairwise_reduce_scatterv},
+  };
+  return kRows;
 }
 
 }  // namespace chorus::cpu

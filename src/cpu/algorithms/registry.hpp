@@ -82,6 +82,22 @@ struct AlgorithmSpec {
   void (*build)(Schedule&, const CollectiveArgs&);
 };
 
+// Each algorithm file's rows, defined at the end of that file: the algorithms it builds, for
+// which ops, and what they cost. registry.cpp lists the files; an op's rows keep the order of
+// that list and of each file (the order of preference where costs tie).
+using AlgorithmRows = std::span<const AlgorithmSpec>;
+AlgorithmRows ring_allreduce_algorithms() noexcept;
+AlgorithmRows rd_allreduce_algorithms() noexcept;
+AlgorithmRows hd_allreduce_algorithms() noexcept;
+AlgorithmRows hier_allreduce_algorithms() noexcept;
+AlgorithmRows allgather_algorithms() noexcept;
+AlgorithmRows reduce_scatter_algorithms() noexcept;
+AlgorithmRows broadcast_algorithms() noexcept;
+AlgorithmRows rooted_algorithms() noexcept;
+AlgorithmRows all_to_all_algorithms() noexcept;
+AlgorithmRows barrier_algorithms() noexcept;
+AlgorithmRows direct_algorithms() noexcept;
+
 // The algorithms of `kind`, in order of preference where costs tie.
 std::span<const AlgorithmSpec> algorithms_of(OpType kind) noexcept;
 // The spec of (kind, id), or nullptr if that op has no such algorithm.

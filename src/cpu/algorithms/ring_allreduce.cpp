@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "cpu/algorithms/algorithms.hpp"
+#include "cpu/algorithms/costs.hpp"
 
 namespace chorus::cpu {
 namespace {
@@ -116,6 +117,14 @@ void build_ring_allreduce(Schedule& s, const CollectiveArgs& a) {
   // rule: its receive sequence matches this rank's send sequence item by item.
   s.interleave(next, true, rs_sends, last_send_mark + kAllgatherLag);
   s.interleave(prev, false, rs_recvs, last_recv_mark + kAllgatherLag);
+}
+
+AlgorithmRows ring_allreduce_algorithms() noexcept {
+  static constexpr AlgorithmSpec kRows[] = {
+      {OpType::allreduce, AlgorithmId::ring, always, always, false, ring_allreduce_us,
+       build_ring_allreduce},
+  };
+  return kRows;
 }
 
 }  // namespace chorus::cpu

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "cpu/algorithms/algorithms.hpp"
+#include "cpu/algorithms/costs.hpp"
 
 namespace chorus::cpu {
 
@@ -107,6 +108,16 @@ void build_scatter(Schedule& s, const CollectiveArgs& a) {
     s.send(q, at(a.in, static_cast<std::size_t>(q) * a.count, a.dtype), bytes);
   }
   s.copy(a.out, at(a.in, static_cast<std::size_t>(r) * a.count, a.dtype), bytes);
+}
+
+AlgorithmRows rooted_algorithms() noexcept {
+  static constexpr AlgorithmSpec kRows[] = {
+      {OpType::reduce, AlgorithmId::tree, always, always, true, tree_us, build_tree_reduce},
+      {OpType::reduce, AlgorithmId::chain, always, always, false, chain_us, build_chain_reduce},
+      {OpType::gather, AlgorithmId::direct, always, always, false, free_of_choice, build_gather},
+      {OpType::scatter, AlgorithmId::direct, always, always, false, free_of_choice, build_scatter},
+  };
+  return kRows;
 }
 
 }  // namespace chorus::cpu

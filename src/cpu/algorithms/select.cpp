@@ -22,10 +22,11 @@ namespace {
 
 // A group of one rank: the output is the input (avg over one rank is the value itself), so
 // copying the input to the output, where the op has both and they differ, is every op's
-// result; the variable-size ops lay theirs out by their counts.
+// result. The ops with counts per rank lay theirs out by the counts: their own algorithm
+// handles one rank.
 void build_single_rank(Schedule& s, const CollectiveArgs& a) {
   if (a.in_counts != nullptr || a.out_counts != nullptr) {
-    return build_variable_single_rank(s, a);
+    return algorithms_of(a.kind).front().build(s, a);
   }
   if (a.in != nullptr && a.out != nullptr) {
     s.copy(a.out, a.in, a.count * element_size(a.dtype));
