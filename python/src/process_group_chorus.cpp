@@ -35,6 +35,25 @@ void require_same_dtype(const at::Tensor& a, const at::Tensor& b, const char* op
   }
 }
 
+// A list of one tensor per rank (all_gather's outputs, reduce_scatter's inputs) against this
+// rank's own tensor `own`: true for an uneven list, whose entry `rank` has own's shape and some
+// other entry another size (the variable-size op then runs; only the dtypes must match); else
+// every entry must be like `own`, and require_all_like() says how one is not.
+bool check_per_rank_list(const std::vector<at::Tensor>& list, const at::Tensor& own, int rank,
+                         const char* field, const char* op) {
+  const bool uneven = list[static_cast<std::size_t>(rank)].sizes() == own.sizes() &&
+                      std::any_of(list.begin(), list.end(),
+                                  [&](const at::Tensor& t) { return t.numel() != own.numel(); });
+  if (!uneven) {
+    require_all_like(list, own, field, op);
+    return false;
+  }
+  for (const auto& t : list) {
+    require_same_dtype(own, t, op);
+  }
+  return true;
+}
+
 // Rows of dim 0 split into `splits` (empty: equal parts), as element counts per rank (the
 // blocks lie back to back, as all_to_allv wants them).
 std::vector<std::size_t> split_rows(const at::Tensor& t, const std::vector<std::int64_t>& splits,
@@ -260,19 +279,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupChorus::allgather(
   // Outputs of different sizes (torch passes them for uneven all_gather): each rank's block
   // has its output's size, and this rank's input must have its own output's.
   const std::vector<std::size_t> counts = numels(list);
-  // Uneven only when this rank's own output has the input's shape (else the list is simply
-  // wrong, and require_all_like() says how).
-  const bool uneven = list[static_cast<std::size_t>(getRank())].sizes() == in.user.sizes() &&
-                      std::any_of(counts.begin(), counts.end(), [&](std::size_t c) {
-                        return c != static_cast<std::size_t>(in.user.numel());
-                      });
-  if (uneven) {
-    for (const auto& t : list) {
-      require_same_dtype(in.user, t, op);
-    }
-  } else {
-    require_all_like(list, in.user, "output_tensor_list", op);
-  }
+  const bool uneven = check_per_rank_list(list, in.user, getRank(), "output_tensor_list", op);
   for (const auto& t : list) {
     stage(t, op);
   }
@@ -481,17 +488,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupChorus::reduce_scatter(
   // Inputs of different sizes (uneven reduce_scatter, as NCCL's process group takes them):
   // block j has input j's size, and this rank's output must have its own input's shape.
   const std::vector<std::size_t> counts = numels(list);
-  const bool uneven = list[static_cast<std::size_t>(getRank())].sizes() == out.user.sizes() &&
-                      std::any_of(counts.begin(), counts.end(), [&](std::size_t c) {
-                        return c != static_cast<std::size_t>(out.user.numel());
-                      });
-  if (uneven) {
-    for (const auto& t : list) {
-      require_same_dtype(out.user, t, op);
-    }
-  } else {
-    require_all_like(list, out.user, "input_list", op);
-  }
+  const bool uneven = check_per_rank_list(list, out.user, getRank(), "input_list", op);
   for (const auto& t : list) {
     stage(t, op);
   }
