@@ -45,6 +45,28 @@ chorus_store_t* make_server_store(int64_t timeout_ms = 5000) {
 
 }  // namespace
 
+// chorus_op_type_t mirrors chorus::OpType value by value (collectives.cpp checks only the count
+// and one anchor): a renumbered or swapped op fails to compile here.
+#define CHORUS_SAME_OP(c_value, cxx_type) \
+  static_assert(c_value == static_cast<int>(chorus::OpType::cxx_type), #c_value)
+CHORUS_SAME_OP(CHORUS_OP_ALLREDUCE, allreduce);
+CHORUS_SAME_OP(CHORUS_OP_ALLGATHER, allgather);
+CHORUS_SAME_OP(CHORUS_OP_REDUCE_SCATTER, reduce_scatter);
+CHORUS_SAME_OP(CHORUS_OP_BROADCAST, broadcast);
+CHORUS_SAME_OP(CHORUS_OP_REDUCE, reduce);
+CHORUS_SAME_OP(CHORUS_OP_GATHER, gather);
+CHORUS_SAME_OP(CHORUS_OP_SCATTER, scatter);
+CHORUS_SAME_OP(CHORUS_OP_ALL_TO_ALL, all_to_all);
+CHORUS_SAME_OP(CHORUS_OP_BARRIER, barrier);
+CHORUS_SAME_OP(CHORUS_OP_SEND, send);
+CHORUS_SAME_OP(CHORUS_OP_RECV, recv);
+CHORUS_SAME_OP(CHORUS_OP_ALLGATHERV, allgatherv);
+CHORUS_SAME_OP(CHORUS_OP_REDUCE_SCATTERV, reduce_scatterv);
+CHORUS_SAME_OP(CHORUS_OP_ALL_TO_ALLV, all_to_allv);
+static_assert(CHORUS_OP_TYPE_COUNT == chorus::kNumOpTypes && chorus::kNumOpTypes == 14,
+              "an op was added: list it above");
+#undef CHORUS_SAME_OP
+
 TEST_CASE("C ABI: version, result strings, dtype sizes", "[capi]") {
   REQUIRE(std::string(chorus_version()) == CHORUS_VERSION_STRING);
   REQUIRE(chorus_version_code() == CHORUS_VERSION_CODE);

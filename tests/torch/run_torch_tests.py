@@ -324,23 +324,69 @@ CASES = {
 }
 
 
+def run_one(name):
+    """Runs case `name`; returns (status, line): PASS, SKIP or FAIL and what to print."""
+    start = time.monotonic()
+    try:
+        summary = CASES[name]()
+        return "PASS", f"PASS {name} ({time.monotonic() - start:.1f} s): {summary}"
+    except Skip as e:
+        return "SKIP", f"SKIP {name}: {e}"
+    except Exception as e:  # noqa: BLE001 - report every case, then fail
+        return "FAIL", f"FAIL {name} ({time.monotonic() - start:.1f} s):\n{e}"
+
+
+def run_in_parallel(names, jobs):
+    """Each case in a process of its own (this script with that one case), `jobs` at a time,
+    the longest first so that the short ones fill in; each case's output is printed whole when
+    it ends. Most of a case is waiting (ranks starting, timeouts, stalls), so cases overlap
+    well; each already runs beside others under meson's parallel test runner."""
+    waiting = sorted(names, key=lambda n: (n not in LONG_CASES, names.index(n)))
+    running = {}  # pid -> (name, output file)
+    failed = []
+    while waiting or running:
+        while waiting and len(running) < jobs:
+            name = waiting.pop(0)
+            out = tempfile.TemporaryFile(mode="w+")
+            proc = subprocess.Popen([sys.executable, os.path.abspath(__file__), name],
+                                    stdout=out, stderr=subprocess.STDOUT)
+            running[proc.pid] = (name, out)
+        pid, status = os.wait()  # the next case to end (the cases are this process's children)
+        if pid not in running:
+            continue
+        name, out = running.pop(pid)
+        out.seek(0)
+        lines = [ln for ln in out.read().splitlines() if "torch cases passed" not in ln]
+        out.close()
+        print("\n".join(lines), flush=True)
+        if os.waitstatus_to_exitcode(status) != 0:
+            failed.append(name)
+    return [n for n in names if n in failed]
+
+
+# Cases of a minute or more on 2 cores, started first when cases run in parallel.
+LONG_CASES = ("liveness", "suite_subset", "ddp_chorusrun_4", "ddp_torchrun_4", "shared_4")
+
+
 def main(argv):
+    jobs = 1
+    if argv[:1] == ["--jobs"] and len(argv) >= 2 and argv[1].isdigit():
+        jobs = max(1, int(argv[1]))
+        argv = argv[2:]
     names = list(CASES) if argv == ["all"] else argv
     unknown = [n for n in names if n not in CASES]
     if not names or unknown:
-        print(f"usage: run_torch_tests.py CASE... | all   (cases: {', '.join(CASES)})")
+        print(f"usage: run_torch_tests.py [--jobs N] CASE... | all   (cases: {', '.join(CASES)})")
         return 2
-    failed = []
-    for name in names:
-        start = time.monotonic()
-        try:
-            summary = CASES[name]()
-            print(f"PASS {name} ({time.monotonic() - start:.1f} s): {summary}", flush=True)
-        except Skip as e:
-            print(f"SKIP {name}: {e}", flush=True)
-        except Exception as e:  # noqa: BLE001 - report every case, then fail
-            failed.append(name)
-            print(f"FAIL {name} ({time.monotonic() - start:.1f} s):\n{e}", flush=True)
+    if jobs > 1 and len(names) > 1:
+        failed = run_in_parallel(names, jobs)
+    else:
+        failed = []
+        for name in names:
+            status, line = run_one(name)
+            print(line, flush=True)
+            if status == "FAIL":
+                failed.append(name)
     print(f"{len(names) - len(failed)} of {len(names)} torch cases passed"
           + (f"; failed: {', '.join(failed)}" if failed else ""))
     return 1 if failed else 0
