@@ -75,8 +75,14 @@ test-unit: build-unit
 # The test files themselves are compiled at -O0 in these legs (tests/meson.build: almost half
 # of a test file's compile time under the sanitizers is optimizing Catch2's assertions).
 # library_unity: the library as unity files of about 8 sources (src/meson.build): under ASan
-# 175 CPU s instead of 364 (docs/results.md, "`make test` on 2 cores").
-SAN_MESON_OPTS := -Dbench=false -Dexamples=false -Db_lundef=false -Dtorch=disabled -Dlibrary_unity=true
+# 175 CPU s instead of 364 (docs/results.md, "`make test` on 2 cores"), where no compiler cache
+# is installed (or CCACHE_DISABLE is set). With ccache, the library's files one by one: meson's unity files include their
+# sources by absolute path, so the cache never matches them in another checkout, while a
+# file's own object is found again from any clone (ccache's base_dir).
+CCACHE := $(if $(CCACHE_DISABLE),,$(shell command -v ccache 2>/dev/null))
+SAN_UNITY := $(if $(CCACHE),false,true)
+SAN_MESON_OPTS := -Dbench=false -Dexamples=false -Db_lundef=false -Dtorch=disabled \
+  -Dlibrary_unity=$(SAN_UNITY)
 SAN_FLAGS := -O1 -g1 -fno-omit-frame-pointer -fno-sanitize-recover=all
 SAN_ENV := ASAN_OPTIONS=halt_on_error=1:abort_on_error=0:detect_leaks=1:print_summary=1 \
   UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1:print_summary=1 \
@@ -111,8 +117,9 @@ TSAN_TESTS := core store_contract store_tcp store_mp tcp_collectives_mp tcp_fail
   tcp_misc_mp tcp_addressing_mp tcp_engine_faults capi capi_mp ddp_mp chorusrun
 # chorusrun's test runs the launcher (store server thread + supervisor) and chorus-store.
 TSAN_TOOLS := tools/chorusrun tools/chorus-store
+# CC/CXX set: meson then adds no ccache of its own, so the leg names it where it is installed.
 $(TSAN_BUILD)/build.ninja: | deps
-	CC=clang CXX=clang++ meson setup $(TSAN_BUILD) $(SAN_MESON_OPTS) -Db_sanitize=thread \
+	CC="$(strip $(CCACHE) clang)" CXX="$(strip $(CCACHE) clang++)" meson setup $(TSAN_BUILD) $(SAN_MESON_OPTS) -Db_sanitize=thread \
 	  -Dcpp_args='$(SAN_FLAGS)' -Dc_args='$(SAN_FLAGS)'
 
 build-tsan: $(TSAN_BUILD)/build.ninja
