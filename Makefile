@@ -42,8 +42,8 @@ build: setup
 	ninja -C $(BUILD)
 
 # The five legs, scheduled for a 2-core machine by scripts/test_legs.sh: the builds one after
-# another, each leg's tests as soon as its own build is done, while the next leg builds (niced,
-# so the tests' time bounds do not compete with it); the format check at once. Each leg's
+# another, each leg's tests as soon as its own build is done, while the next leg builds; the
+# format check at once. Each leg's
 # output is printed whole when that step ends (never interleaved), then a table of every leg
 # with its result, wall and CPU seconds. Every leg runs even when another one failed, and the
 # target fails if any did: CI sees all findings in one run. The Debian 13 root of the torch 2.6

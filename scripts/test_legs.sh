@@ -3,8 +3,9 @@
 # `make test`: the five legs (unit, asan, tsan, torch26, format), scheduled for a 2-core machine.
 # Compiling is most of the CPU time and a test run is mostly waiting (sockets, timeouts, forked
 # ranks), so the builds run one after another, each on both cores, and each leg's tests start
-# as soon as its own build is done, alongside the next build: the builds take the CPU the tests
-# leave. The builds are niced, so the tests' time bounds get the CPU first. Order: unit (the
+# as soon as its own build is done, alongside the next build. The builds are not niced: the
+# tests must pass beside other builds and two CPU hogs anyway, and a niced build on a busy
+# machine (a tenth of a hog's share) starved every leg behind it. Order: unit (the
 # longest test run, so it overlaps the most), then torch26, asan, tsan (the shortest test run
 # last: nothing overlaps it).
 #
@@ -76,7 +77,7 @@ pending+=(format)
 
 for leg in unit torch26 asan tsan; do
   echo "----- $leg: building (at $((SECONDS - start)) s)"
-  run_step "$leg-build" 10 "build-$leg"
+  run_step "$leg-build" 0 "build-$leg"
   show_finished
   show_step "$leg-build"
   read -r status _ <"$logs/$leg-build.log.result"
