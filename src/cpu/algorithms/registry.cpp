@@ -8,7 +8,6 @@
 #include <vector>
 
 #include "core/check.hpp"
-#include "core/op_rules.hpp"
 #include "cpu/algorithms/algorithms.hpp"
 
 namespace chorus::cpu {
