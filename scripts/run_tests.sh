@@ -16,6 +16,8 @@ while [ "$#" -gt 0 ]; do
   case "$1" in
     --only) only=$2; shift 2 ;;
     --skip) skip=$2; shift 2 ;;
+    # The tests scale their own hard bounds (watchdog, ranks' deadlines) alike.
+    --timeout-multiplier) export CHORUS_TEST_TIME_SCALE=$2; extra+=("$1" "$2"); shift 2 ;;
     *) extra+=("$1"); shift ;;
   esac
 done

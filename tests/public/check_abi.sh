@@ -20,8 +20,10 @@ fi
 # No --headers-dir filtering on this side: with it, abidiff 2.2 let a public class's layout
 # change through (a member added to ddp::DistributedSampler passed). The baseline is already
 # restricted to what the exported interfaces reach, and abidiff's own harmless-change filters
-# stay on.
-abidiff --no-show-locs "$baseline" "$lib"
+# stay on. --exported-interfaces-only reads only the types the exported symbols reach, as the
+# baseline was written (a quarter of the CPU time; a member added to DistributedSampler is still
+# reported).
+abidiff --exported-interfaces-only --no-show-locs "$baseline" "$lib"
 rc=$?
 if [ "$rc" = 0 ]; then
   echo "ABI OK: libchorus.so matches the $version baseline"

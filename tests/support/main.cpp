@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: BSD-3-Clause
-// Catch2 runner for every chorus test binary. A watchdog thread bounds the whole binary: if it
-// runs past CHORUS_TEST_BINARY_TIMEOUT seconds (default 240) it prints the test that was running
-// and aborts, so a bug shows as a failure, never as a hung CI. The meson timeout is the outer
-// bound.
+// Catch2 runner for every chorus test binary. A watchdog alarm bounds the whole binary: if it
+// runs past CHORUS_TEST_BINARY_TIMEOUT seconds (meson sets it just under the test's timeout;
+// default 240) times CHORUS_TEST_TIME_SCALE, it prints the test that was running and exits, so a
+// bug shows as a failure, never as a hung CI. The meson timeout is the outer bound.
 #define CATCH_CONFIG_RUNNER
 #include <catch2/catch.hpp>
 

@@ -49,14 +49,22 @@ struct ChildCheckFailed {
   std::string message;
 };
 
-// Forks n children; child i runs fn(i). Waits for all of them until `timeout`, then SIGKILLs
-// the rest (marked killed_at_deadline). Returns one result per rank, in rank order.
+// How much slower than a plain build this run is allowed to be: CHORUS_TEST_TIME_SCALE (the
+// sanitizer legs export their meson --timeout-multiplier), 1 when unset. Every hard bound of the
+// harness (the binary's watchdog, the ranks' deadline) is scaled by it: the bounds catch hangs,
+// and a TSan build on a busy 2-core machine runs a healthy case several times slower.
+double test_time_scale();
+Duration scaled(Duration bound);
+
+// Forks n children; child i runs fn(i). Waits for all of them until `timeout` (scaled), then
+// SIGKILLs the rest (marked killed_at_deadline). Returns one result per rank, in rank order.
 // `on_started(pids)` runs in the parent right after forking (e.g. to SIGSTOP/SIGKILL one).
 std::vector<ChildResult> run_processes(
     int n, const std::function<void(int rank)>& fn, Duration timeout,
     const std::function<void(const std::vector<pid_t>&)>& on_started = {});
 
-// Waits for the given children (already forked by the caller with fork_child) until timeout.
+// Waits for the given children (already forked by the caller with fork_child) until timeout
+// (scaled).
 std::vector<ChildResult> wait_children(std::vector<ChildResult> children, std::vector<int> pipes,
                                        Duration timeout);
 
@@ -86,8 +94,14 @@ std::string describe(const std::vector<ChildResult>& results);
 using ChildEntry = int (*)(int argc, char** argv);
 void register_child_entry(const char* name, ChildEntry entry);
 bool dispatch_child_mode(int argc, char** argv, int& exit_code);
-// SIGALRM after `seconds`: prints the running test's name and aborts the binary.
+// SIGALRM after `seconds` (scaled): prints the running test's name, SIGKILLs the processes
+// given to watchdog_kills and exits with status 124, without a core dump (a core of a sanitized
+// process can take minutes to write where core_pattern is a pipe).
 void start_binary_watchdog(int seconds);
+// The processes the watchdog takes down with the binary (ranks, store servers): added while
+// they live, forgotten once reaped. At most 256 at a time; more are left to their own alarms.
+void watchdog_kills(pid_t pid);
+void watchdog_forgets(pid_t pid);
 void stop_binary_watchdog();
 void set_current_test_name(const std::string& name);
 

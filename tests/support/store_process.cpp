@@ -32,7 +32,7 @@ StoreServerProcess::StoreServerProcess(const TcpStoreServerOptions& options) {
   }
   if (pid_ == 0) {
     ::close(fds[0]);
-    alarm(600);  // never outlive a broken parent for long
+    alarm(static_cast<unsigned>(600 * test_time_scale()));  // never outlive a broken parent long
     int code = 0;
     try {
       TcpStoreServerOptions o = options;
@@ -53,6 +53,7 @@ StoreServerProcess::StoreServerProcess(const TcpStoreServerOptions& options) {
     _exit(code);
   }
   ::close(fds[1]);
+  watchdog_kills(pid_);
   std::uint16_t port = 0;
   pollfd pfd{fds[0], POLLIN, 0};
   if (::poll(&pfd, 1, 30'000) == 1 && ::read(fds[0], &port, sizeof(port)) == sizeof(port)) {
@@ -62,6 +63,7 @@ StoreServerProcess::StoreServerProcess(const TcpStoreServerOptions& options) {
   if (port_ == 0) {
     ::kill(pid_, SIGKILL);
     ::waitpid(pid_, nullptr, 0);
+    watchdog_forgets(pid_);
     throw std::runtime_error("the store server process did not report its port within 30 s");
   }
 }
@@ -71,6 +73,7 @@ StoreServerProcess::~StoreServerProcess() {
     ::kill(pid_, SIGKILL);
     while (::waitpid(pid_, nullptr, 0) < 0 && errno == EINTR) {
     }
+    watchdog_forgets(pid_);
   }
 }
 
