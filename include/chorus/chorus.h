@@ -277,6 +277,16 @@ CHORUS_C_API chorus_result_t chorus_group_split(chorus_group_t* group, const int
                                                 size_t num_ranks,
                                                 const chorus_group_config_t* config,
                                                 chorus_group_t** subgroup);
+/* Elastic recovery (ProcessGroup::shrink in process_group.hpp): every surviving rank calls it
+ * after a failure; the group is aborted, the survivors agree through the store on who is left,
+ * and *survivors is their group (ranks renumbered in order). grace_ms: how long to wait for a
+ * rank not known to be dead (0: 2000); join_timeout_ms: the bound on forming the new group (0:
+ * 10000). A rank that arrives after the decision gets ABORTED ("fenced out"). config: the new
+ * group's name and timeout (NULL: "<name>/shrink<k>", this group's timeout). */
+CHORUS_C_API chorus_result_t chorus_group_shrink(chorus_group_t* group,
+                                                 const chorus_group_config_t* config,
+                                                 int64_t grace_ms, int64_t join_timeout_ms,
+                                                 chorus_group_t** survivors);
 /* Fails every pending and future op (ABORTED with reason, unless the group already failed). */
 CHORUS_C_API chorus_result_t chorus_group_abort(chorus_group_t* group, const char* reason);
 /* Releases this handle. Ops still in flight keep what they need alive. */

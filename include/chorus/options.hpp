@@ -52,6 +52,19 @@ struct GroupOptions {
   std::optional<Duration> timeout;
 };
 
+// ProcessGroup::shrink(): the survivors' group and how long they wait for each other.
+struct ShrinkOptions {
+  // The survivors' group. Name unset ("world"): "<this group's name>/shrink<k>"; timeout unset:
+  // this group's.
+  GroupOptions group;
+  // How long the survivors wait for a rank they do not know to be dead before deciding without
+  // it. A rank that arrives later (stopped, slow, cut off) is fenced out: its shrink() fails.
+  Duration grace = std::chrono::seconds(2);
+  // How long forming the survivors' group may take. A rank that arrived and died before the
+  // group was formed is found by this bound, and the survivors agree again without it.
+  Duration join_timeout = std::chrono::seconds(10);
+};
+
 struct TcpGroupOptions {
   GroupOptions group;
   // Interface to bind ("eth0") or a literal local address ("127.0.0.1", "::1").

@@ -255,6 +255,17 @@ class CHORUS_API ProcessGroup final {
   // group's timeout.
   std::shared_ptr<ProcessGroup> split(const std::vector<int>& ranks, GroupOptions options = {});
 
+  // Elastic recovery, collective over the survivors of a failure: every rank still alive calls
+  // it (typically after an op failed). Aborts this group (ops in flight fail at once, with the
+  // first error), agrees through the store on who is still here (waiting up to options.grace for
+  // a rank this rank does not know to be dead), and returns the survivors' group: the same
+  // store, ranks renumbered in the order of the old ones. A rank that arrives after the survivors
+  // decided is fenced out: Error{aborted} saying so; nothing it sends reaches their group (new
+  // connections, new group id). A survivor that dies while the group forms is left out in a new
+  // round. Called on a healthy group, it returns a group of every rank. tcp backend only
+  // (nccl: InvalidArgument).
+  std::shared_ptr<ProcessGroup> shrink(ShrinkOptions options = {});
+
  private:
   friend struct detail::GroupAccess;
   explicit ProcessGroup(std::unique_ptr<detail::Backend> backend) noexcept;

@@ -127,6 +127,36 @@ chorus_result_t chorus_group_split(chorus_group_t* group, const int* ranks, size
   });
 }
 
+chorus_result_t chorus_group_shrink(chorus_group_t* group, const chorus_group_config_t* config,
+                                    int64_t grace_ms, int64_t join_timeout_ms,
+                                    chorus_group_t** survivors) {
+  static const char* fn = "chorus_group_shrink";
+  return guarded(fn, [&] {
+    require(survivors, fn, "survivors (output)");
+    *survivors = nullptr;
+    require(group, fn, "group");
+    if (grace_ms < 0 || join_timeout_ms < 0) {
+      throw chorus::InvalidArgument(fmt::format(
+          "{}: grace_ms and join_timeout_ms must be >= 0 (0: the default); got {} and {}", fn,
+          grace_ms, join_timeout_ms));
+    }
+    const chorus_group_config_t defaults = CHORUS_GROUP_CONFIG_INITIALIZER;
+    const auto c = chorus::capi::read_config(config, defaults, sizeof(chorus_group_config_t), fn,
+                                             "CHORUS_GROUP_CONFIG_INITIALIZER");
+    chorus::ShrinkOptions options;
+    options.group = chorus::capi::group_options(c.name, c.timeout_ms, fn);
+    if (grace_ms > 0) {
+      options.grace = std::chrono::milliseconds(grace_ms);
+    }
+    if (join_timeout_ms > 0) {
+      options.join_timeout = std::chrono::milliseconds(join_timeout_ms);
+    }
+    auto handle = std::make_unique<chorus_group>();
+    handle->group = group->group->shrink(std::move(options));
+    *survivors = handle.release();
+  });
+}
+
 chorus_result_t chorus_group_abort(chorus_group_t* group, const char* reason) {
   static const char* fn = "chorus_group_abort";
   return guarded(fn, [&] {

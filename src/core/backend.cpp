@@ -84,6 +84,14 @@ Backend::Backend(int rank, int size, const GroupOptions& options)
 
 Backend::~Backend() = default;
 
+std::unique_ptr<Backend> Backend::shrink(ShrinkOptions) {
+  throw InvalidArgument(
+      fmt::format("shrink on rank {}/{} [{}]: the {} backend cannot shrink a group (the tcp "
+                  "backend can); recreate the group on the survivors instead",
+                  rank_, size_, name_, backend_name()),
+      ErrorContext{.rank = rank_, .size = size_, .group = name_, .op = "shrink"});
+}
+
 std::exception_ptr Backend::failure() const {
   return failed_.load(std::memory_order_acquire) ? failure_ : nullptr;
 }

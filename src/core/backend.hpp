@@ -49,6 +49,8 @@ class Backend {
   virtual void abort(const std::string& reason) = 0;
   // nullptr on ranks outside `ranks`.
   virtual std::unique_ptr<Backend> split(const std::vector<int>& ranks, GroupOptions options) = 0;
+  // ProcessGroup::shrink(). Default: InvalidArgument (the backend cannot).
+  virtual std::unique_ptr<Backend> shrink(ShrinkOptions options);
 
   bool is_aborted() const noexcept { return failed_.load(std::memory_order_acquire); }
   std::exception_ptr failure() const;

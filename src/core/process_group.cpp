@@ -36,6 +36,10 @@ std::shared_ptr<ProcessGroup> ProcessGroup::split(const std::vector<int>& ranks,
   return detail::GroupAccess::wrap(backend_->split(ranks, std::move(options)));
 }
 
+std::shared_ptr<ProcessGroup> ProcessGroup::shrink(ShrinkOptions options) {
+  return detail::GroupAccess::wrap(backend_->shrink(std::move(options)));
+}
+
 std::shared_ptr<Work> ProcessGroup::run(const OpDescriptor& op) { return backend_->issue(op); }
 
 }  // namespace chorus

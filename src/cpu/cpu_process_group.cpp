@@ -7,6 +7,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <vector>
 
 #include <fmt/format.h>
@@ -22,6 +23,7 @@
 #include "core/format.hpp"
 #include "core/logging.hpp"
 #include "core/op_rules.hpp"
+#include "core/survivor_agreement.hpp"
 #include "cpu/algorithms/algorithms.hpp"
 #include "cpu/bootstrap/host_id.hpp"
 #include "cpu/bootstrap/link_costs.hpp"
@@ -67,7 +69,10 @@ void check_world_size_fits(int rank, int size);
 
 class CpuProcessGroup final : public detail::Backend {
  public:
-  CpuProcessGroup(std::shared_ptr<Store> store, int rank, int size, const TcpGroupOptions& options)
+  // `formation`: the bound on forming the group (connecting its links); by default the group's
+  // timeout from now.
+  CpuProcessGroup(std::shared_ptr<Store> store, int rank, int size, const TcpGroupOptions& options,
+                  std::optional<Deadline> formation = {})
       : Backend(rank, size, options.group), store_(std::move(store)), options_(options) {
     // Before any connection: a bad value fails every rank alike, at once.
     if (const auto algo = env::get("CHORUS_ALGO")) {
@@ -81,7 +86,7 @@ class CpuProcessGroup final : public detail::Backend {
     mo.interface = options.interface;
     mo.group_name = name();
     mo.timeout = timeout();
-    mo.deadline = Deadline::after(timeout());
+    mo.deadline = formation ? *formation : Deadline::after(timeout());
     mo.hello_timeout = options.hello_timeout;
     mo.peer_timeout = env::resolve_peer_timeout(options.peer_timeout);
     mo.host_id = local_host_id();
@@ -173,6 +178,8 @@ class CpuProcessGroup final : public detail::Backend {
         make_prefix_store(fmt::format("split{}", index), store_),
         static_cast<int>(it - ranks.begin()), static_cast<int>(ranks.size()), sub);
   }
+
+  std::unique_ptr<Backend> shrink(ShrinkOptions options) override;
 
  protected:
   std::shared_ptr<Work> start(const OpDescriptor& op, const OpCall& call) override {
@@ -348,6 +355,7 @@ class CpuProcessGroup final : public detail::Backend {
   std::shared_ptr<Store> store_;
   TcpGroupOptions options_;
   std::atomic<std::uint64_t> splits_{0};
+  std::atomic<std::uint64_t> shrinks_{0};
   Membership membership_;
   HostMap hosts_;                  // which ranks share a host: picks the hierarchical algorithms
   AlgorithmOverrides forced_{};    // CHORUS_ALGO
@@ -383,6 +391,85 @@ void check_world_size_fits(int rank, int size) {
         "WORLD_SIZE",
         rank, size, kMaxTcpWorldSize));
   }
+}
+
+// The ranks `failure` names as implicated (the dead or silent peers of the error that failed
+// the group): the survivors need not wait for them.
+std::vector<int> implicated_ranks(const std::exception_ptr& failure) {
+  if (!failure) {
+    return {};
+  }
+  try {
+    std::rethrow_exception(failure);
+  } catch (const Error& e) {
+    return e.context().peers;
+  } catch (...) {
+  }
+  return {};
+}
+
+std::unique_ptr<detail::Backend> CpuProcessGroup::shrink(ShrinkOptions options) {
+  check_arg(options.grace >= Duration::zero() && options.join_timeout > Duration::zero(),
+            "shrink on rank {}/{} [{}]: grace must be >= 0 and join_timeout > 0", rank(), size(),
+            name());
+  // Ops in flight fail at once: with the error that failed the group, or Error{aborted}.
+  abort("the group is being shrunk to its survivors (shrink())");
+  std::vector<int> known_dead = implicated_ranks(failure());
+  // Every survivor calls shrink in the same order, so the counter names the same namespace.
+  const std::uint64_t index = shrinks_.fetch_add(1);
+  TcpGroupOptions sub = options_;
+  sub.group = std::move(options.group);
+  if (sub.group.name == GroupOptions{}.name) {
+    sub.group.name = fmt::format("{}/shrink{}", name(), index);
+  }
+  if (!sub.group.timeout) {
+    sub.group.timeout = timeout();
+  }
+  // A round: agree, then form the group; a survivor that dies while it forms fails the formation
+  // on the others, who agree again without it. Each round leaves out at least the rank that
+  // failed it, or fails on a deadline itself, so `size()` rounds bound the loop.
+  std::exception_ptr last;
+  for (int round = 0; round < size(); ++round) {
+    auto round_store = make_prefix_store(fmt::format("shrink{}/r{}", index, round), store_);
+    const std::vector<int> survivors = detail::agree_on_survivors(
+        *round_store, detail::SurvivorAgreement{
+                          .rank = rank(),
+                          .size = size(),
+                          .group = name(),
+                          .known_dead = known_dead,
+                          .grace = options.grace,
+                          .deadline = Deadline::after(options.grace + options.join_timeout),
+                      });
+    const int new_rank =
+        static_cast<int>(std::find(survivors.begin(), survivors.end(), rank()) - survivors.begin());
+    try {
+      auto group = std::make_unique<CpuProcessGroup>(make_prefix_store("group", round_store),
+                                                     new_rank, static_cast<int>(survivors.size()),
+                                                     sub, Deadline::after(options.join_timeout));
+      CHORUS_INFO(init,
+                  "tcp group [{}] shrunk to [{}]: rank {}/{} is now rank {}/{} (old ranks {})",
+                  name(), sub.group.name, rank(), size(), new_rank, survivors.size(),
+                  format_ranks(survivors));
+      return group;
+    } catch (const Error& e) {
+      last = std::current_exception();
+      for (int r = 0; r < size(); ++r) {
+        if (!std::binary_search(survivors.begin(), survivors.end(), r)) {
+          known_dead.push_back(r);
+        }
+      }
+      for (int p : e.context().peers) {
+        if (p >= 0 && p < static_cast<int>(survivors.size())) {
+          known_dead.push_back(survivors[static_cast<std::size_t>(p)]);
+        }
+      }
+      CHORUS_WARN(init,
+                  "tcp group [{}] on rank {}/{}: forming the survivors' group failed ({}); "
+                  "the survivors agree again",
+                  name(), rank(), size(), e.what());
+    }
+  }
+  std::rethrow_exception(last);
 }
 
 }  // namespace

@@ -1,6 +1,10 @@
 // SPDX-License-Identifier: BSD-3-Clause
-// The C ABI on two real ranks: collectives through the C functions, wait_for/test on a running
-// op, and a collective timeout reported as CHORUS_ERR_TIMEOUT with its message.
+// The C ABI on real ranks: collectives through the C functions, wait_for/test on a running
+// op, a collective timeout reported as CHORUS_ERR_TIMEOUT with its message, and
+// chorus_group_shrink after a killed rank.
+#include <signal.h>
+#include <unistd.h>
+
 #include <catch2/catch.hpp>
 
 #include <algorithm>
@@ -313,4 +317,47 @@ TEST_CASE("C ABI on 2 ranks: wait_for on a running op, then a timeout as a statu
       },
       60s);
   REQUIRE_ALL_OK(results);
+}
+
+TEST_CASE("C ABI on 3 ranks: chorus_group_shrink after a killed rank", "[capi][mp]") {
+  chorus::test::StoreServerProcess server;
+  auto results = chorus::test::run_processes(
+      3,
+      [&](int rank) {
+        CWorld w(server.port(), "shrink", rank, 3);
+        chorus_work_t* work = nullptr;
+        float x = 1.0f;
+        chorus_tensor_t t = chorus_cpu_tensor(&x, 1, CHORUS_FLOAT32);
+        C_CHECK(chorus_allreduce(w.group, &t, &t, nullptr, &work));
+        C_CHECK(chorus_work_wait(work));
+        chorus_work_free(work);
+        if (rank == 2) {
+          ::kill(::getpid(), SIGKILL);
+        }
+        C_CHECK(chorus_allreduce(w.group, &t, &t, nullptr, &work));
+        CHILD_CHECK(chorus_work_wait(work) == CHORUS_ERR_NETWORK);
+        chorus_work_free(work);
+
+        chorus_group_t* survivors = nullptr;
+        CHILD_CHECK(chorus_group_shrink(w.group, nullptr, -1, 0, &survivors) ==
+                    CHORUS_ERR_INVALID_ARGUMENT);
+        CHILD_CHECK(survivors == nullptr);
+        C_CHECK(chorus_group_shrink(w.group, nullptr, 0, 0, &survivors));
+        int size = 0;
+        int new_rank = -1;
+        C_CHECK(chorus_group_size(survivors, &size));
+        C_CHECK(chorus_group_rank(survivors, &new_rank));
+        CHILD_CHECK(size == 2 && new_rank == rank);
+        x = static_cast<float>(rank + 1);
+        C_CHECK(chorus_allreduce(survivors, &t, &t, nullptr, &work));
+        C_CHECK(chorus_work_wait(work));
+        chorus_work_free(work);
+        CHILD_CHECK(x == 3.0f);
+        chorus_group_destroy(survivors);
+      },
+      60s);
+  INFO(chorus::test::describe(results));
+  CHECK(results[0].ok());
+  CHECK(results[1].ok());
+  CHECK(results[2].signal == SIGKILL);
 }
