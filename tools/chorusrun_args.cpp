@@ -156,6 +156,10 @@ RunArgs parse_args(int argc, const char* const* argv) {
       }
     } else if (flag == "--max-restarts") {
       args.max_restarts = static_cast<int>(parse_int(flag, value(), 0, 1000000));
+    } else if (flag == "--elastic") {
+      args.elastic = true;
+    } else if (flag == "--min-ranks") {
+      args.min_ranks = static_cast<int>(parse_int(flag, value(), 1, 1000000));
     } else if (flag == "--token-file") {
       args.token_file = value();
       if (args.token_file.empty()) {
@@ -208,6 +212,21 @@ RunArgs parse_args(int argc, const char* const* argv) {
     args.master_addr = "127.0.0.1";
     args.master_port = 0;  // the store picks a free port
   }
+  if (args.elastic) {
+    if (args.nnodes != 1) {
+      throw UsageError("--elastic runs one node for now; drop --nnodes (or --elastic)");
+    }
+    if (args.max_restarts != 0) {
+      throw UsageError(
+          "--elastic with --max-restarts: restarting a rank into a running job needs it to join "
+          "the survivors' group, which chorus cannot do yet; drop --max-restarts");
+    }
+    if (args.min_ranks > args.nproc_per_node) {
+      throw UsageError("--min-ranks " + std::to_string(args.min_ranks) +
+                       " is more than the ranks started (--nproc-per-node " +
+                       std::to_string(args.nproc_per_node) + ")");
+    }
+  }
   const long long world = static_cast<long long>(args.nnodes) * args.nproc_per_node;
   if (world > 1000000) {
     throw UsageError("--nnodes x --nproc-per-node is too large");
@@ -234,6 +253,10 @@ such as a benchmark table, stays bare.
       --standalone         one node, store on a free port of 127.0.0.1
       --max-restarts K     restart the ranks up to K times after a failure (default 0); with
                            --nnodes > 1 a failure on any node restarts every node's ranks
+      --elastic            a rank that fails does not stop the others while --min-ranks still
+                           run (the program recovers with ProcessGroup::shrink); the job
+                           succeeds if at least --min-ranks ranks exit 0. One node, no restarts
+      --min-ranks N        with --elastic: the fewest ranks the job goes on with (default 1)
       --token-file F       the job's store token (first line of F, 16+ bytes; default:
                            CHORUS_STORE_TOKEN, else one made up per launch on one node). With
                            --nnodes > 1 give every node the same one, or the store is open

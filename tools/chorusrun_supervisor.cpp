@@ -65,6 +65,10 @@ class Attempt {
     }
     loop();
     finish();
+    if (lost_ > 0 && result_.kind == AttemptResult::Kind::ok) {
+      say("--elastic: " + std::to_string(succeeded_) + " rank(s) finished, " +
+          std::to_string(lost_) + " lost on the way");
+    }
     return result_;
   }
 
@@ -154,7 +158,22 @@ class Attempt {
     relay_.drain(c.rank, c.out);
     relay_.drain(c.rank, c.err);
     const bool failed = !(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    if (!failed) {
+      ++succeeded_;
+    }
     if (!failed || stopping_) {
+      return;
+    }
+    if (plan_.args.elastic && running_count() >= plan_.args.min_ranks) {
+      AttemptResult lost;
+      lost.rank = c.rank;
+      lost.local_rank = c.local_rank;
+      lost.pid = c.pid;
+      lost.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 0;
+      lost.signal = WIFSIGNALED(status) ? WTERMSIG(status) : 0;
+      ++lost_;
+      say(describe_failure(lost) + "; --elastic: the other " + std::to_string(running_count()) +
+          " rank(s) go on (--min-ranks " + std::to_string(plan_.args.min_ranks) + ")");
       return;
     }
     result_.kind = AttemptResult::Kind::rank_failed;
@@ -341,6 +360,8 @@ class Attempt {
   std::vector<RankProcess> children_;
   AttemptResult result_;
   bool stopping_ = false;
+  int succeeded_ = 0;          // ranks that exited 0
+  int lost_ = 0;               // ranks that failed while the others went on (--elastic)
   bool term_pending_ = false;  // SIGTERM due at term_at_ (after the dump grace)
   Clock::time_point term_at_{};
   bool killed_ = false;

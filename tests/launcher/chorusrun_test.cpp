@@ -219,6 +219,47 @@ TEST_CASE("a failing rank stops the others and sets chorusrun's exit status",
   }
 }
 
+TEST_CASE("with --elastic a failed rank does not stop the others while --min-ranks remain",
+          "[launcher][chorusrun]") {
+  const std::string client =
+      binary("CHORUS_STORE_BIN") + " --connect $CHORUS_STORE_ADDR --timeout 20 ";
+  SECTION("the others go on and the job succeeds") {
+    // Rank 1 is SIGKILLed once every rank is up; the others exit 0 only after it is gone
+    // (tail --pid returns when the process has exited).
+    const Process p =
+        run_script({"--standalone", "-n", "3", "--elastic"},
+                   client + "set up$RANK 1; if [ $RANK = 1 ]; then " + client +
+                       "wait up0 up2 >/dev/null; " + client + "set pid1 $$; kill -9 $$; fi; " +
+                       "tail --pid=$(" + client + "get pid1) -f /dev/null; echo survived=$RANK");
+    INFO(p.output);
+    CHECK(shell_status(p) == 0);
+    CHECK_THAT(p.output, Catch::Contains("was killed by signal 9 (SIGKILL); --elastic: the other 2 "
+                                         "rank(s) go on (--min-ranks 1)"));
+    CHECK_THAT(p.output, Catch::Contains("survived=0"));
+    CHECK_THAT(p.output, Catch::Contains("survived=2"));
+    CHECK_THAT(p.output, Catch::Contains("--elastic: 2 rank(s) finished, 1 lost on the way"));
+  }
+  SECTION("below --min-ranks the others are stopped, as without --elastic") {
+    const Process p = run_script({"--standalone", "-n", "3", "--elastic", "--min-ranks", "3"},
+                                 client + "set up$RANK 1; if [ $RANK = 1 ]; then " + client +
+                                     "wait up0 up2 >/dev/null; exit 7; fi; exec sleep 60");
+    INFO(p.output);
+    CHECK(shell_status(p) == 7);
+    CHECK_THAT(p.output, Catch::Contains(") exited with code 7; stopping the other 2 ranks"));
+  }
+  SECTION("what --elastic cannot do yet is refused") {
+    Process p = run(
+        {chorusrun_bin(), "--standalone", "-n", "2", "--elastic", "--max-restarts", "1", "true"},
+        Seconds(30));
+    CHECK(shell_status(p) == 2);
+    CHECK_THAT(p.output, Catch::Contains("--elastic with --max-restarts"));
+    p = run({chorusrun_bin(), "--standalone", "-n", "2", "--elastic", "--min-ranks", "3", "true"},
+            Seconds(30));
+    CHECK(shell_status(p) == 2);
+    CHECK_THAT(p.output, Catch::Contains("--min-ranks 3 is more than the ranks started"));
+  }
+}
+
 TEST_CASE("after a failure, ranks that catch SIGUSR1 get it (flight recorder dump) before SIGTERM",
           "[launcher][chorusrun]") {
   // Rank 1 catches SIGUSR1 and SIGTERM (as a chorus rank catches SIGUSR1); rank 2 catches
