@@ -35,8 +35,8 @@ struct RunArgs {
   bool standalone = false;  // one node, store on a free port of 127.0.0.1
   int max_restarts = 0;
   // --elastic: a rank that fails does not stop the others while at least min_ranks still run
-  // (they shrink their groups: ProcessGroup::shrink); the job succeeds if at least min_ranks
-  // ranks exit 0. One node only for now, and without restarts (a restarted rank would have to
+  // or have finished (they shrink their groups: ProcessGroup::shrink); the job succeeds if at
+  // least min_ranks ranks exit 0. One node only for now, and without restarts (a restarted rank would have to
   // join a running group).
   bool elastic = false;
   int min_ranks = 1;

@@ -164,7 +164,8 @@ class Attempt {
     if (!failed || stopping_) {
       return;
     }
-    if (plan_.args.elastic && running_count() >= plan_.args.min_ranks) {
+    // --elastic: tolerated while enough ranks still run or already finished.
+    if (plan_.args.elastic && running_count() + succeeded_ >= plan_.args.min_ranks) {
       AttemptResult lost;
       lost.rank = c.rank;
       lost.local_rank = c.local_rank;
@@ -172,8 +173,9 @@ class Attempt {
       lost.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 0;
       lost.signal = WIFSIGNALED(status) ? WTERMSIG(status) : 0;
       ++lost_;
-      say(describe_failure(lost) + "; --elastic: the other " + std::to_string(running_count()) +
-          " rank(s) go on (--min-ranks " + std::to_string(plan_.args.min_ranks) + ")");
+      say(describe_failure(lost) + "; --elastic: " + std::to_string(running_count()) +
+          " rank(s) still running, " + std::to_string(succeeded_) + " finished (--min-ranks " +
+          std::to_string(plan_.args.min_ranks) + ")");
       return;
     }
     result_.kind = AttemptResult::Kind::rank_failed;

@@ -1,0 +1,103 @@
+// SPDX-License-Identifier: BSD-3-Clause
+// examples/elastic_train under chorusrun --elastic: ranks SIGKILLed at step 20 of 60 (one, rank
+// 0, two at once) or SIGSTOPped there; the job exits 0, every step appears once, with the world
+// size before and after, and the final parameters equal a single process's training
+// (elastic_model.hpp), which is what a run of the survivors from the state after step 19 gives
+// too: the gradient does not depend on the world size. Run by the chorusrun_elastic test.
+#include <signal.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <map>
+#include <regex>
+#include <string>
+#include <vector>
+
+#include <catch2/catch.hpp>
+
+#include "../../examples/elastic_model.hpp"
+#include "spawn.hpp"
+
+using namespace launcher_test;
+
+namespace {
+
+constexpr int kSteps = 60;
+constexpr int kFailAt = 20;
+
+std::vector<std::string> elastic_job(const std::vector<std::string>& train_args) {
+  std::vector<std::string> argv{binary("CHORUSRUN"),
+                                "--elastic",
+                                "--standalone",
+                                "-n",
+                                "4",
+                                std::string(std::getenv("EXAMPLES_DIR")) + "/elastic_train",
+                                "--steps",
+                                std::to_string(kSteps)};
+  argv.insert(argv.end(), train_args.begin(), train_args.end());
+  return argv;
+}
+
+// Every step once, world 4 before kFailAt and `after` from it; "final" equal to the reference.
+void check_run(const std::string& output, int after) {
+  std::map<int, std::vector<int>> worlds;  // step -> the world sizes printed for it
+  const std::regex step_re("step ([0-9]+) world ([0-9]+) loss ");
+  for (auto it = std::sregex_iterator(output.begin(), output.end(), step_re);
+       it != std::sregex_iterator(); ++it) {
+    worlds[std::stoi((*it)[1])].push_back(std::stoi((*it)[2]));
+  }
+  for (int step = 1; step <= kSteps; ++step) {
+    INFO("step " << step);
+    REQUIRE(worlds[step].size() == 1);
+    CHECK(worlds[step][0] == (step < kFailAt ? 4 : after));
+  }
+  CHECK(worlds.size() == static_cast<std::size_t>(kSteps));
+  std::smatch m;
+  REQUIRE(std::regex_search(output, m, std::regex("final ([-0-9.e+]+)")));
+  const double final_sum = std::stod(m[1]);
+  const double want = elastic::sum(elastic::reference(kSteps));
+  CHECK(std::abs(final_sum - want) <= 1e-6 * std::abs(want));
+}
+
+}  // namespace
+
+TEST_CASE("elastic_train under chorusrun --elastic: SIGKILLed ranks, the job goes on",
+          "[.elastic]") {
+  SECTION("rank 2") {
+    const Process p = run(elastic_job({"--kill-at", "2:20"}), Seconds(60), {}, launcher_vars());
+    INFO(p.output);
+    CHECK(shell_status(p) == 0);
+    check_run(p.output, 3);
+  }
+  SECTION("rank 0, the printing rank") {
+    const Process p = run(elastic_job({"--kill-at", "0:20"}), Seconds(60), {}, launcher_vars());
+    INFO(p.output);
+    CHECK(shell_status(p) == 0);
+    check_run(p.output, 3);
+  }
+  SECTION("ranks 1 and 3 at once") {
+    const Process p = run(elastic_job({"--kill-at", "1:20", "--kill-at", "3:20"}), Seconds(60), {},
+                          launcher_vars());
+    INFO(p.output);
+    CHECK(shell_status(p) == 0);
+    check_run(p.output, 2);
+  }
+}
+
+TEST_CASE("elastic_train under chorusrun --elastic: a SIGSTOPped rank is fenced out",
+          "[.elastic]") {
+  // Named by the peer timeout (2 s), left out after the grace; woken once the others are done,
+  // it finds itself fenced out and exits 3, which the job tolerates (3 ranks finished).
+  Process p =
+      start(elastic_job({"--stop-at", "2:20"}), {"CHORUS_PEER_TIMEOUT=2s"}, launcher_vars());
+  REQUIRE(read_until(p, "final ", 1, Seconds(60)));
+  std::smatch m;
+  REQUIRE(std::regex_search(p.output, m, std::regex("stopping pid ([0-9]+)")));
+  ::kill(static_cast<pid_t>(std::stol(m[1])), SIGCONT);
+  REQUIRE(finish(p, Seconds(60)));
+  INFO(p.output);
+  CHECK(shell_status(p) == 0);
+  CHECK_THAT(p.output, Catch::Contains("fenced out"));
+  CHECK_THAT(p.output, Catch::Contains("--elastic: 3 rank(s) finished, 1 lost on the way"));
+  check_run(p.output, 3);
+}
