@@ -6,12 +6,14 @@
 // "step <i> world <w> loss <l>", and at the end "final <sum of the parameters>", which equals a
 // single process's training (elastic_model.hpp: the gradient does not depend on the world size).
 //
+// --grace-ms MS: how long the survivors wait for a rank not known to be dead (ShrinkOptions).
 // For tests: --kill-at RANK:STEP makes the rank launched as RANK SIGKILL itself before STEP;
 // --stop-at RANK:STEP makes it print "stopping pid <pid>" and SIGSTOP itself there (whoever
 // SIGCONTs it later finds it fenced out: it exits 3).
 #include <signal.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -27,6 +29,7 @@ namespace {
 
 struct Args {
   int steps = 60;
+  int grace_ms = 0;                          // ShrinkOptions::grace; 0: its default
   std::vector<std::pair<int, int>> kill_at;  // (launch rank, step)
   std::vector<std::pair<int, int>> stop_at;
 };
@@ -46,12 +49,16 @@ Args parse(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     const std::string flag = argv[i];
     if (i + 1 >= argc) {
-      std::fprintf(stderr, "usage: elastic_train --steps N [--kill-at R:S] [--stop-at R:S]\n");
+      std::fprintf(
+          stderr,
+          "usage: elastic_train --steps N [--grace-ms MS] [--kill-at R:S] [--stop-at R:S]\n");
       std::exit(2);
     }
     const char* value = argv[++i];
     if (flag == "--steps") {
       a.steps = std::atoi(value);
+    } else if (flag == "--grace-ms") {
+      a.grace_ms = std::atoi(value);
     } else if (flag == "--kill-at") {
       a.kill_at.push_back(rank_and_step(value));
     } else if (flag == "--stop-at") {
@@ -89,9 +96,14 @@ void agree_on_state(chorus::ProcessGroup& pg, std::vector<double>& w, int& compl
 // Shrinks until the survivors agree on the state (a rank may die during the recovery too).
 // Throws on a rank that was fenced out.
 std::shared_ptr<chorus::ProcessGroup> recover(std::shared_ptr<chorus::ProcessGroup> pg,
-                                              std::vector<double>& w, int& completed) {
+                                              const Args& args, std::vector<double>& w,
+                                              int& completed) {
+  chorus::ShrinkOptions options;
+  if (args.grace_ms > 0) {
+    options.grace = std::chrono::milliseconds(args.grace_ms);
+  }
   for (;;) {
-    pg = pg->shrink();
+    pg = pg->shrink(options);
     try {
       agree_on_state(*pg, w, completed);
       return pg;
@@ -138,7 +150,7 @@ int main(int argc, char** argv) {
       } catch (const chorus::Error& e) {
         std::fprintf(stderr, "elastic_train: rank %d: step %d failed: %s\n", launch_rank, step,
                      e.what());
-        pg = recover(pg, w, completed);
+        pg = recover(pg, args, w, completed);
         continue;
       }
       const double loss = elastic::apply_step(w, g);
