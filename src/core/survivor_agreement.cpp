@@ -87,7 +87,8 @@ std::vector<int> agree_on_survivors(Store& store, const SurvivorAgreement& a) {
     if (a.deadline.expired()) {
       throw TimeoutError(
           fmt::format("shrink of group [{}] on rank {}/{}: no decision on the survivors within "
-                      "the deadline (arrived: {})",
+                      "the deadline (arrived: {}); check that the store is reachable from every "
+                      "survivor, or raise ShrinkOptions::join_timeout",
                       a.group, a.rank, a.size, format_ranks(here)),
           ErrorContext{.rank = a.rank, .size = a.size, .group = a.group, .op = "shrink"});
     }
@@ -102,7 +103,8 @@ std::vector<int> agree_on_survivors(Store& store, const SurvivorAgreement& a) {
     throw Error(ErrorCode::aborted,
                 fmt::format("shrink of group [{}]: rank {}/{} was fenced out: the survivors {} "
                             "decided without it (it arrived after they waited {} ms for it: "
-                            "stopped, slow or cut off); it takes no part in their group",
+                            "stopped, slow or cut off); it takes no part in their group: exit "
+                            "this rank, or raise ShrinkOptions::grace if ranks can be that slow",
                             a.group, a.rank, a.size, format_ranks(survivors),
                             std::chrono::duration_cast<std::chrono::milliseconds>(a.grace).count()),
                 ErrorContext{.rank = a.rank, .size = a.size, .group = a.group, .op = "shrink"});
