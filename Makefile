@@ -114,7 +114,7 @@ test-asan: build-asan
 # callbacks). libclang-rt-14-dev holds its runtime.
 TSAN_TESTS := core store_contract store_tcp store_mp tcp_collectives_mp tcp_failures_mp tcp_threads_mp \
   tcp_links_mp tcp_membership_mp tcp_board_mp tcp_shared_buffer_mp \
-  tcp_misc_mp tcp_addressing_mp tcp_engine_faults tcp_shrink_mp capi capi_mp ddp_mp chorusrun
+  tcp_misc_mp tcp_addressing_mp tcp_engine_faults tcp_shrink_mp tcp_grow_mp capi capi_mp ddp_mp chorusrun
 # chorusrun's test runs the launcher (store server thread + supervisor) and chorus-store.
 TSAN_TOOLS := tools/chorusrun tools/chorus-store
 # CC/CXX set: meson then adds no ccache of its own, so the leg names it where it is installed.

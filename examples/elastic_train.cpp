@@ -1,15 +1,22 @@
 // SPDX-License-Identifier: BSD-3-Clause
-// Data-parallel training that keeps going when ranks die: run under
-//   chorusrun --elastic --standalone -n 4 elastic_train --steps 60
+// Data-parallel training that keeps going when ranks die, and takes replacements back: run
+// under
+//   chorusrun --elastic --standalone -n 4 [--max-restarts K] elastic_train --steps 60
 // and kill a rank; the survivors shrink their group (ProcessGroup::shrink), agree on the state
-// and continue with the smaller world. The lowest surviving rank prints one line per step,
-// "step <i> world <w> loss <l>", and at the end "final <sum of the parameters>", which equals a
-// single process's training (elastic_model.hpp: the gradient does not depend on the world size).
+// and continue with the smaller world. With --max-restarts, chorusrun starts a replacement that
+// joins the running job (CHORUS_ELASTIC_JOIN=1: init_world_from_env waits to be let in); the
+// members let it in at their next step boundary (ProcessGroup::grow) and send it the state.
+// The lowest rank prints one line per step, "step <i> world <w> loss <l>", and at the end
+// "final <sum of the parameters>", which equals a single process's training
+// (elastic_model.hpp: the gradient does not depend on the world size).
 //
 // --grace-ms MS: how long the survivors wait for a rank not known to be dead (ShrinkOptions).
+// --step-ms MS: compute time per step (a sleep), as a real model would take.
+// --rejoin-wait-ms MS: after a shrink, how long the next step boundary waits for a replacement
+// (GrowOptions::wait); 0: do not wait, take it whenever it arrives.
 // For tests: --kill-at RANK:STEP makes the rank launched as RANK SIGKILL itself before STEP;
 // --stop-at RANK:STEP makes it print "stopping pid <pid>" and SIGSTOP itself there (whoever
-// SIGCONTs it later finds it fenced out: it exits 3).
+// SIGCONTs it later finds it fenced out: it exits 3). A replacement does neither.
 #include <signal.h>
 #include <unistd.h>
 
@@ -18,6 +25,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -30,6 +38,8 @@ namespace {
 struct Args {
   int steps = 60;
   int grace_ms = 0;                          // ShrinkOptions::grace; 0: its default
+  int step_ms = 0;                           // simulated compute per step
+  int rejoin_wait_ms = 0;                    // GrowOptions::wait after a shrink
   std::vector<std::pair<int, int>> kill_at;  // (launch rank, step)
   std::vector<std::pair<int, int>> stop_at;
 };
@@ -51,7 +61,8 @@ Args parse(int argc, char** argv) {
     if (i + 1 >= argc) {
       std::fprintf(
           stderr,
-          "usage: elastic_train --steps N [--grace-ms MS] [--kill-at R:S] [--stop-at R:S]\n");
+          "usage: elastic_train --steps N [--grace-ms MS] [--step-ms MS] [--rejoin-wait-ms MS]\n"
+          "                     [--kill-at R:S] [--stop-at R:S]\n");
       std::exit(2);
     }
     const char* value = argv[++i];
@@ -59,6 +70,10 @@ Args parse(int argc, char** argv) {
       a.steps = std::atoi(value);
     } else if (flag == "--grace-ms") {
       a.grace_ms = std::atoi(value);
+    } else if (flag == "--step-ms") {
+      a.step_ms = std::atoi(value);
+    } else if (flag == "--rejoin-wait-ms") {
+      a.rejoin_wait_ms = std::atoi(value);
     } else if (flag == "--kill-at") {
       a.kill_at.push_back(rank_and_step(value));
     } else if (flag == "--stop-at") {
@@ -93,6 +108,17 @@ void agree_on_state(chorus::ProcessGroup& pg, std::vector<double>& w, int& compl
   completed = static_cast<int>(furthest);
 }
 
+// The members send a joiner the state (and the step it is at) from rank 0 of the larger group;
+// every rank of it calls this right after grow() or join.
+void share_state(chorus::ProcessGroup& pg, std::vector<double>& w, int& completed) {
+  std::vector<double> state(w);
+  state.push_back(completed);
+  pg.broadcast(chorus::Tensor::of(state.data(), state.size()))->wait();
+  completed = static_cast<int>(state.back());
+  state.pop_back();
+  w = state;
+}
+
 // Shrinks until the survivors agree on the state (a rank may die during the recovery too).
 // Throws on a rank that was fenced out.
 std::shared_ptr<chorus::ProcessGroup> recover(std::shared_ptr<chorus::ProcessGroup> pg,
@@ -122,27 +148,56 @@ void print_once(chorus::Store& store, const std::string& key, const std::string&
   }
 }
 
+using Clock = std::chrono::steady_clock;
+
+double ms_since(Clock::time_point t) {
+  return std::chrono::duration<double, std::milli>(Clock::now() - t).count();
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
+  const Clock::time_point started = Clock::now();
   const Args args = parse(argc, argv);
-  chorus::World world = chorus::init_world_from_env();
+  chorus::World world;
+  try {
+    world = chorus::init_world_from_env();
+  } catch (const chorus::Error& e) {
+    // A replacement that arrives after the job stopped admitting has nothing to do.
+    if (e.code() == chorus::ErrorCode::aborted && chorus::launch_info_from_env().elastic_join) {
+      std::fprintf(stderr, "elastic_train: nothing to join: %s\n", e.what());
+      return 0;
+    }
+    throw;
+  }
   // The one reference to the group: a group given up for its survivors' is destroyed then, which
   // closes its links (a rank that wakes up later finds them closed).
   std::shared_ptr<chorus::ProcessGroup> pg = std::move(world.group);
   const int launch_rank = world.launch.rank;
+  const bool replacement = world.launch.elastic_join;
   std::vector<double> w(elastic::kParams, 0.0);
   int completed = 0;
+  bool shrunk = false;  // since the last step boundary: wait there for a replacement
   try {
+    if (replacement) {
+      share_state(*pg, w, completed);
+      std::fprintf(stderr,
+                   "elastic_train: rank %d joined as rank %d/%d after step %d, %.0f ms "
+                   "after it started\n",
+                   launch_rank, pg->rank(), pg->size(), completed, ms_since(started));
+    }
     while (completed < args.steps) {
       const int step = completed + 1;
-      if (listed(args.kill_at, launch_rank, step)) {
+      if (!replacement && listed(args.kill_at, launch_rank, step)) {
         ::kill(::getpid(), SIGKILL);
       }
-      if (listed(args.stop_at, launch_rank, step)) {
+      if (!replacement && listed(args.stop_at, launch_rank, step)) {
         std::printf("stopping pid %d\n", static_cast<int>(::getpid()));
         std::fflush(stdout);
         ::raise(SIGSTOP);
+      }
+      if (args.step_ms > 0) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(args.step_ms));  // the "compute"
       }
       std::vector<double> g = elastic::local_gradient(w, step, pg->rank(), pg->size());
       try {
@@ -151,6 +206,7 @@ int main(int argc, char** argv) {
         std::fprintf(stderr, "elastic_train: rank %d: step %d failed: %s\n", launch_rank, step,
                      e.what());
         pg = recover(pg, args, w, completed);
+        shrunk = true;
         continue;
       }
       const double loss = elastic::apply_step(w, g);
@@ -160,12 +216,32 @@ int main(int argc, char** argv) {
         std::snprintf(line, sizeof line, "step %d world %d loss %.6f", step, pg->size(), loss);
         print_once(*world.store, std::to_string(step), line);
       }
+      // The step boundary: let in whoever waits to join (after a shrink, wait for one a while).
+      chorus::GrowOptions grow;
+      if (shrunk) {
+        grow.wait = std::chrono::milliseconds(args.rejoin_wait_ms);
+      }
+      shrunk = false;
+      try {
+        if (auto larger = pg->grow(grow)) {
+          pg = std::move(larger);
+          share_state(*pg, w, completed);
+        }
+      } catch (const chorus::Error& e) {
+        std::fprintf(stderr, "elastic_train: rank %d: growing after step %d failed: %s\n",
+                     launch_rank, step, e.what());
+        if (pg->is_aborted()) {  // the group itself failed, not only the joiner
+          pg = recover(pg, args, w, completed);
+          shrunk = true;
+        }
+      }
     }
   } catch (const chorus::Error& e) {
     std::fprintf(stderr, "elastic_train: rank %d gives up: %s\n", launch_rank, e.what());
     return e.code() == chorus::ErrorCode::aborted ? 3 : 1;
   }
   if (pg->rank() == 0) {
+    pg->stop_admitting("the job finished");
     char line[64];
     std::snprintf(line, sizeof line, "final %.12g", elastic::sum(w));
     print_once(*world.store, "final", line);

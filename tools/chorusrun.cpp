@@ -371,7 +371,8 @@ int main(int argc, char** argv) {
                    signal_name(result.interrupt_signal).c_str(), status);
       return status;
     }
-    if (attempt < args.max_restarts) {
+    // --elastic spends the restarts on single ranks (joiners), never on the whole job.
+    if (attempt < args.max_restarts && !args.elastic) {
       std::fprintf(stderr, "chorusrun: restarting the local ranks (restart %d of %d)\n",
                    attempt + 1, args.max_restarts);
       continue;

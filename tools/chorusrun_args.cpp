@@ -216,11 +216,6 @@ RunArgs parse_args(int argc, const char* const* argv) {
     if (args.nnodes != 1) {
       throw UsageError("--elastic runs one node for now; drop --nnodes (or --elastic)");
     }
-    if (args.max_restarts != 0) {
-      throw UsageError(
-          "--elastic with --max-restarts: restarting a rank into a running job needs it to join "
-          "the survivors' group, which chorus cannot do yet; drop --max-restarts");
-    }
     if (args.min_ranks > args.nproc_per_node) {
       throw UsageError("--min-ranks " + std::to_string(args.min_ranks) +
                        " is more than the ranks started (--nproc-per-node " +
@@ -255,7 +250,9 @@ such as a benchmark table, stays bare.
                            --nnodes > 1 a failure on any node restarts every node's ranks
       --elastic            a rank that fails does not stop the others while --min-ranks still
                            run (the program recovers with ProcessGroup::shrink); the job
-                           succeeds if at least --min-ranks ranks exit 0. One node, no restarts
+                           succeeds if at least --min-ranks ranks exit 0. With --max-restarts K,
+                           up to K failed ranks are restarted as joiners of the running job
+                           (CHORUS_ELASTIC_JOIN=1; ProcessGroup::grow lets them in). One node
       --min-ranks N        with --elastic: the fewest ranks the job goes on with (default 1)
       --token-file F       the job's store token (first line of F, 16+ bytes; default:
                            CHORUS_STORE_TOKEN, else one made up per launch on one node). With

@@ -36,8 +36,8 @@ struct RunArgs {
   int max_restarts = 0;
   // --elastic: a rank that fails does not stop the others while at least min_ranks still run
   // or have finished (they shrink their groups: ProcessGroup::shrink); the job succeeds if at
-  // least min_ranks ranks exit 0. One node only for now, and without restarts (a restarted rank
-  // would have to join a running group).
+  // least min_ranks ranks exit 0. max_restarts then counts ranks restarted as joiners of the
+  // running job (ProcessGroup::grow), not restarts of the whole job. One node only for now.
   bool elastic = false;
   int min_ranks = 1;
   std::string token_file;        // the job's store token (first line)

@@ -82,7 +82,9 @@ void close_from_3() {
 
 }  // namespace
 
-std::vector<std::string> rank_env(const LaunchPlan& plan, int attempt, int rank, int local_rank) {
+std::vector<std::string> rank_env(const LaunchPlan& plan, int attempt, const RankProcess& c) {
+  const int rank = c.rank;
+  const int local_rank = c.local_rank;
   const RunArgs& a = plan.args;
   const int world = a.nnodes * a.nproc_per_node;
   std::vector<std::string> env = plan.base_env;
@@ -108,12 +110,16 @@ std::vector<std::string> rank_env(const LaunchPlan& plan, int attempt, int rank,
   set("CHORUS_RESTART_COUNT", std::to_string(attempt));
   set("TORCHELASTIC_RESTART_COUNT", std::to_string(attempt));
   set("TORCHELASTIC_MAX_RESTARTS", std::to_string(a.max_restarts));
+  if (c.rejoins > 0) {
+    set("CHORUS_ELASTIC_JOIN", "1");  // init_from_env joins the running world group
+  }
   return env;
 }
 
 void open_rank_logs(const std::string& log_dir, int attempt, RankProcess& c) {
-  const std::string dir =
-      log_dir + "/attempt_" + std::to_string(attempt) + "/" + std::to_string(c.rank);
+  const std::string dir = log_dir + "/attempt_" + std::to_string(attempt) + "/" +
+                          std::to_string(c.rank) +
+                          (c.rejoins > 0 ? ".rejoin" + std::to_string(c.rejoins) : "");
   if (make_dirs(dir)) {
     c.out.log = open_log(dir, "stdout.log");
     c.err.log = open_log(dir, "stderr.log");
@@ -136,7 +142,7 @@ bool spawn_rank(const LaunchPlan& plan, int attempt, RankProcess& c, int null_fd
     return false;
   }
   // Everything the child needs, built before fork (the child may not allocate).
-  std::vector<std::string> env = rank_env(plan, attempt, c.rank, c.local_rank);
+  std::vector<std::string> env = rank_env(plan, attempt, c);
   std::vector<char*> envp;
   for (auto& e : env) {
     envp.push_back(e.data());

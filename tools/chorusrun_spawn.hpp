@@ -27,15 +27,19 @@ struct RankProcess {
   pid_t pid = -1;  // also its process group id
   bool running = false;
   int status = 0;  // wait status once it exited
+  // Times this slot was restarted as a joiner of the running job (--elastic --max-restarts):
+  // from the first, the process gets CHORUS_ELASTIC_JOIN=1.
+  int rejoins = 0;
   OutputStream out;
   OutputStream err;
 };
 
-// The variables chorusrun sets for one rank, on top of plan.base_env.
-std::vector<std::string> rank_env(const LaunchPlan& plan, int attempt, int rank, int local_rank);
+// The variables chorusrun sets for rank c, on top of plan.base_env.
+std::vector<std::string> rank_env(const LaunchPlan& plan, int attempt, const RankProcess& c);
 
-// Opens <log_dir>/attempt_<attempt>/<rank>/{stdout,stderr}.log into c.out.log / c.err.log
-// (creating the directories); on failure says so and logs to the console only.
+// Opens <log_dir>/attempt_<attempt>/<rank>/{stdout,stderr}.log (<rank>.rejoin<k> for the k-th
+// joiner in that slot) into c.out.log / c.err.log (creating the directories); on failure says
+// so and logs to the console only.
 void open_rank_logs(const std::string& log_dir, int attempt, RankProcess& c);
 
 // Forks and execs the program for rank c (stdin from null_fd). On success c.pid, c.running and

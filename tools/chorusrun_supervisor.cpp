@@ -164,6 +164,11 @@ class Attempt {
     if (!failed || stopping_) {
       return;
     }
+    // --elastic --max-restarts: the slot's next process joins the running job.
+    if (plan_.args.elastic && rejoins_ < plan_.args.max_restarts) {
+      restart_as_joiner(c, status);
+      return;
+    }
     // --elastic: tolerated while enough ranks still run or already finished.
     if (plan_.args.elastic && running_count() + succeeded_ >= plan_.args.min_ranks) {
       AttemptResult lost;
@@ -200,6 +205,35 @@ class Attempt {
     }
     say(msg);
     stop_after_dumps();
+  }
+
+  // A failed rank's slot starts a new process that joins the running job (CHORUS_ELASTIC_JOIN);
+  // the survivors let it in with ProcessGroup::grow().
+  void restart_as_joiner(RankProcess& c, int status) {
+    ++rejoins_;
+    AttemptResult lost;
+    lost.rank = c.rank;
+    lost.local_rank = c.local_rank;
+    lost.pid = c.pid;
+    lost.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 0;
+    lost.signal = WIFSIGNALED(status) ? WTERMSIG(status) : 0;
+    say(describe_failure(lost) + "; --elastic: restarting it as a joiner of the running job (" +
+        std::to_string(rejoins_) + " of --max-restarts " + std::to_string(plan_.args.max_restarts) +
+        ")");
+    relay_.close(c.rank, c.out);
+    relay_.close(c.rank, c.err);
+    ++c.rejoins;
+    if (!plan_.log_dir.empty()) {
+      open_rank_logs(plan_.log_dir, attempt_, c);
+    }
+    const int null_fd = ::open("/dev/null", O_RDWR | O_CLOEXEC);
+    const bool started = spawn_rank(plan_, attempt_, c, null_fd);
+    if (null_fd >= 0) {
+      ::close(null_fd);
+    }
+    if (!started) {
+      ++lost_;  // spawn_rank said why; the others go on as if it had not been restarted
+    }
   }
 
   void reap() {
@@ -364,6 +398,7 @@ class Attempt {
   bool stopping_ = false;
   int succeeded_ = 0;          // ranks that exited 0
   int lost_ = 0;               // ranks that failed while the others went on (--elastic)
+  int rejoins_ = 0;            // ranks restarted as joiners (--elastic --max-restarts)
   bool term_pending_ = false;  // SIGTERM due at term_at_ (after the dump grace)
   Clock::time_point term_at_{};
   bool killed_ = false;

@@ -287,6 +287,28 @@ CHORUS_C_API chorus_result_t chorus_group_shrink(chorus_group_t* group,
                                                  const chorus_group_config_t* config,
                                                  int64_t grace_ms, int64_t join_timeout_ms,
                                                  chorus_group_t** survivors);
+/* Elastic growth (ProcessGroup::grow in process_group.hpp): every member calls it at the same
+ * point (a step boundary). Admits the processes waiting in chorus_group_join_tcp on this group's
+ * lobby; *grown is the larger group (members keep their ranks, joiners follow), or NULL when
+ * nobody was waiting. wait_ms: how long to wait for a first joiner (0: do not wait);
+ * join_timeout_ms: the bound on forming the larger group (0: 10000). If forming it fails on
+ * any member, every member gets the error and this group goes on. config: the larger group's
+ * name and timeout (NULL: "<lobby>/grow<k>", this group's timeout). */
+CHORUS_C_API chorus_result_t chorus_group_grow(chorus_group_t* group,
+                                               const chorus_group_config_t* config, int64_t wait_ms,
+                                               int64_t join_timeout_ms, chorus_group_t** grown);
+/* A new process joining a running tcp group (chorus::join_tcp_group): waits up to wait_ms (0:
+ * config's timeout_ms, else CHORUS_TIMEOUT, else 10 min) until a member calls
+ * chorus_group_grow, then *group is the larger group. store and config->name are those the
+ * members' group was created with (the name is the lobby's; the group's own name and timeout
+ * are the members'). ABORTED when the members stopped admitting, TIMEOUT when nobody let it
+ * in. */
+CHORUS_C_API chorus_result_t chorus_group_join_tcp(chorus_store_t* store,
+                                                   const chorus_tcp_group_config_t* config,
+                                                   int64_t wait_ms, int64_t join_timeout_ms,
+                                                   chorus_group_t** group);
+/* Joiners waiting now or later get ABORTED with reason (ProcessGroup::stop_admitting). */
+CHORUS_C_API chorus_result_t chorus_group_stop_admitting(chorus_group_t* group, const char* reason);
 /* Fails every pending and future op (ABORTED with reason, unless the group already failed). */
 CHORUS_C_API chorus_result_t chorus_group_abort(chorus_group_t* group, const char* reason);
 /* Releases this handle. Ops still in flight keep what they need alive. */

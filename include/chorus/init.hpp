@@ -48,6 +48,10 @@ struct LaunchInfo {
   // (TORCHELASTIC_RUN_ID, Open MPI job id, SLURM_JOB_ID.SLURM_STEP_ID, PMI_KVSNAME), else
   // "default".
   std::string run_id = "default";
+  // CHORUS_ELASTIC_JOIN=1 (chorusrun --elastic sets it on a rank it restarts): this process
+  // joins the running job's world group (join_tcp_group) instead of forming a new one; `rank`
+  // is then only the launcher's slot, and the group gives this process a rank of its own.
+  bool elastic_join = false;
 };
 
 // Parses the launcher variables (see docs/architecture.md for the table and the rendezvous
@@ -86,7 +90,9 @@ CHORUS_API std::shared_ptr<Store> store_from_launch(const LaunchInfo& launch,
 // launch_info_from_env + store_from_launch + make_tcp_group/make_nccl_group over the whole
 // world. Collective: every rank calls it. The group's keys live under
 // "run/<run_id>/attempt<restart_count>/group", so a group restarted by chorusrun never reads
-// the previous attempt's keys. Throws what those throw.
+// the previous attempt's keys. With launch.elastic_join the process instead waits to be let
+// into the running world group (join_tcp_group on that store: the members' grow() admits it;
+// tcp only). Throws what those throw.
 CHORUS_API World init_world_from_env(Backend backend = Backend::tcp,
                                      const InitOptions& options = {});
 // The same, returning only the group (it keeps the store alive).

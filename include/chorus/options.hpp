@@ -65,6 +65,28 @@ struct ShrinkOptions {
   Duration join_timeout = std::chrono::seconds(10);
 };
 
+// ProcessGroup::grow(): admitting the processes waiting to join (join_tcp_group()).
+struct GrowOptions {
+  // The larger group. Name unset ("world"): "<lobby>/grow<k>" (the lobby: the name of the group
+  // make_tcp_group() made, which joiners name); timeout unset: this group's. Joiners take both.
+  GroupOptions group;
+  // How long to wait for a first joiner when none is waiting. Zero (the default): do not wait,
+  // return nullptr at once; this is what a loop that calls grow() every step wants. A job that
+  // expects a replacement (a restarted rank) can wait for it here.
+  Duration wait{};
+  // How long forming the larger group may take. A joiner that died after it was admitted is
+  // found by this bound: grow() then fails, and the members keep their group.
+  Duration join_timeout = std::chrono::seconds(10);
+};
+
+// join_tcp_group(): how a new process waits to be let into a running group.
+struct JoinOptions {
+  // How long to wait for a member to call grow(). Unset: CHORUS_TIMEOUT, else kDefaultTimeout.
+  std::optional<Duration> wait;
+  // How long forming the larger group may take once admitted.
+  Duration join_timeout = std::chrono::seconds(10);
+};
+
 struct TcpGroupOptions {
   GroupOptions group;
   // Interface to bind ("eth0") or a literal local address ("127.0.0.1", "::1").

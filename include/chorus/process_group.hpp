@@ -266,6 +266,22 @@ class CHORUS_API ProcessGroup final {
   // (nccl: InvalidArgument).
   std::shared_ptr<ProcessGroup> shrink(ShrinkOptions options = {});
 
+  // Elastic growth, collective over the group: every member calls it at the same point (a step
+  // boundary). Admits every process waiting in join_tcp_group() on this group's lobby (the name
+  // its make_tcp_group() was given, on the same store), waiting up to options.wait for a first
+  // one, and returns the larger group: the members keep their ranks, the joiners follow in the
+  // order they arrived. nullptr when nobody is waiting (one store round trip on rank 0 and a
+  // 16-byte broadcast: cheap enough for every step). This group stays as it was, and usable:
+  // if forming the larger group fails anywhere (a joiner died), grow() throws on every member
+  // and this group goes on. Sending the joiners the state they need is the caller's: a
+  // broadcast from a member on the returned group. Groups made by make_tcp_group(), and shrunk
+  // or grown from one; not a split() subgroup. tcp backend only (nccl: InvalidArgument).
+  std::shared_ptr<ProcessGroup> grow(GrowOptions options = {});
+  // Joiners waiting now or later get Error{aborted} carrying `reason` (e.g. "the job finished"):
+  // call it where the job stops calling grow(), so that a replacement started late exits
+  // instead of waiting out JoinOptions::wait. Any member may call it; once is enough.
+  void stop_admitting(const std::string& reason);
+
  private:
   friend struct detail::GroupAccess;
   explicit ProcessGroup(std::unique_ptr<detail::Backend> backend) noexcept;
@@ -290,6 +306,16 @@ class CHORUS_API ProcessGroup final {
 // `store`.
 CHORUS_API std::shared_ptr<ProcessGroup> make_tcp_group(std::shared_ptr<Store> store, int rank,
                                                         int size, TcpGroupOptions options = {});
+// A new process joining a running tcp group: waits (up to options.wait) until a member calls
+// ProcessGroup::grow(), then returns the larger group, in which this process has a rank after
+// the members'. `store` and `tcp.group.name` are those the members' make_tcp_group() was given
+// (init_world_from_env() does this for a process launched with CHORUS_ELASTIC_JOIN=1); the
+// group's name and timeout are the members' (tcp.group is only the lobby's name). Throws
+// Error{aborted} when the members stopped admitting (stop_admitting()), TimeoutError when
+// nobody admitted it in time: the members never see such a process.
+CHORUS_API std::shared_ptr<ProcessGroup> join_tcp_group(std::shared_ptr<Store> store,
+                                                        TcpGroupOptions tcp = {},
+                                                        JoinOptions options = {});
 // The nccl backend: CUDA tensors. Throws BackendError if chorus was built without NCCL.
 CHORUS_API std::shared_ptr<ProcessGroup> make_nccl_group(std::shared_ptr<Store> store, int rank,
                                                          int size, NcclGroupOptions options = {});

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: BSD-3-Clause
-// C ABI: process groups (tcp, nccl, split, abort, destroy).
+// C ABI: process groups (tcp, nccl, split, shrink, grow and join, abort, destroy).
 #include "capi/capi.hpp"
 
 #include <string>
@@ -28,6 +28,29 @@ GroupOptions group_options(const char* name, std::int64_t timeout_ms, const char
   return g;
 }
 
+TcpGroupOptions tcp_options(const chorus_tcp_group_config_t* config, const char* function) {
+  const chorus_tcp_group_config_t defaults = CHORUS_TCP_GROUP_CONFIG_INITIALIZER;
+  const auto c = read_config(config, defaults, sizeof(chorus_tcp_group_config_t), function,
+                             "CHORUS_TCP_GROUP_CONFIG_INITIALIZER");
+  TcpGroupOptions options;
+  options.group = group_options(c.name, c.timeout_ms, function);
+  if (c.interface != nullptr) {
+    options.interface = c.interface;
+  }
+  if (c.sockets_per_peer != 0) {
+    options.sockets_per_peer = c.sockets_per_peer;
+  }
+  return options;
+}
+
+// The elastic calls' durations: 0 means the default, a negative one is refused.
+void check_elastic_ms(std::int64_t a, std::int64_t b, const char* names, const char* function) {
+  if (a < 0 || b < 0) {
+    throw InvalidArgument(
+        fmt::format("{}: {} must be >= 0 (0: the default); got {} and {}", function, names, a, b));
+  }
+}
+
 }  // namespace
 }  // namespace chorus::capi
 
@@ -45,19 +68,9 @@ chorus_result_t chorus_group_create_tcp(chorus_store_t* store, int rank, int siz
     *group = nullptr;
     require(store, fn, "store");
     chorus::capi::check_rank(rank, size, fn);
-    const chorus_tcp_group_config_t defaults = CHORUS_TCP_GROUP_CONFIG_INITIALIZER;
-    const auto c = chorus::capi::read_config(config, defaults, sizeof(chorus_tcp_group_config_t),
-                                             fn, "CHORUS_TCP_GROUP_CONFIG_INITIALIZER");
-    chorus::TcpGroupOptions options;
-    options.group = chorus::capi::group_options(c.name, c.timeout_ms, fn);
-    if (c.interface != nullptr) {
-      options.interface = c.interface;
-    }
-    if (c.sockets_per_peer != 0) {
-      options.sockets_per_peer = c.sockets_per_peer;
-    }
     auto handle = std::make_unique<chorus_group>();
-    handle->group = chorus::make_tcp_group(store->store, rank, size, options);
+    handle->group =
+        chorus::make_tcp_group(store->store, rank, size, chorus::capi::tcp_options(config, fn));
     *group = handle.release();
   });
 }
@@ -135,11 +148,7 @@ chorus_result_t chorus_group_shrink(chorus_group_t* group, const chorus_group_co
     require(survivors, fn, "survivors (output)");
     *survivors = nullptr;
     require(group, fn, "group");
-    if (grace_ms < 0 || join_timeout_ms < 0) {
-      throw chorus::InvalidArgument(fmt::format(
-          "{}: grace_ms and join_timeout_ms must be >= 0 (0: the default); got {} and {}", fn,
-          grace_ms, join_timeout_ms));
-    }
+    chorus::capi::check_elastic_ms(grace_ms, join_timeout_ms, "grace_ms and join_timeout_ms", fn);
     const chorus_group_config_t defaults = CHORUS_GROUP_CONFIG_INITIALIZER;
     const auto c = chorus::capi::read_config(config, defaults, sizeof(chorus_group_config_t), fn,
                                              "CHORUS_GROUP_CONFIG_INITIALIZER");
@@ -154,6 +163,66 @@ chorus_result_t chorus_group_shrink(chorus_group_t* group, const chorus_group_co
     auto handle = std::make_unique<chorus_group>();
     handle->group = group->group->shrink(std::move(options));
     *survivors = handle.release();
+  });
+}
+
+chorus_result_t chorus_group_grow(chorus_group_t* group, const chorus_group_config_t* config,
+                                  int64_t wait_ms, int64_t join_timeout_ms,
+                                  chorus_group_t** grown) {
+  static const char* fn = "chorus_group_grow";
+  return guarded(fn, [&] {
+    require(grown, fn, "grown (output)");
+    *grown = nullptr;
+    require(group, fn, "group");
+    chorus::capi::check_elastic_ms(wait_ms, join_timeout_ms, "wait_ms and join_timeout_ms", fn);
+    const chorus_group_config_t defaults = CHORUS_GROUP_CONFIG_INITIALIZER;
+    const auto c = chorus::capi::read_config(config, defaults, sizeof(chorus_group_config_t), fn,
+                                             "CHORUS_GROUP_CONFIG_INITIALIZER");
+    chorus::GrowOptions options;
+    options.group = chorus::capi::group_options(c.name, c.timeout_ms, fn);
+    options.wait = std::chrono::milliseconds(wait_ms);
+    if (join_timeout_ms > 0) {
+      options.join_timeout = std::chrono::milliseconds(join_timeout_ms);
+    }
+    auto larger = group->group->grow(std::move(options));
+    if (larger) {
+      auto handle = std::make_unique<chorus_group>();
+      handle->group = std::move(larger);
+      *grown = handle.release();
+    }
+  });
+}
+
+chorus_result_t chorus_group_join_tcp(chorus_store_t* store,
+                                      const chorus_tcp_group_config_t* config, int64_t wait_ms,
+                                      int64_t join_timeout_ms, chorus_group_t** group) {
+  static const char* fn = "chorus_group_join_tcp";
+  return guarded(fn, [&] {
+    require(group, fn, "group (output)");
+    *group = nullptr;
+    require(store, fn, "store");
+    chorus::capi::check_elastic_ms(wait_ms, join_timeout_ms, "wait_ms and join_timeout_ms", fn);
+    chorus::JoinOptions options;
+    if (wait_ms > 0) {
+      options.wait = std::chrono::milliseconds(wait_ms);
+    }
+    if (join_timeout_ms > 0) {
+      options.join_timeout = std::chrono::milliseconds(join_timeout_ms);
+    }
+    auto handle = std::make_unique<chorus_group>();
+    handle->group =
+        chorus::join_tcp_group(store->store, chorus::capi::tcp_options(config, fn), options);
+    *group = handle.release();
+  });
+}
+
+chorus_result_t chorus_group_stop_admitting(chorus_group_t* group, const char* reason) {
+  static const char* fn = "chorus_group_stop_admitting";
+  return guarded(fn, [&] {
+    require(group, fn, "group");
+    group->group->stop_admitting(reason != nullptr ? reason
+                                                   : "stopped through the C ABI "
+                                                     "(chorus_group_stop_admitting)");
   });
 }
 

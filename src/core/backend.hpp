@@ -51,6 +51,15 @@ class Backend {
   virtual std::unique_ptr<Backend> split(const std::vector<int>& ranks, GroupOptions options) = 0;
   // ProcessGroup::shrink(). Default: InvalidArgument (the backend cannot).
   virtual std::unique_ptr<Backend> shrink(ShrinkOptions options);
+  // ProcessGroup::grow() and stop_admitting() (core/grow.cpp): the same for every backend that
+  // can form a group over a store namespace (form_grown()).
+  std::unique_ptr<Backend> grow(GrowOptions options);
+  void stop_admitting(const std::string& reason);
+  // The lobby joiners wait in (core/admission.hpp), named after the group that make_*_group()
+  // made. Groups shrunk or grown from that one keep it; split() subgroups have none.
+  void set_lobby(std::shared_ptr<Store> lobby, std::string lobby_name);
+  void inherit_lobby(const Backend& from) { set_lobby(from.lobby_, from.lobby_name_); }
+  const std::string& lobby_name() const noexcept { return lobby_name_; }
 
   bool is_aborted() const noexcept { return failed_.load(std::memory_order_acquire); }
   std::exception_ptr failure() const;
@@ -84,6 +93,11 @@ class Backend {
   // as started at its issue time with `algorithm` if that is not null. start() calls it
   // before any other thread may see the op (trace_started() needs the entry).
   void trace_issued(const OpCall& call, const char* algorithm) noexcept;
+  // The larger group of grow()'s admission `epoch`, with these ranks, in the lobby's namespace
+  // for it (core/admission.hpp); the joiners form theirs the same way. Default: InvalidArgument.
+  virtual std::unique_ptr<Backend> form_grown(std::int64_t epoch, int rank, int size,
+                                              GroupOptions options, Deadline formation);
+  const std::shared_ptr<Store>& lobby() const noexcept { return lobby_; }
 
  private:
   // `late`: the op's record is left to the backend (trace_issued()).
@@ -117,6 +131,8 @@ class Backend {
   // The entry of the op being issued while its record is left to the backend (begin()'s
   // caller's). Guarded by issue_mu_.
   const TraceEntry* unrecorded_ = nullptr;
+  std::shared_ptr<Store> lobby_;  // null: this group cannot grow
+  std::string lobby_name_;
 };
 
 // How chorus's own layers (factories, tests) wrap a backend in the public handle and reach

@@ -40,6 +40,12 @@ std::shared_ptr<ProcessGroup> ProcessGroup::shrink(ShrinkOptions options) {
   return detail::GroupAccess::wrap(backend_->shrink(std::move(options)));
 }
 
+std::shared_ptr<ProcessGroup> ProcessGroup::grow(GrowOptions options) {
+  return detail::GroupAccess::wrap(backend_->grow(std::move(options)));
+}
+
+void ProcessGroup::stop_admitting(const std::string& reason) { backend_->stop_admitting(reason); }
+
 std::shared_ptr<Work> ProcessGroup::run(const OpDescriptor& op) { return backend_->issue(op); }
 
 }  // namespace chorus

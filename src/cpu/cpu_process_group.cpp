@@ -16,6 +16,7 @@
 #include <chorus/process_group.hpp>
 #include <chorus/shared_buffer.hpp>
 
+#include "core/admission.hpp"
 #include "core/backend.hpp"
 #include "core/callback_thread.hpp"
 #include "core/check.hpp"
@@ -66,6 +67,8 @@ const std::vector<std::size_t> kChoiceTableSizes = {8,       32,       128,     
 
 std::uint64_t next_group_index(const std::shared_ptr<Store>& store, int rank);
 void check_world_size_fits(int rank, int size);
+std::shared_ptr<Store> lobby_of(const std::shared_ptr<Store>& store, const std::string& name);
+std::shared_ptr<Store> grown_group_store(const std::shared_ptr<Store>& lobby, std::int64_t epoch);
 
 class CpuProcessGroup final : public detail::Backend {
  public:
@@ -181,6 +184,16 @@ class CpuProcessGroup final : public detail::Backend {
 
   std::unique_ptr<Backend> shrink(ShrinkOptions options) override;
 
+ protected:
+  std::unique_ptr<Backend> form_grown(std::int64_t epoch, int rank, int size, GroupOptions options,
+                                      Deadline formation) override {
+    TcpGroupOptions larger = options_;
+    larger.group = std::move(options);
+    return std::make_unique<CpuProcessGroup>(grown_group_store(lobby(), epoch), rank, size, larger,
+                                             formation);
+  }
+
+ public:
  protected:
   std::shared_ptr<Work> start(const OpDescriptor& op, const OpCall& call) override {
     if (!op.ins.empty()) {
@@ -381,6 +394,16 @@ std::uint64_t next_group_index(const std::shared_ptr<Store>& store, int rank) {
   return ++counters[{std::weak_ptr<Store>(store), rank}];
 }
 
+// Where processes wait to join the group named `name` made on `store` (core/admission.hpp).
+std::shared_ptr<Store> lobby_of(const std::shared_ptr<Store>& store, const std::string& name) {
+  return make_prefix_store("elastic/" + name, store);
+}
+
+// The namespace of the larger group of a lobby's admission `epoch`.
+std::shared_ptr<Store> grown_group_store(const std::shared_ptr<Store>& lobby, std::int64_t epoch) {
+  return make_prefix_store(detail::grown_group_namespace(epoch) + "/group", lobby);
+}
+
 // Refuse a world size that cannot be meant (a WORLD_SIZE typo) before anything is sized by it.
 // There is no open-file check: links are made on demand (an allreduce-only group of any size
 // holds a few per rank), and a dial that runs out of descriptors names the limit.
@@ -450,6 +473,7 @@ std::unique_ptr<detail::Backend> CpuProcessGroup::shrink(ShrinkOptions options) 
                   "tcp group [{}] shrunk to [{}]: rank {}/{} is now rank {}/{} (old ranks {})",
                   name(), sub.group.name, rank(), size(), new_rank, survivors.size(),
                   format_ranks(survivors));
+      group->inherit_lobby(*this);
       return group;
     } catch (const Error& e) {
       last = std::current_exception();
@@ -497,9 +521,32 @@ std::shared_ptr<ProcessGroup> make_tcp_group(std::shared_ptr<Store> store, int r
   // The count lives in the process, not the store, so a relaunch starts again at g1 on every
   // rank (membership.hpp replaces a dead launch's records).
   const std::uint64_t instance = cpu::next_group_index(store, rank);
+  auto lobby = cpu::lobby_of(store, options.group.name);
   auto group_store = make_prefix_store(fmt::format("tcp/g{}", instance), std::move(store));
-  return detail::GroupAccess::wrap(
-      std::make_unique<cpu::CpuProcessGroup>(std::move(group_store), rank, size, options));
+  auto group = std::make_unique<cpu::CpuProcessGroup>(std::move(group_store), rank, size, options);
+  group->set_lobby(std::move(lobby), options.group.name);
+  return detail::GroupAccess::wrap(std::move(group));
+}
+
+std::shared_ptr<ProcessGroup> join_tcp_group(std::shared_ptr<Store> store, TcpGroupOptions tcp,
+                                             JoinOptions options) {
+  check_arg(store != nullptr,
+            "join_tcp_group: the store is null; pass the store the group's members were made on");
+  check_arg(options.join_timeout > Duration::zero(), "join_tcp_group: join_timeout must be > 0");
+  const std::string lobby_name = tcp.group.name;
+  auto lobby = cpu::lobby_of(store, lobby_name);
+  const Duration wait =
+      options.wait.value_or(tcp.group.timeout.value_or(env::resolve_default_timeout()));
+  const detail::Seat seat = detail::wait_for_seat(*lobby, lobby_name, wait);
+  tcp.group.name = seat.group.name;
+  tcp.group.timeout = seat.group.timeout;
+  CHORUS_INFO(init, "joining group [{}] as rank {}/{} (admitted from the lobby of [{}])",
+              seat.group.name, seat.rank, seat.group.size, lobby_name);
+  auto group = std::make_unique<cpu::CpuProcessGroup>(
+      cpu::grown_group_store(lobby, seat.group.epoch), seat.rank, seat.group.size, tcp,
+      Deadline::after(options.join_timeout));
+  group->set_lobby(std::move(lobby), lobby_name);
+  return detail::GroupAccess::wrap(std::move(group));
 }
 
 }  // namespace chorus

@@ -74,6 +74,17 @@ World init_world_from_env(Backend backend, const InitOptions& options) {
       fmt::format("run/{}/attempt{}", launch.run_id, launch.restart_count), std::move(base));
   world.store = make_prefix_store("app", scoped);
   auto group_store = make_prefix_store("group", scoped);
+  if (launch.elastic_join) {
+    if (backend != Backend::tcp || !launch.store_exists) {
+      throw InvalidArgument(fmt::format(
+          "CHORUS_ELASTIC_JOIN=1 on rank {}: joining a running job needs the tcp backend and the "
+          "job's store (CHORUS_STORE_ADDR, as chorusrun --elastic sets it); got backend {} and "
+          "the store from {}",
+          launch.rank, to_string(backend), launch.store_source));
+    }
+    world.group = join_tcp_group(group_store, options.tcp);
+    return world;
+  }
   switch (backend) {
     case Backend::tcp:
       world.group = make_tcp_group(group_store, launch.rank, launch.world_size, options.tcp);

@@ -436,6 +436,8 @@ LaunchInfo launch_info_from_env() {
       env::get_int("CHORUS_RESTART_COUNT", 0, INT_MAX, "chorusrun")
           .value_or(
               env::get_int("TORCHELASTIC_RESTART_COUNT", 0, INT_MAX, "torchrun").value_or(0)));
+  info.elastic_join =
+      env::get_int("CHORUS_ELASTIC_JOIN", 0, 1, "chorusrun --elastic").value_or(0) == 1;
   if (env::get("RANK") || env::get("WORLD_SIZE")) {
     init::parse_torchrun_style(info);
   } else if (env::get("OMPI_COMM_WORLD_RANK") || env::get("OMPI_COMM_WORLD_SIZE")) {

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: BSD-3-Clause
 // The C ABI on real ranks: collectives through the C functions, wait_for/test on a running
 // op, a collective timeout reported as CHORUS_ERR_TIMEOUT with its message, and
-// chorus_group_shrink after a killed rank.
+// chorus_group_shrink after a killed rank, and chorus_group_grow letting a joiner in.
 #include <signal.h>
 #include <unistd.h>
 
@@ -319,11 +319,46 @@ TEST_CASE("C ABI on 2 ranks: wait_for on a running op, then a timeout as a statu
   REQUIRE_ALL_OK(results);
 }
 
-TEST_CASE("C ABI on 3 ranks: chorus_group_shrink after a killed rank", "[capi][mp]") {
+TEST_CASE("C ABI on 3 ranks: chorus_group_shrink after a killed rank, then grow with a joiner",
+          "[capi][mp]") {
   chorus::test::StoreServerProcess server;
+  constexpr int kJoiner = 3;  // a fourth process, joining the survivors
   auto results = chorus::test::run_processes(
-      3,
+      4,
       [&](int rank) {
+        if (rank == kJoiner) {
+          chorus_tcp_store_config_t sc = CHORUS_TCP_STORE_CONFIG_INITIALIZER;
+          sc.port = server.port();
+          sc.timeout_ms = 30000;
+          chorus_store_t* base = nullptr;
+          chorus_store_t* store = nullptr;
+          C_CHECK(chorus_tcp_store_create(&sc, &base));
+          C_CHECK(chorus_prefix_store_create("shrink", base, &store));
+          chorus_store_free(base);
+          const char* shrunk[] = {"shrunk"};
+          C_CHECK(chorus_store_wait(store, shrunk, 1, 30000));
+          chorus_tcp_group_config_t gc = CHORUS_TCP_GROUP_CONFIG_INITIALIZER;
+          gc.interface = "127.0.0.1";
+          chorus_group_t* group = nullptr;
+          CHILD_CHECK(chorus_group_join_tcp(store, &gc, -1, 0, &group) ==
+                      CHORUS_ERR_INVALID_ARGUMENT);
+          C_CHECK(chorus_group_join_tcp(store, &gc, 30000, 0, &group));
+          int size = 0;
+          int new_rank = -1;
+          C_CHECK(chorus_group_size(group, &size));
+          C_CHECK(chorus_group_rank(group, &new_rank));
+          CHILD_CHECK(size == 3 && new_rank == 2);
+          float x = 3.0f;
+          chorus_tensor_t t = chorus_cpu_tensor(&x, 1, CHORUS_FLOAT32);
+          chorus_work_t* work = nullptr;
+          C_CHECK(chorus_allreduce(group, &t, &t, nullptr, &work));
+          C_CHECK(chorus_work_wait(work));
+          chorus_work_free(work);
+          CHILD_CHECK(x == 6.0f);
+          chorus_group_destroy(group);
+          chorus_store_free(store);
+          return;
+        }
         CWorld w(server.port(), "shrink", rank, 3);
         chorus_work_t* work = nullptr;
         float x = 1.0f;
@@ -353,6 +388,28 @@ TEST_CASE("C ABI on 3 ranks: chorus_group_shrink after a killed rank", "[capi][m
         C_CHECK(chorus_work_wait(work));
         chorus_work_free(work);
         CHILD_CHECK(x == 3.0f);
+
+        // Nobody waits yet: no larger group. Then the joiner comes and is let in.
+        chorus_group_t* grown = nullptr;
+        C_CHECK(chorus_group_grow(survivors, nullptr, 0, 0, &grown));
+        CHILD_CHECK(grown == nullptr);
+        if (rank == 0) {
+          const char* key = "shrunk";
+          const std::uint8_t one = 1;
+          C_CHECK(chorus_store_set(w.store, key, &one, 1));
+        }
+        C_CHECK(chorus_group_grow(survivors, nullptr, 30000, 0, &grown));
+        CHILD_CHECK(grown != nullptr);
+        C_CHECK(chorus_group_size(grown, &size));
+        C_CHECK(chorus_group_rank(grown, &new_rank));
+        CHILD_CHECK(size == 3 && new_rank == rank);
+        x = static_cast<float>(rank + 1);
+        C_CHECK(chorus_allreduce(grown, &t, &t, nullptr, &work));
+        C_CHECK(chorus_work_wait(work));
+        chorus_work_free(work);
+        CHILD_CHECK(x == 6.0f);
+        C_CHECK(chorus_group_stop_admitting(grown, "done"));
+        chorus_group_destroy(grown);
         chorus_group_destroy(survivors);
       },
       60s);
@@ -360,4 +417,5 @@ TEST_CASE("C ABI on 3 ranks: chorus_group_shrink after a killed rank", "[capi][m
   CHECK(results[0].ok());
   CHECK(results[1].ok());
   CHECK(results[2].signal == SIGKILL);
+  CHECK(results[3].ok());
 }

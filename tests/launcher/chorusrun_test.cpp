@@ -247,13 +247,27 @@ TEST_CASE("with --elastic a failed rank does not stop the others while --min-ran
     CHECK(shell_status(p) == 7);
     CHECK_THAT(p.output, Catch::Contains(") exited with code 7; stopping the other 2 ranks"));
   }
-  SECTION("what --elastic cannot do yet is refused") {
-    Process p = run(
-        {chorusrun_bin(), "--standalone", "-n", "2", "--elastic", "--max-restarts", "1", "true"},
-        Seconds(30));
-    CHECK(shell_status(p) == 2);
-    CHECK_THAT(p.output, Catch::Contains("--elastic with --max-restarts"));
-    p = run({chorusrun_bin(), "--standalone", "-n", "2", "--elastic", "--min-ranks", "3", "true"},
+  SECTION("with --max-restarts a failed rank comes back as a joiner, once") {
+    // Rank 1 fails; its restart (CHORUS_ELASTIC_JOIN=1) says so and fails again: no restarts
+    // are left, so the job goes on without it. The others wait for the joiner's word.
+    const Process p = run_script(
+        {"--standalone", "-n", "3", "--elastic", "--max-restarts", "1"},
+        "if [ $RANK = 1 ]; then if [ \"$CHORUS_ELASTIC_JOIN\" = 1 ]; then echo joiner=$RANK; " +
+            client + "set joined 1 >/dev/null; exit 6; fi; exit 5; fi; " + client +
+            "wait joined >/dev/null; echo survived=$RANK");
+    INFO(p.output);
+    CHECK(shell_status(p) == 0);
+    CHECK_THAT(p.output, Catch::Contains("exited with code 5; --elastic: restarting it as a "
+                                         "joiner of the running job (1 of --max-restarts 1)"));
+    CHECK_THAT(p.output, Catch::Contains("joiner=1"));
+    CHECK_THAT(p.output, Catch::Contains("exited with code 6; --elastic: "));  // not restarted
+    CHECK_THAT(p.output, Catch::Contains("--elastic: 2 rank(s) finished, 1 lost on the way"));
+    CHECK_THAT(p.output, Catch::Contains("survived=0"));
+    CHECK_THAT(p.output, Catch::Contains("survived=2"));
+  }
+  SECTION("what --elastic cannot do is refused") {
+    Process p =
+        run({chorusrun_bin(), "--standalone", "-n", "2", "--elastic", "--min-ranks", "3", "true"},
             Seconds(30));
     CHECK(shell_status(p) == 2);
     CHECK_THAT(p.output, Catch::Contains("--min-ranks 3 is more than the ranks started"));

@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: BSD-3-Clause
 // examples/elastic_train under chorusrun --elastic: ranks SIGKILLed at step 20 of 60 (one, rank
-// 0, two at once) or SIGSTOPped there; the job exits 0, every step appears once, with the world
-// size before and after, and the final parameters equal a single process's training
+// 0, two at once) or SIGSTOPped there, and with --max-restarts 1 a killed rank that comes back
+// as a joiner; the job exits 0, every step appears once, with the world size before and after
+// (and again after the rejoin), and the final parameters equal a single process's training
 // (elastic_model.hpp), which is what a run of the survivors from the state after step 19 gives
 // too: the gradient does not depend on the world size. Run by the chorusrun_elastic test.
 #include <signal.h>
@@ -29,38 +30,74 @@ namespace {
 constexpr int kSteps = 60;
 constexpr int kFailAt = 20;
 
-std::vector<std::string> elastic_job(const std::vector<std::string>& train_args) {
-  std::vector<std::string> argv{binary("CHORUSRUN"),
-                                "--elastic",
-                                "--standalone",
-                                "-n",
-                                "4",
-                                std::string(std::getenv("EXAMPLES_DIR")) + "/elastic_train",
-                                "--steps",
-                                std::to_string(kSteps)};
+std::vector<std::string> elastic_job(const std::vector<std::string>& train_args,
+                                     const std::vector<std::string>& launcher_args = {}) {
+  std::vector<std::string> argv{binary("CHORUSRUN"), "--elastic"};
+  argv.insert(argv.end(), launcher_args.begin(), launcher_args.end());
+  const std::vector<std::string> rest{"--standalone",
+                                      "-n",
+                                      "4",
+                                      std::string(std::getenv("EXAMPLES_DIR")) + "/elastic_train",
+                                      "--steps",
+                                      std::to_string(kSteps)};
+  argv.insert(argv.end(), rest.begin(), rest.end());
   argv.insert(argv.end(), train_args.begin(), train_args.end());
   return argv;
 }
 
-// Every step once, world 4 before kFailAt and `after` from it; "final" equal to the reference.
-void check_run(const std::string& output, int after) {
+// The world size printed for each step; every step from 1 to kSteps exactly once.
+std::map<int, int> worlds_of(const std::string& output) {
   std::map<int, std::vector<int>> worlds;  // step -> the world sizes printed for it
   const std::regex step_re("step ([0-9]+) world ([0-9]+) loss ");
   for (auto it = std::sregex_iterator(output.begin(), output.end(), step_re);
        it != std::sregex_iterator(); ++it) {
     worlds[std::stoi((*it)[1])].push_back(std::stoi((*it)[2]));
   }
+  std::map<int, int> once;
   for (int step = 1; step <= kSteps; ++step) {
     INFO("step " << step);
     REQUIRE(worlds[step].size() == 1);
-    CHECK(worlds[step][0] == (step < kFailAt ? 4 : after));
+    once[step] = worlds[step][0];
   }
   CHECK(worlds.size() == static_cast<std::size_t>(kSteps));
+  return once;
+}
+
+// "final" equal to the reference (the survivors' run from the state after step 19).
+void check_final(const std::string& output) {
   std::smatch m;
   REQUIRE(std::regex_search(output, m, std::regex("final ([-0-9.e+]+)")));
   const double final_sum = std::stod(m[1]);
   const double want = elastic::sum(elastic::reference(kSteps));
   CHECK(std::abs(final_sum - want) <= 1e-6 * std::abs(want));
+}
+
+// World 4 before kFailAt and `after` from it.
+void check_run(const std::string& output, int after) {
+  for (const auto& [step, world] : worlds_of(output)) {
+    INFO("step " << step);
+    CHECK(world == (step < kFailAt ? 4 : after));
+  }
+  check_final(output);
+}
+
+// World 4 before kFailAt, 3 at kFailAt, 4 again from some later step on.
+void check_rejoined(const std::string& output) {
+  int back_at = 0;
+  for (const auto& [step, world] : worlds_of(output)) {
+    INFO("step " << step);
+    if (step < kFailAt) {
+      CHECK(world == 4);
+    } else if (step == kFailAt) {
+      CHECK(world == 3);
+    } else if (world == 4 && back_at == 0) {
+      back_at = step;
+    } else {
+      CHECK(world == (back_at == 0 ? 3 : 4));
+    }
+  }
+  CHECK(back_at > kFailAt);
+  check_final(output);
 }
 
 }  // namespace
@@ -106,4 +143,33 @@ TEST_CASE("elastic_train under chorusrun --elastic: a SIGSTOPped rank is fenced 
   CHECK_THAT(p.output, Catch::Contains("fenced out"));
   CHECK_THAT(p.output, Catch::Contains("--elastic: 3 rank(s) finished, 1 lost on the way"));
   check_run(p.output, 3);
+}
+
+TEST_CASE("elastic_train under chorusrun --elastic --max-restarts 1: the killed rank comes back",
+          "[.elastic]") {
+  // The replacement joins at the step boundary after the shrink, which waits for it
+  // (--rejoin-wait-ms); steps take 20 ms, as if there were a model to compute.
+  const std::vector<std::string> pace{"--step-ms", "20",         "--rejoin-wait-ms",
+                                      "30000",     "--grace-ms", "10000"};
+  SECTION("rank 2") {
+    std::vector<std::string> args{"--kill-at", "2:20"};
+    args.insert(args.end(), pace.begin(), pace.end());
+    const Process p =
+        run(elastic_job(args, {"--max-restarts", "1"}), Seconds(90), {}, launcher_vars());
+    INFO(p.output);
+    CHECK(shell_status(p) == 0);
+    CHECK_THAT(p.output, Catch::Contains("restarting it as a joiner of the running job"));
+    CHECK_THAT(p.output, Catch::Contains("elastic_train: rank 2 joined as rank 3/4 after step 20"));
+    check_rejoined(p.output);
+  }
+  SECTION("rank 0, the printing rank") {
+    std::vector<std::string> args{"--kill-at", "0:20"};
+    args.insert(args.end(), pace.begin(), pace.end());
+    const Process p =
+        run(elastic_job(args, {"--max-restarts", "1"}), Seconds(90), {}, launcher_vars());
+    INFO(p.output);
+    CHECK(shell_status(p) == 0);
+    CHECK_THAT(p.output, Catch::Contains("elastic_train: rank 0 joined as rank 3/4 after step 20"));
+    check_rejoined(p.output);
+  }
 }

@@ -1,0 +1,132 @@
+// SPDX-License-Identifier: BSD-3-Clause
+// Backend::grow() and stop_admitting() (process_group.hpp): the members' side of the lobby
+// (core/admission.hpp). Rank 0 admits; a broadcast tells the other members what it did; all
+// form the larger group; an allreduce on this group confirms that every member did, so the
+// members never split between the old group and the new one.
+#include <cstdint>
+#include <exception>
+
+#include <fmt/format.h>
+
+#include <chorus/errors.hpp>
+
+#include "core/admission.hpp"
+#include "core/backend.hpp"
+#include "core/check.hpp"
+#include "core/logging.hpp"
+
+namespace chorus::detail {
+namespace {
+
+// What rank 0 broadcasts: the epoch and how many joined, or a failure to read the lobby.
+struct Admitted {
+  std::int64_t epoch = 0;
+  std::int64_t joiners = 0;  // -1: rank 0 could not admit (its error is rethrown there)
+};
+
+}  // namespace
+
+void Backend::set_lobby(std::shared_ptr<Store> lobby, std::string lobby_name) {
+  lobby_ = std::move(lobby);
+  lobby_name_ = std::move(lobby_name);
+}
+
+std::unique_ptr<Backend> Backend::form_grown(std::int64_t, int, int, GroupOptions, Deadline) {
+  throw InvalidArgument(
+      fmt::format("grow on rank {}/{} [{}]: the {} backend cannot grow a group (the tcp backend "
+                  "can)",
+                  rank_, size_, name_, backend_name()),
+      ErrorContext{.rank = rank_, .size = size_, .group = name_, .op = "grow"});
+}
+
+std::unique_ptr<Backend> Backend::grow(GrowOptions options) {
+  check_arg(options.wait >= Duration::zero() && options.join_timeout > Duration::zero(),
+            "grow on rank {}/{} [{}]: wait must be >= 0 and join_timeout > 0", rank_, size_, name_);
+  if (!lobby_) {
+    throw InvalidArgument(fmt::format(
+        "grow on rank {}/{} [{}]: this group cannot grow: only a tcp group made by "
+        "make_tcp_group() (or shrunk or grown from one) has a lobby for joiners; a split() "
+        "subgroup and an nccl group do not",
+        rank_, size_, name_));
+  }
+  GroupOptions group = std::move(options.group);
+  if (!group.timeout) {
+    group.timeout = timeout_;
+  }
+  const bool default_name = group.name == GroupOptions{}.name;
+  Admitted admitted;
+  std::exception_ptr admit_error;
+  GrownGroup grown;
+  if (rank_ == 0) {
+    try {
+      grown = admit_joiners(*lobby_, lobby_name_, size_, options.wait,
+                            default_name ? std::string() : group.name, *group.timeout);
+      admitted = {.epoch = grown.epoch, .joiners = grown.size - size_};
+    } catch (...) {
+      admit_error = std::current_exception();
+      admitted.joiners = -1;
+    }
+  }
+  std::int64_t message[2] = {admitted.epoch, admitted.joiners};
+  OpDescriptor tell;
+  tell.type = OpType::broadcast;
+  tell.in = tell.out = Tensor::of(message, 2);
+  issue(tell)->wait();
+  if (admit_error) {
+    std::rethrow_exception(admit_error);
+  }
+  admitted = {.epoch = message[0], .joiners = message[1]};
+  if (admitted.joiners < 0) {
+    throw Error(ErrorCode::store,
+                fmt::format("grow on rank {}/{} [{}]: rank 0 could not read the lobby (its "
+                            "error says why); this group goes on",
+                            rank_, size_, name_),
+                ErrorContext{.rank = rank_, .size = size_, .group = name_, .op = "grow"});
+  }
+  if (admitted.joiners == 0) {
+    return nullptr;
+  }
+  const int new_size = size_ + static_cast<int>(admitted.joiners);
+  if (default_name) {
+    group.name = fmt::format("{}/grow{}", lobby_name_, admitted.epoch);
+  }
+  std::unique_ptr<Backend> larger;
+  std::exception_ptr form_error;
+  try {
+    larger =
+        form_grown(admitted.epoch, rank_, new_size, group, Deadline::after(options.join_timeout));
+  } catch (...) {
+    form_error = std::current_exception();
+  }
+  // Every member formed it, or none keeps it.
+  std::int64_t formed = larger ? 1 : 0;
+  OpDescriptor confirm;
+  confirm.type = OpType::allreduce;
+  confirm.op = ReduceOp::min;
+  confirm.in = confirm.out = Tensor::of(&formed, 1);
+  issue(confirm)->wait();
+  if (form_error) {
+    std::rethrow_exception(form_error);
+  }
+  if (formed == 0) {
+    throw Error(ErrorCode::aborted,
+                fmt::format("grow on rank {}/{} [{}]: forming the larger group [{}] failed on "
+                            "another member (its error says why); this group goes on without "
+                            "the joiners",
+                            rank_, size_, name_, group.name),
+                ErrorContext{.rank = rank_, .size = size_, .group = name_, .op = "grow"});
+  }
+  larger->inherit_lobby(*this);
+  CHORUS_INFO(init, "group [{}] grew to [{}]: {} joined, rank {}/{} is rank {}/{}", name_,
+              group.name, admitted.joiners, rank_, size_, rank_, new_size);
+  return larger;
+}
+
+void Backend::stop_admitting(const std::string& reason) {
+  if (!lobby_) {
+    return;  // nobody can be waiting for a group that cannot grow
+  }
+  close_lobby(*lobby_, reason);
+}
+
+}  // namespace chorus::detail
