@@ -25,6 +25,7 @@
 #include <chorus/chorus.hpp>
 
 #include "chorusrun_args.hpp"
+#include "chorusrun_elastic.hpp"
 #include "chorusrun_rounds.hpp"
 #include "chorusrun_supervisor.hpp"
 #include "token_file.hpp"
@@ -358,10 +359,15 @@ int main(int argc, char** argv) {
   }
 
   if (args.nnodes > 1) {
+    if (args.elastic) {
+      return run_elastic_job(plan, signal_fd);  // one attempt; the job goes on without lost ranks
+    }
     return run_job_rounds(plan, signal_fd);  // restarts re-form the job on every node
   }
+  LocalElasticBudget budget(args.max_restarts);
   for (int attempt = 0;; ++attempt) {
-    const AttemptResult result = run_attempt(plan, attempt, signal_fd);
+    const AttemptResult result =
+        run_attempt(plan, attempt, signal_fd, -1, args.elastic ? &budget : nullptr);
     if (result.kind == AttemptResult::Kind::ok) {
       return 0;
     }

@@ -213,13 +213,11 @@ RunArgs parse_args(int argc, const char* const* argv) {
     args.master_port = 0;  // the store picks a free port
   }
   if (args.elastic) {
-    if (args.nnodes != 1) {
-      throw UsageError("--elastic runs one node for now; drop --nnodes (or --elastic)");
-    }
-    if (args.min_ranks > args.nproc_per_node) {
+    if (static_cast<long long>(args.min_ranks) >
+        static_cast<long long>(args.nnodes) * args.nproc_per_node) {
       throw UsageError("--min-ranks " + std::to_string(args.min_ranks) +
-                       " is more than the ranks started (--nproc-per-node " +
-                       std::to_string(args.nproc_per_node) + ")");
+                       " is more than the ranks started (--nnodes x --nproc-per-node = " +
+                       std::to_string(args.nnodes * args.nproc_per_node) + ")");
     }
   }
   const long long world = static_cast<long long>(args.nnodes) * args.nproc_per_node;
@@ -252,7 +250,9 @@ such as a benchmark table, stays bare.
                            run (the program recovers with ProcessGroup::shrink); the job
                            succeeds if at least --min-ranks ranks exit 0. With --max-restarts K,
                            up to K failed ranks are restarted as joiners of the running job
-                           (CHORUS_ELASTIC_JOIN=1; ProcessGroup::grow lets them in). One node
+                           (CHORUS_ELASTIC_JOIN=1; ProcessGroup::grow lets them in). With
+                           --nnodes > 1 both counts are the job's; a lost node's ranks leave
+                           together
       --min-ranks N        with --elastic: the fewest ranks the job goes on with (default 1)
       --token-file F       the job's store token (first line of F, 16+ bytes; default:
                            CHORUS_STORE_TOKEN, else one made up per launch on one node). With

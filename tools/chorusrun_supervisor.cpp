@@ -52,11 +52,12 @@ bool catches_sigusr1(pid_t pid) {
 
 class Attempt {
  public:
-  Attempt(const LaunchPlan& plan, int attempt, int signal_fd, int job_end_fd)
+  Attempt(const LaunchPlan& plan, int attempt, int signal_fd, int job_end_fd, ElasticBudget* budget)
       : plan_(plan),
         attempt_(attempt),
         signal_fd_(signal_fd),
         job_end_fd_(job_end_fd),
+        budget_(budget),
         relay_(plan.args.prefix) {}
 
   AttemptResult run() {
@@ -165,23 +166,22 @@ class Attempt {
       return;
     }
     // --elastic --max-restarts: the slot's next process joins the running job.
-    if (plan_.args.elastic && rejoins_ < plan_.args.max_restarts) {
-      restart_as_joiner(c, status);
+    if (const int restart = budget_ != nullptr ? budget_->take_restart() : 0; restart > 0) {
+      restart_as_joiner(c, status, restart);
       return;
     }
-    // --elastic: tolerated while enough ranks still run or already finished.
-    if (plan_.args.elastic && running_count() + succeeded_ >= plan_.args.min_ranks) {
-      AttemptResult lost;
-      lost.rank = c.rank;
-      lost.local_rank = c.local_rank;
-      lost.pid = c.pid;
-      lost.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 0;
-      lost.signal = WIFSIGNALED(status) ? WTERMSIG(status) : 0;
-      ++lost_;
-      say(describe_failure(lost) + "; --elastic: " + std::to_string(running_count()) +
-          " rank(s) still running, " + std::to_string(succeeded_) + " finished (--min-ranks " +
-          std::to_string(plan_.args.min_ranks) + ")");
-      return;
+    // --elastic: tolerated while the job keeps enough ranks (running or finished).
+    if (budget_ != nullptr) {
+      const int world = plan_.args.nnodes * plan_.args.nproc_per_node;
+      const int kept = world - budget_->record_loss();
+      if (kept >= plan_.args.min_ranks) {
+        ++lost_;
+        say(describe_failure(exit_of(c, status)) + "; --elastic: the job goes on with " +
+            std::to_string(kept) + " rank(s) (here " + std::to_string(running_count()) +
+            " still running, " + std::to_string(succeeded_) + " finished; --min-ranks " +
+            std::to_string(plan_.args.min_ranks) + ")");
+        return;
+      }
     }
     result_.kind = AttemptResult::Kind::rank_failed;
     result_.rank = c.rank;
@@ -209,16 +209,10 @@ class Attempt {
 
   // A failed rank's slot starts a new process that joins the running job (CHORUS_ELASTIC_JOIN);
   // the survivors let it in with ProcessGroup::grow().
-  void restart_as_joiner(RankProcess& c, int status) {
-    ++rejoins_;
-    AttemptResult lost;
-    lost.rank = c.rank;
-    lost.local_rank = c.local_rank;
-    lost.pid = c.pid;
-    lost.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 0;
-    lost.signal = WIFSIGNALED(status) ? WTERMSIG(status) : 0;
-    say(describe_failure(lost) + "; --elastic: restarting it as a joiner of the running job (" +
-        std::to_string(rejoins_) + " of --max-restarts " + std::to_string(plan_.args.max_restarts) +
+  void restart_as_joiner(RankProcess& c, int status, int restart) {
+    say(describe_failure(exit_of(c, status)) +
+        "; --elastic: restarting it as a joiner of the running job (restart " +
+        std::to_string(restart) + " of --max-restarts " + std::to_string(plan_.args.max_restarts) +
         ")");
     relay_.close(c.rank, c.out);
     relay_.close(c.rank, c.err);
@@ -234,6 +228,17 @@ class Attempt {
     if (!started) {
       ++lost_;  // spawn_rank said why; the others go on as if it had not been restarted
     }
+  }
+
+  // How rank c ended, as describe_failure() names it.
+  static AttemptResult exit_of(const RankProcess& c, int status) {
+    AttemptResult r;
+    r.rank = c.rank;
+    r.local_rank = c.local_rank;
+    r.pid = c.pid;
+    r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 0;
+    r.signal = WIFSIGNALED(status) ? WTERMSIG(status) : 0;
+    return r;
   }
 
   void reap() {
@@ -391,6 +396,7 @@ class Attempt {
   int attempt_;
   int signal_fd_;
   int job_end_fd_;
+  ElasticBudget* budget_;  // --elastic; null otherwise
   bool job_ended_ = false;
   Relay relay_;
   std::vector<RankProcess> children_;
@@ -398,7 +404,6 @@ class Attempt {
   bool stopping_ = false;
   int succeeded_ = 0;          // ranks that exited 0
   int lost_ = 0;               // ranks that failed while the others went on (--elastic)
-  int rejoins_ = 0;            // ranks restarted as joiners (--elastic --max-restarts)
   bool term_pending_ = false;  // SIGTERM due at term_at_ (after the dump grace)
   Clock::time_point term_at_{};
   bool killed_ = false;
@@ -439,8 +444,9 @@ std::string describe_failure(const AttemptResult& result) {
   return text + "exited with code " + std::to_string(result.exit_code);
 }
 
-AttemptResult run_attempt(const LaunchPlan& plan, int attempt, int signal_fd, int job_end_fd) {
-  Attempt a(plan, attempt, signal_fd, job_end_fd);
+AttemptResult run_attempt(const LaunchPlan& plan, int attempt, int signal_fd, int job_end_fd,
+                          ElasticBudget* budget) {
+  Attempt a(plan, attempt, signal_fd, job_end_fd, budget);
   return a.run();
 }
 

@@ -45,11 +45,40 @@ struct AttemptResult {
   int interrupt_signal = 0;
 };
 
+// --elastic: what the job may still lose and restart. One node counts for itself; several
+// count together through node 0's store (chorusrun_elastic.hpp), since --min-ranks and
+// --max-restarts are the job's, not a node's.
+class ElasticBudget {
+ public:
+  virtual ~ElasticBudget() = default;
+  // Takes one of --max-restarts for a failed rank, to restart it as a joiner: the job's restart
+  // number (1-based), or 0 when none is left.
+  virtual int take_restart() = 0;
+  // Counts one rank lost for good; returns the ranks the job has lost so far, this one included.
+  virtual int record_loss() = 0;
+};
+
+// The budget of a job on one node: plain counters.
+class LocalElasticBudget final : public ElasticBudget {
+ public:
+  explicit LocalElasticBudget(int max_restarts) : max_restarts_(max_restarts) {}
+  int take_restart() override { return restarts_ < max_restarts_ ? ++restarts_ : 0; }
+  int record_loss() override { return ++lost_; }
+
+ private:
+  int max_restarts_;
+  int restarts_ = 0;
+  int lost_ = 0;
+};
+
 // Runs one attempt: every local rank from start to exit. `signal_fd` is a signalfd for SIGCHLD,
 // SIGINT, SIGTERM and SIGHUP (blocked in every thread). `job_end_fd` (multi-node; -1 without)
 // becomes readable when another node ended the attempt: the local ranks are then stopped.
 // Returns once every rank was reaped.
-AttemptResult run_attempt(const LaunchPlan& plan, int attempt, int signal_fd, int job_end_fd = -1);
+// `budget` (--elastic only; null otherwise) decides whether a failed rank is restarted as a
+// joiner, or tolerated while the job keeps --min-ranks ranks.
+AttemptResult run_attempt(const LaunchPlan& plan, int attempt, int signal_fd, int job_end_fd = -1,
+                          ElasticBudget* budget = nullptr);
 
 // "rank 3 (local rank 1, pid 812) exited with code 2" / "... was killed by signal 9 (SIGKILL)".
 std::string describe_failure(const AttemptResult& result);

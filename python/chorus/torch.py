@@ -16,7 +16,8 @@ import torch.distributed as _dist
 
 from . import _C
 
-__all__ = ["ProcessGroupChorus", "BACKEND", "shared_empty", "share_", "allreduce_hook"]
+__all__ = ["ProcessGroupChorus", "BACKEND", "shared_empty", "share_", "allreduce_hook",
+           "ElasticGroup"]
 
 BACKEND = "chorus"
 ProcessGroupChorus = _C.ProcessGroupChorus
@@ -32,7 +33,14 @@ def _group_name(opts):
     return f"pg{opts.group_id}[{shown}]"
 
 
+# The chorus group that the next default group is made of (ElasticGroup._install).
+_adopted = None
+
+
 def _create(opts, backend_options=None):
+    if _adopted is not None and (opts.group_rank, opts.group_size) == (_adopted.rank,
+                                                                       _adopted.size):
+        return _C.adopt(_adopted)
     return _C.ProcessGroupChorus(opts.store, opts.group_rank, opts.group_size, opts.timeout,
                                  _group_name(opts))
 
@@ -102,6 +110,89 @@ def allreduce_hook(process_group, bucket):
         _C.move_to_shared_buffer(tensor)
     work = _dist.all_reduce(tensor, op=_dist.ReduceOp.AVG, group=group, async_op=True)
     return work.get_future().then(lambda _: tensor)
+
+
+class ElasticGroup:
+    """torch's default group on a chorus group that loses ranks and takes new ones, without a
+    relaunch. Use it instead of ``init_process_group``, under ``chorusrun --elastic``::
+
+        elastic = chorus.torch.ElasticGroup()      # init_process_group("chorus"), elastic
+        model = DistributedDataParallel(module)    # on torch's default group, as usual
+        ...
+        try:
+            loss.backward()                        # DDP's allreduce fails if a rank died
+        except RuntimeError:
+            elastic.shrink()                       # the survivors' default group
+            model = DistributedDataParallel(module)  # DDP is made again on the new group
+        ...
+        if elastic.grow():                         # at a step boundary: joiners let in
+            model = DistributedDataParallel(module)  # (DDP's constructor sends rank 0's
+                                                   # parameters to the joiners)
+
+    A process that chorusrun restarts (``--max-restarts``) gets ``CHORUS_ELASTIC_JOIN=1``; its
+    ``ElasticGroup()`` waits for the members' next ``grow()`` and ``joined`` is then True.
+    After each change, torch's default group is a new one (``destroy_process_group`` then
+    ``init_process_group`` on the new chorus group): everything made on the old one must be
+    made again (DDP, subgroups from ``new_group``), and the world size the program divides by
+    must be read again. The store is chorus's (chorusrun hosts it, so it outlives any rank),
+    under the job's run id; ``store`` is it, as a torch Store, for the program's own keys.
+    """
+
+    def __init__(self, timeout=None):
+        import datetime
+
+        self._timeout = timeout or datetime.timedelta(minutes=10)
+        group, store, self.launch_rank, self.joined = _C.init_world(self._timeout)
+        self.store = store
+        self._install(group)
+
+    @property
+    def rank(self):
+        return self._group.rank
+
+    @property
+    def world_size(self):
+        return self._group.size
+
+    @property
+    def name(self):
+        """The chorus group's name: "world", then "world/shrink0", "world/grow1" ..."""
+        return self._group.name
+
+    def shrink(self, grace=2.0, join_timeout=10.0):
+        """After an op failed: agree with the other survivors on who is left (waiting up to
+        ``grace`` seconds for a rank not known to be dead) and make torch's default group of
+        them. A rank that arrives after they decided raises RuntimeError ("fenced out")."""
+        self._install(self._group.shrink(grace, join_timeout))
+
+    def grow(self, wait=0.0, join_timeout=10.0):
+        """At a step boundary, on every rank: let in the processes waiting to join (waiting up
+        to ``wait`` seconds for a first one). True when the world grew (torch's default group is
+        then the larger one: send the joiners the state), False when nobody was waiting."""
+        larger = self._group.grow(wait, join_timeout)
+        if larger is None:
+            return False
+        self._install(larger)
+        return True
+
+    def stop_admitting(self, reason="the job finished"):
+        """Joiners waiting now or later give up with ``reason``."""
+        self._group.stop_admitting(reason)
+
+    def _install(self, group):
+        global _adopted
+        if _dist.is_initialized():
+            _dist.destroy_process_group()
+        # torch's own keys for this group (its init barrier, on torch 1.13) go under the group's
+        # name, which every member has and no earlier group had.
+        store = _dist.PrefixStore(f"torch/{group.name}", self.store)
+        _adopted = group
+        try:
+            _dist.init_process_group(BACKEND, store=store, rank=group.rank,
+                                     world_size=group.size, timeout=self._timeout)
+        finally:
+            _adopted = None
+        self._group = group
 
 
 def _register():

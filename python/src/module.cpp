@@ -6,6 +6,7 @@
 #include <torch/csrc/utils/pybind.h>
 #include <chorus/chorus.hpp>
 
+#include "elastic_bindings.hpp"
 #include "process_group_chorus.hpp"
 #include "shared_storage.hpp"
 #include "torch_work.hpp"
@@ -31,6 +32,8 @@ PYBIND11_MODULE(_C, m) {
            "calls it. Raises (naming the ranks that never showed up) after `timeout`.")
       .def_property_readonly(
           "group_name", [](const ProcessGroupChorus& pg) { return pg.chorus_group()->name(); });
+
+  chorus::torch_bridge::bind_elastic(m);
 
   m.def("move_to_shared_buffer", &chorus::torch_bridge::move_to_shared_buffer, py::arg("tensor"),
         "Moves the tensor's storage into a SharedBuffer in place (chorus.torch.share_); false "

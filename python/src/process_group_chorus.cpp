@@ -176,6 +176,9 @@ ProcessGroupChorus::ProcessGroupChorus(const c10::intrusive_ptr<c10d::Store>& st
   group_ = make_tcp_group(std::move(chorus_store), rank, size, options);
 }
 
+ProcessGroupChorus::ProcessGroupChorus(std::shared_ptr<chorus::ProcessGroup> group)
+    : TorchBackendBase(group->rank(), group->size()), group_(std::move(group)) {}
+
 ProcessGroupChorus::~ProcessGroupChorus() {
   // Destroying the group joins the engine thread, which may be finishing an op's callback that
   // drops the last reference to a tensor owned by Python (that needs the GIL). Python drops

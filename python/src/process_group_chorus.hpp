@@ -27,6 +27,9 @@ class ProcessGroupChorus final : public TorchBackendBase {
   // Blocks until the group is connected (every rank calls it), within `timeout`.
   ProcessGroupChorus(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
                      std::chrono::milliseconds timeout, const std::string& name);
+  // Wraps a group that exists already (one that ProcessGroup::shrink or grow made: the elastic
+  // helper makes torch's default group of it). Connects nothing.
+  explicit ProcessGroupChorus(std::shared_ptr<chorus::ProcessGroup> group);
   ~ProcessGroupChorus() override;
 
   const std::string getBackendName() const override { return "chorus"; }

@@ -20,9 +20,6 @@ constexpr const char* kEpochs = "epochs";
 constexpr const char* kClosed = "closed";
 constexpr const char* kWithdrawn = "withdrawn";
 
-std::string as_string(const Bytes& b) { return std::string(b.begin(), b.end()); }
-Bytes as_bytes(const std::string& s) { return Bytes(s.begin(), s.end()); }
-
 std::string seat_key(std::int64_t ticket) { return fmt::format("seat/{}", ticket); }
 std::string arrived_key(std::int64_t ticket) { return fmt::format("arrived/{}", ticket); }
 std::string info_key(std::int64_t epoch) { return grown_group_namespace(epoch) + "/info"; }
@@ -54,7 +51,7 @@ Error malformed(const std::string& lobby_name, const std::string& key, const std
 GrownGroup read_group_info(Store& lobby, const std::string& lobby_name, std::int64_t epoch,
                            Duration wait) {
   const std::string key = info_key(epoch);
-  const std::string text = as_string(lobby.get(key, wait));
+  const std::string text = to_string(lobby.get(key, wait));
   std::size_t pos = 0;
   const auto size = take_number(text, pos);
   const auto timeout_ms = take_number(text, pos);
@@ -68,7 +65,7 @@ GrownGroup read_group_info(Store& lobby, const std::string& lobby_name, std::int
 }
 
 Error refused(Store& lobby, const std::string& lobby_name) {
-  std::string reason = as_string(lobby.get(kClosed));
+  std::string reason = to_string(lobby.get(kClosed));
   return Error(ErrorCode::aborted,
                fmt::format("join of group [{}]: its members stopped admitting new ranks ({}); "
                            "this process has nothing to join",
@@ -104,7 +101,7 @@ GrownGroup admit_joiners(Store& lobby, const std::string& lobby_name, int member
   for (std::int64_t t = admitted + 1; t <= tickets; ++t) {
     const std::string seat = fmt::format("{} {}", epoch, size);
     // A joiner that gave up (or a closed lobby) wrote its seat first: skip it.
-    if (as_string(lobby.compare_set(seat_key(t), Bytes{}, as_bytes(seat))) == seat) {
+    if (to_string(lobby.compare_set(seat_key(t), Bytes{}, to_bytes(seat))) == seat) {
       ++size;
     }
   }
@@ -117,23 +114,23 @@ GrownGroup admit_joiners(Store& lobby, const std::string& lobby_name, int member
                    .timeout = timeout,
                    .name = name.empty() ? fmt::format("{}/grow{}", lobby_name, epoch) : name};
   lobby.set(info_key(epoch),
-            as_bytes(fmt::format("{} {} {}", grown.size, grown.timeout.count(), grown.name)));
+            to_bytes(fmt::format("{} {} {}", grown.size, grown.timeout.count(), grown.name)));
   return grown;
 }
 
 Seat wait_for_seat(Store& lobby, const std::string& lobby_name, Duration wait) {
   const std::int64_t ticket = lobby.add(kTickets, 1);
-  lobby.set(arrived_key(ticket), as_bytes("1"));
+  lobby.set(arrived_key(ticket), to_bytes("1"));
   const std::string key = seat_key(ticket);
   std::string seat;
   if (lobby.check({kClosed})) {
-    seat = as_string(lobby.compare_set(key, Bytes{}, as_bytes(kClosed)));
+    seat = to_string(lobby.compare_set(key, Bytes{}, to_bytes(kClosed)));
   } else {
     try {
       lobby.wait({key}, wait);
-      seat = as_string(lobby.get(key));
+      seat = to_string(lobby.get(key));
     } catch (const TimeoutError&) {
-      seat = as_string(lobby.compare_set(key, Bytes{}, as_bytes(kWithdrawn)));
+      seat = to_string(lobby.compare_set(key, Bytes{}, to_bytes(kWithdrawn)));
       if (seat == kWithdrawn) {
         throw TimeoutError(
             fmt::format("join of group [{}]: no member called grow() within {} (ticket {}); "
@@ -162,11 +159,11 @@ Seat wait_for_seat(Store& lobby, const std::string& lobby_name, Duration wait) {
 }
 
 void close_lobby(Store& lobby, const std::string& reason) {
-  lobby.set(kClosed, as_bytes(reason.empty() ? std::string("no reason given") : reason));
+  lobby.set(kClosed, to_bytes(reason.empty() ? std::string("no reason given") : reason));
   // Every ticket not yet handled: its joiner is waiting on its seat.
   const std::int64_t tickets = lobby.add(kTickets, 0);
   for (std::int64_t t = lobby.add(kAdmitted, 0) + 1; t <= tickets; ++t) {
-    lobby.compare_set(seat_key(t), Bytes{}, as_bytes(kClosed));
+    lobby.compare_set(seat_key(t), Bytes{}, to_bytes(kClosed));
   }
 }
 

@@ -22,9 +22,6 @@ constexpr const char* kDecision = "decision";
 // returns at once when another survivor decides first).
 constexpr auto kPoll = std::chrono::milliseconds(10);
 
-std::string as_string(const Bytes& b) { return std::string(b.begin(), b.end()); }
-Bytes as_bytes(const std::string& s) { return Bytes(s.begin(), s.end()); }
-
 // "3,0,2," -> {0, 2, 3}: ranks in [0, size) only; anything else in the key is ignored (the store
 // is shared with the job: a malformed entry must not make a rank up).
 std::vector<int> parse_ranks(const std::string& text, int size) {
@@ -63,7 +60,7 @@ bool contains(const std::vector<int>& sorted, int rank) {
 }  // namespace
 
 std::vector<int> agree_on_survivors(Store& store, const SurvivorAgreement& a) {
-  store.append(kHere, as_bytes(fmt::format("{},", a.rank)));
+  store.append(kHere, to_bytes(fmt::format("{},", a.rank)));
   std::vector<int> expected;
   for (int r = 0; r < a.size; ++r) {
     if (!std::count(a.known_dead.begin(), a.known_dead.end(), r)) {
@@ -74,14 +71,14 @@ std::vector<int> agree_on_survivors(Store& store, const SurvivorAgreement& a) {
   std::string decision;
   while (decision.empty()) {
     if (store.check({kDecision})) {
-      decision = as_string(store.get(kDecision, a.deadline.remaining()));
+      decision = to_string(store.get(kDecision, a.deadline.remaining()));
       break;
     }
-    const std::vector<int> here = parse_ranks(as_string(store.get(kHere)), a.size);
+    const std::vector<int> here = parse_ranks(to_string(store.get(kHere)), a.size);
     const bool everyone = std::includes(here.begin(), here.end(), expected.begin(), expected.end());
     if (everyone || grace.expired()) {
       // First writer wins; a survivor that lost the race gets the winner's list back.
-      decision = as_string(store.compare_set(kDecision, Bytes{}, as_bytes(encode(here))));
+      decision = to_string(store.compare_set(kDecision, Bytes{}, to_bytes(encode(here))));
       break;
     }
     if (a.deadline.expired()) {

@@ -2,7 +2,8 @@
 // examples/elastic_train under chorusrun --elastic: ranks SIGKILLed at step 20 of 60 (one, rank
 // 0, two at once) or SIGSTOPped there, and with --max-restarts 1 a killed rank that comes back
 // as a joiner; the job exits 0, every step appears once, with the world size before and after
-// (and again after the rejoin), and the final parameters equal a single process's training
+// (and again after the rejoin), and the final parameters equal a single process's training;
+// over two nodes, a node whose chorusrun is SIGKILLed loses its ranks together
 // (elastic_model.hpp), which is what a run of the survivors from the state after step 19 gives
 // too: the gradient does not depend on the world size. Run by the chorusrun_elastic test.
 #include <signal.h>
@@ -171,5 +172,52 @@ TEST_CASE("elastic_train under chorusrun --elastic --max-restarts 1: the killed 
     CHECK(shell_status(p) == 0);
     CHECK_THAT(p.output, Catch::Contains("elastic_train: rank 0 joined as rank 3/4 after step 20"));
     check_rejoined(p.output);
+  }
+}
+
+TEST_CASE("elastic_train under chorusrun --elastic --nnodes 2: a lost node's ranks leave together",
+          "[.elastic]") {
+  const std::string port = free_loopback_port();
+  auto node = [&](const char* node_rank) {
+    return start({binary("CHORUSRUN"), "--elastic", "--nnodes", "2", "--node-rank", node_rank, "-n",
+                  "2", "--master-addr", "127.0.0.1", "--master-port", port,
+                  std::string(std::getenv("EXAMPLES_DIR")) + "/elastic_train", "--steps",
+                  std::to_string(kSteps), "--step-ms", "20", "--grace-ms", "10000"},
+                 {"CHORUS_STORE_TOKEN=elastic-test-token-0123456789"}, launcher_vars());
+  };
+  SECTION("nothing fails: both nodes finish, world 4 throughout") {
+    Process first = node("0");
+    Process second = node("1");
+    REQUIRE(finish(first, Seconds(60)));
+    REQUIRE(finish(second, Seconds(60)));
+    INFO(first.output << "\n----- node 1 -----\n" << second.output);
+    CHECK(shell_status(first) == 0);
+    CHECK(shell_status(second) == 0);
+    for (const auto& [step, world] : worlds_of(first.output)) {
+      CHECK(world == 4);
+    }
+    check_final(first.output);
+    CHECK_THAT(first.output, Catch::Contains("the job is done: every node finished"));
+  }
+  SECTION("node 1's chorusrun is SIGKILLed: its two ranks die with it, node 0's go on") {
+    Process first = node("0");
+    Process second = node("1");
+    REQUIRE(read_until(first, "step 10 world 4", 1, Seconds(60)));
+    ::kill(second.pid, SIGKILL);
+    REQUIRE(finish(first, Seconds(60)));
+    REQUIRE(finish(second, Seconds(10)));
+    INFO(first.output);
+    CHECK(shell_status(first) == 0);
+    int shrunk_at = 0;
+    for (const auto& [step, world] : worlds_of(first.output)) {
+      INFO("step " << step);
+      if (world == 2 && shrunk_at == 0) {
+        shrunk_at = step;
+      }
+      CHECK(world == (shrunk_at == 0 ? 4 : 2));
+    }
+    CHECK(shrunk_at > 10);
+    check_final(first.output);
+    CHECK_THAT(first.output, Catch::Contains("(node 1 went silent)"));
   }
 }

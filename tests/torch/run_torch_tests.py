@@ -265,6 +265,113 @@ def case_stranger():
             "allreduce exact")
 
 
+ELASTIC = os.path.join(HERE, "..", "..", "examples", "torch_elastic.py")
+ELASTIC_STEPS = 60
+ELASTIC_FAIL_AT = 20
+
+
+def elastic_job(train_args, launcher_args=(), env=None):
+    """examples/torch_elastic.py on 4 ranks under chorusrun --elastic."""
+    cmd = [os.environ["CHORUS_CHORUSRUN"], "--elastic", *launcher_args, "--standalone", "-n", "4",
+           sys.executable, ELASTIC, "--steps", str(ELASTIC_STEPS), *train_args]
+    return launch.command(cmd, launch.base_env(env), 180, "chorusrun --elastic torch_elastic.py")
+
+
+def check_elastic_output(output, worlds_after):
+    """Every step printed once; world 4 before the failure, then `worlds_after(step, world)`
+    must hold; "final" equal to a single process's training (the same as the survivors'
+    training from the state after step 19: the gradient does not depend on the world size)."""
+    sys.path.insert(0, os.path.dirname(ELASTIC))
+    import torch_elastic  # the reference, from the example itself
+
+    worlds = {}
+    for step, world in re.findall(r"step (\d+) world (\d+) loss ", output):
+        worlds.setdefault(int(step), []).append(int(world))
+    for step in range(1, ELASTIC_STEPS + 1):
+        printed = worlds.get(step, [])
+        if len(printed) != 1:
+            raise AssertionError(f"step {step} printed {len(printed)} times:\n{output[-6000:]}")
+        if step < ELASTIC_FAIL_AT and printed[0] != 4:
+            raise AssertionError(f"step {step}: world {printed[0]}, expected 4:\n{output[-6000:]}")
+        if step >= ELASTIC_FAIL_AT:
+            worlds_after(step, printed[0])
+    final = float(re.search(r"final ([-0-9.e+]+)", output).group(1))
+    want = torch_elastic.reference(ELASTIC_STEPS)
+    if abs(final - want) > 1e-6 * abs(want):
+        raise AssertionError(f"final {final} but a single process ends at {want}")
+    return final, want
+
+
+def case_elastic_killed(ranks):
+    """SIGKILLed at step 20 of 60: the survivors shrink and finish."""
+    kills = [a for r in ranks for a in ("--kill-at", f"{r}:{ELASTIC_FAIL_AT}")]
+    # One death: named by the failure, so a long grace costs nothing; two: the default grace.
+    grace = ["--grace-ms", "10000"] if len(ranks) == 1 else []
+    run = elastic_job(kills + grace)
+    run.wait_all()
+    out = run.outputs[0]
+    if run.codes[0] != 0:
+        raise AssertionError(run.report())
+
+    def after(step, world):
+        if world != 4 - len(ranks):
+            raise AssertionError(f"step {step}: world {world}, expected {4 - len(ranks)}")
+
+    final, want = check_elastic_output(out, after)
+    return f"killed rank(s) {ranks} at step 20: world 4 -> {4 - len(ranks)}, final {final:.9g}"
+
+
+def case_elastic_rejoin(rank):
+    """SIGKILLed at step 20 with --max-restarts 1: its replacement joins, world 4 again."""
+    run = elastic_job(["--kill-at", f"{rank}:{ELASTIC_FAIL_AT}", "--grace-ms", "10000",
+                       "--step-ms", "20", "--rejoin-wait-ms", "60000"], ["--max-restarts", "1"])
+    run.wait_all()
+    out = run.outputs[0]
+    if run.codes[0] != 0:
+        raise AssertionError(run.report())
+    back = []
+
+    def after(step, world):
+        if step == ELASTIC_FAIL_AT and world != 3:
+            raise AssertionError(f"step {step}: world {world}, expected 3")
+        if step > ELASTIC_FAIL_AT:
+            if world == 4 and not back:
+                back.append(step)
+            elif world != (4 if back else 3):
+                raise AssertionError(f"step {step}: world {world} after rejoining at {back}")
+
+    final, want = check_elastic_output(out, after)
+    if not back:
+        raise AssertionError("the replacement never joined:\n" + out[-6000:])
+    joined = last_line([out], "joined as rank")
+    return f"rank {rank} killed, back at step {back[0]}; {joined.split('torch_elastic: ')[-1]}"
+
+
+def case_elastic_stopped():
+    """SIGSTOPped at step 20: named by the peer timeout (3 s), fenced out when woken; exits 3."""
+    run = elastic_job(["--stop-at", f"2:{ELASTIC_FAIL_AT}", "--grace-ms", "10000"],
+                      env={"CHORUS_PEER_TIMEOUT": "3s"})
+    job = launch.Follow(run.procs[0])
+    deadline = time.monotonic() + 150
+    try:
+        job.wait_for("final ", deadline)
+        pid = int(re.search(r"stopping pid (\d+)", job.output()).group(1))
+        os.kill(pid, signal.SIGCONT)
+        code = job.finish(deadline)
+    finally:
+        run.kill_all()
+    out = job.output()
+    if code != 0 or "fenced out" not in out:
+        raise AssertionError(f"exit {code}:\n{out[-6000:]}")
+
+    def after(step, world):
+        if world != 3:
+            raise AssertionError(f"step {step}: world {world}, expected 3")
+
+    check_elastic_output(out, after)
+    return "stopped rank 2 named by the peer timeout, fenced out when woken, job exited 0"
+
+
 def case_suite_subset():
     """Part of torch's own distributed suite (tests/torch/suite/ci_subset*.txt: collectives,
     groups, p2p, DDP, object collectives) against chorus at 2 ranks; each must pass (a skip
@@ -320,6 +427,11 @@ CASES = {
     "exit_store_last_destroy": lambda: case_exit("others", "destroy"),
     "exit_store_last_no_destroy": lambda: case_exit("others", "exit"),
     "stranger": case_stranger,
+    "elastic_killed": lambda: case_elastic_killed([2]),
+    "elastic_killed_rank0": lambda: case_elastic_killed([0]),
+    "elastic_killed_two": lambda: case_elastic_killed([1, 3]),
+    "elastic_rejoin": lambda: case_elastic_rejoin(0),
+    "elastic_stopped": case_elastic_stopped,
     "suite_subset": case_suite_subset,
 }
 
