@@ -150,6 +150,31 @@ void print_once(chorus::Store& store, const std::string& key, const std::string&
 
 using Clock = std::chrono::steady_clock;
 
+std::int64_t now_us() {
+  return std::chrono::duration_cast<std::chrono::microseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+// "<time us> <rank>": when a rank killed itself (--kill-at), on the clock every process of this
+// host, namespaces included, shares.
+std::string fmt_kill(int rank) { return std::to_string(now_us()) + " " + std::to_string(rank); }
+
+// After a shrink, on the new rank 0 once its first step is done: how long since the kill.
+void report_recovery(chorus::Store& store, int step, int world) {
+  if (!store.check({"killed"})) {
+    return;  // a stopped rank, or one that died by other hands
+  }
+  long long killed_us = 0;
+  int rank = -1;
+  if (std::sscanf(chorus::to_string(store.get("killed")).c_str(), "%lld %d", &killed_us, &rank) ==
+      2) {
+    std::fprintf(stderr,
+                 "elastic_train: step %d done on world %d, %.1f ms after rank %d was killed\n",
+                 step, world, static_cast<double>(now_us() - killed_us) / 1000, rank);
+  }
+}
+
 double ms_since(Clock::time_point t) {
   return std::chrono::duration<double, std::milli>(Clock::now() - t).count();
 }
@@ -177,7 +202,8 @@ int main(int argc, char** argv) {
   const bool replacement = world.launch.elastic_join;
   std::vector<double> w(elastic::kParams, 0.0);
   int completed = 0;
-  bool shrunk = false;  // since the last step boundary: wait there for a replacement
+  bool shrunk = false;   // since the last step boundary: wait there for a replacement
+  bool changed = false;  // the group changed since the last completed step
   try {
     if (replacement) {
       share_state(*pg, w, completed);
@@ -189,6 +215,7 @@ int main(int argc, char** argv) {
     while (completed < args.steps) {
       const int step = completed + 1;
       if (!replacement && listed(args.kill_at, launch_rank, step)) {
+        world.store->set("killed", fmt_kill(launch_rank));  // for the recovery time below
         ::kill(::getpid(), SIGKILL);
       }
       if (!replacement && listed(args.stop_at, launch_rank, step)) {
@@ -206,15 +233,20 @@ int main(int argc, char** argv) {
         std::fprintf(stderr, "elastic_train: rank %d: step %d failed: %s\n", launch_rank, step,
                      e.what());
         pg = recover(pg, args, w, completed);
-        shrunk = true;
+        shrunk = changed = true;
         continue;
       }
       const double loss = elastic::apply_step(w, g);
       completed = step;
+      const bool first_on_new_group = changed;
+      changed = false;
       if (pg->rank() == 0) {
         char line[128];
         std::snprintf(line, sizeof line, "step %d world %d loss %.6f", step, pg->size(), loss);
         print_once(*world.store, std::to_string(step), line);
+        if (first_on_new_group) {  // how long the recovery or the rejoin took
+          report_recovery(*world.store, step, pg->size());
+        }
       }
       // The step boundary: let in whoever waits to join (after a shrink, wait for one a while).
       chorus::GrowOptions grow;
@@ -226,13 +258,14 @@ int main(int argc, char** argv) {
         if (auto larger = pg->grow(grow)) {
           pg = std::move(larger);
           share_state(*pg, w, completed);
+          changed = true;
         }
       } catch (const chorus::Error& e) {
         std::fprintf(stderr, "elastic_train: rank %d: growing after step %d failed: %s\n",
                      launch_rank, step, e.what());
         if (pg->is_aborted()) {  // the group itself failed, not only the joiner
           pg = recover(pg, args, w, completed);
-          shrunk = true;
+          shrunk = changed = true;
         }
       }
     }
