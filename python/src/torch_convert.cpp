@@ -13,55 +13,33 @@ std::string op_prefix(const char* op) { return std::string("chorus: ") + op + ":
 
 std::string torch_dtype_name(at::ScalarType type) {
   switch (type) {
-    case at::kFloat:
-      return "torch.float32";
-    case at::kDouble:
-      return "torch.float64";
-    case at::kHalf:
-      return "torch.float16";
-    case at::kBFloat16:
-      return "torch.bfloat16";
-    case at::kChar:
-      return "torch.int8";
-    case at::kByte:
-      return "torch.uint8";
-    case at::kBool:
-      return "torch.bool";
-    case at::kShort:
-      return "torch.int16";
-    case at::kInt:
-      return "torch.int32";
-    case at::kLong:
-      return "torch.int64";
-    case at::kComplexFloat:
-      return "torch.complex64";
-    case at::kComplexDouble:
-      return "torch.complex128";
-    default:
-      return std::string("torch ") + c10::toString(type);
+    case at::kFloat: return "torch.float32";
+    case at::kDouble: return "torch.float64";
+    case at::kHalf: return "torch.float16";
+    case at::kBFloat16: return "torch.bfloat16";
+    case at::kChar: return "torch.int8";
+    case at::kByte: return "torch.uint8";
+    case at::kBool: return "torch.bool";
+    case at::kShort: return "torch.int16";
+    case at::kInt: return "torch.int32";
+    case at::kLong: return "torch.int64";
+    case at::kComplexFloat: return "torch.complex64";
+    case at::kComplexDouble: return "torch.complex128";
+    default: return std::string("torch ") + c10::toString(type);
   }
 }
 
 DataType chorus_dtype(at::ScalarType type, const char* op) {
   switch (type) {
-    case at::kFloat:
-      return DataType::float32;
-    case at::kDouble:
-      return DataType::float64;
-    case at::kHalf:
-      return DataType::float16;
-    case at::kBFloat16:
-      return DataType::bfloat16;
-    case at::kChar:
-      return DataType::int8;
-    case at::kByte:
-      return DataType::uint8;
-    case at::kBool:
-      return DataType::uint8;
-    case at::kInt:
-      return DataType::int32;
-    case at::kLong:
-      return DataType::int64;
+    case at::kFloat: return DataType::float32;
+    case at::kDouble: return DataType::float64;
+    case at::kHalf: return DataType::float16;
+    case at::kBFloat16: return DataType::bfloat16;
+    case at::kChar: return DataType::int8;
+    case at::kByte: return DataType::uint8;
+    case at::kBool: return DataType::uint8;
+    case at::kInt: return DataType::int32;
+    case at::kLong: return DataType::int64;
     default:
       throw InvalidArgument(op_prefix(op) + "tensors of dtype " + torch_dtype_name(type) +
                             " are not supported (chorus carries float16, bfloat16, float32, "
@@ -72,14 +50,10 @@ DataType chorus_dtype(at::ScalarType type, const char* op) {
 ReduceOp chorus_reduce_op(const c10d::ReduceOp& op, at::ScalarType type, const char* op_name) {
   const bool logical = type == at::kBool;
   switch (op.op_) {
-    case c10d::ReduceOp::SUM:
-      return logical ? ReduceOp::max : ReduceOp::sum;
-    case c10d::ReduceOp::PRODUCT:
-      return logical ? ReduceOp::min : ReduceOp::prod;
-    case c10d::ReduceOp::MIN:
-      return ReduceOp::min;
-    case c10d::ReduceOp::MAX:
-      return ReduceOp::max;
+    case c10d::ReduceOp::SUM: return logical ? ReduceOp::max : ReduceOp::sum;
+    case c10d::ReduceOp::PRODUCT: return logical ? ReduceOp::min : ReduceOp::prod;
+    case c10d::ReduceOp::MIN: return ReduceOp::min;
+    case c10d::ReduceOp::MAX: return ReduceOp::max;
     case c10d::ReduceOp::AVG:
       if (logical) {
         throw InvalidArgument(op_prefix(op_name) + "ReduceOp.AVG is not defined on bool tensors");
@@ -148,21 +122,22 @@ std::string shape_text(at::IntArrayRef sizes) {
 
 }  // namespace
 
-void require_all_like(const std::vector<at::Tensor>& list, const at::Tensor& like, const char* what,
-                      const char* op) {
+void require_all_like(const std::vector<at::Tensor>& list, const at::Tensor& like,
+                      const char* what, const char* op) {
   for (std::size_t i = 0; i < list.size(); ++i) {
     const at::Tensor& t = list[i];
     // The shape, not only the element count: each tensor of the list receives (or sends) one
     // rank's copy of `like`, and a (5, 4) filled from a (4, 5) would hold the elements in
     // another arrangement without a word (gloo refuses it too: "invalid tensor size").
     if (t.scalar_type() != like.scalar_type() || t.sizes() != like.sizes()) {
-      throw InvalidArgument(
-          op_prefix(op) + what + "[" + std::to_string(i) + "] is " +
-          torch_dtype_name(t.scalar_type()) + " of shape " + shape_text(t.sizes()) + "; expected " +
-          torch_dtype_name(like.scalar_type()) + " of shape " + shape_text(like.sizes()) +
-          " like the input (invalid tensor size: reshape it, or use the "
-          "_into_tensor / _tensor variant, which takes any shape of the "
-          "right element count)");
+      throw InvalidArgument(op_prefix(op) + what + "[" + std::to_string(i) + "] is " +
+                            torch_dtype_name(t.scalar_type()) + " of shape " +
+                            shape_text(t.sizes()) + "; expected " +
+                            torch_dtype_name(like.scalar_type()) + " of shape " +
+                            shape_text(like.sizes()) +
+                            " like the input (invalid tensor size: reshape it, or use the "
+                            "_into_tensor / _tensor variant, which takes any shape of the "
+                            "right element count)");
     }
   }
 }

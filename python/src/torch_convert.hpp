@@ -54,8 +54,8 @@ void require_one_tensor(std::size_t n, const char* op);
 
 // Every tensor of `list` has the dtype and shape of `like` (as gloo requires); names the first
 // that does not, with both shapes. `what` names the list ("output_tensor_list").
-void require_all_like(const std::vector<at::Tensor>& list, const at::Tensor& like, const char* what,
-                      const char* op);
+void require_all_like(const std::vector<at::Tensor>& list, const at::Tensor& like,
+                      const char* what, const char* op);
 
 // The tensors of `list` concatenated into one new contiguous 1-D tensor (of like's dtype).
 at::Tensor flatten(const std::vector<at::Tensor>& list);

@@ -6,10 +6,10 @@
 #include <string>
 #include <vector>
 
-#include <torch/version.h>
 #include <chorus/errors.hpp>
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
+#include <torch/version.h>
 
 namespace chorus::torch_bridge {
 

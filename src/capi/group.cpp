@@ -28,6 +28,14 @@ GroupOptions group_options(const char* name, std::int64_t timeout_ms, const char
   return g;
 }
 
+// A new group's name and timeout from a chorus_group_config_t (NULL: the defaults).
+GroupOptions group_config(const chorus_group_config_t* config, const char* function) {
+  const chorus_group_config_t defaults = CHORUS_GROUP_CONFIG_INITIALIZER;
+  const auto c = read_config(config, defaults, sizeof(chorus_group_config_t), function,
+                             "CHORUS_GROUP_CONFIG_INITIALIZER");
+  return group_options(c.name, c.timeout_ms, function);
+}
+
 TcpGroupOptions tcp_options(const chorus_tcp_group_config_t* config, const char* function) {
   const chorus_tcp_group_config_t defaults = CHORUS_TCP_GROUP_CONFIG_INITIALIZER;
   const auto c = read_config(config, defaults, sizeof(chorus_tcp_group_config_t), function,
@@ -127,11 +135,8 @@ chorus_result_t chorus_group_split(chorus_group_t* group, const int* ranks, size
     if (num_ranks > 0) {
       require(ranks, fn, "ranks");
     }
-    const chorus_group_config_t defaults = CHORUS_GROUP_CONFIG_INITIALIZER;
-    const auto c = chorus::capi::read_config(config, defaults, sizeof(chorus_group_config_t), fn,
-                                             "CHORUS_GROUP_CONFIG_INITIALIZER");
     std::vector<int> members(ranks, ranks + num_ranks);
-    auto sub = group->group->split(members, chorus::capi::group_options(c.name, c.timeout_ms, fn));
+    auto sub = group->group->split(members, chorus::capi::group_config(config, fn));
     if (sub) {
       auto handle = std::make_unique<chorus_group>();
       handle->group = std::move(sub);
@@ -149,11 +154,8 @@ chorus_result_t chorus_group_shrink(chorus_group_t* group, const chorus_group_co
     *survivors = nullptr;
     require(group, fn, "group");
     chorus::capi::check_elastic_ms(grace_ms, join_timeout_ms, "grace_ms and join_timeout_ms", fn);
-    const chorus_group_config_t defaults = CHORUS_GROUP_CONFIG_INITIALIZER;
-    const auto c = chorus::capi::read_config(config, defaults, sizeof(chorus_group_config_t), fn,
-                                             "CHORUS_GROUP_CONFIG_INITIALIZER");
     chorus::ShrinkOptions options;
-    options.group = chorus::capi::group_options(c.name, c.timeout_ms, fn);
+    options.group = chorus::capi::group_config(config, fn);
     if (grace_ms > 0) {
       options.grace = std::chrono::milliseconds(grace_ms);
     }
@@ -175,11 +177,8 @@ chorus_result_t chorus_group_grow(chorus_group_t* group, const chorus_group_conf
     *grown = nullptr;
     require(group, fn, "group");
     chorus::capi::check_elastic_ms(wait_ms, join_timeout_ms, "wait_ms and join_timeout_ms", fn);
-    const chorus_group_config_t defaults = CHORUS_GROUP_CONFIG_INITIALIZER;
-    const auto c = chorus::capi::read_config(config, defaults, sizeof(chorus_group_config_t), fn,
-                                             "CHORUS_GROUP_CONFIG_INITIALIZER");
     chorus::GrowOptions options;
-    options.group = chorus::capi::group_options(c.name, c.timeout_ms, fn);
+    options.group = chorus::capi::group_config(config, fn);
     options.wait = std::chrono::milliseconds(wait_ms);
     if (join_timeout_ms > 0) {
       options.join_timeout = std::chrono::milliseconds(join_timeout_ms);
