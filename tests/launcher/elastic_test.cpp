@@ -3,7 +3,8 @@
 // 0, two at once) or SIGSTOPped there, and with --max-restarts 1 a killed rank that comes back
 // as a joiner; the job exits 0, every step appears once, with the world size before and after
 // (and again after the rejoin), and the final parameters equal a single process's training;
-// over two nodes, a node whose chorusrun is SIGKILLed loses its ranks together
+// over two nodes, a node whose chorusrun is SIGKILLed loses its ranks together; a process
+// started by hand with the store address, run id and token joins a running job
 // (elastic_model.hpp), which is what a run of the survivors from the state after step 19 gives
 // too: the gradient does not depend on the world size. Run by the chorusrun_elastic test.
 #include <signal.h>
@@ -220,4 +221,42 @@ TEST_CASE("elastic_train under chorusrun --elastic --nnodes 2: a lost node's ran
     check_final(first.output);
     CHECK_THAT(first.output, Catch::Contains("(node 1 went silent)"));
   }
+}
+
+TEST_CASE(
+    "a process started by hand joins a running elastic_train with the store address, run id "
+    "and token only",
+    "[.elastic]") {
+  const std::string port = free_loopback_port();
+  const std::string token = "by-hand-joiner-test-token-0123456789";
+  // No launcher variables for the joiner: CHORUS_STORE_ADDR, CHORUS_RUN_ID, CHORUS_STORE_TOKEN
+  // and CHORUS_ELASTIC_JOIN=1 are all it is given.
+  const std::vector<std::string> job_env{"CHORUS_RUN_ID=by-hand-join",
+                                         "CHORUS_STORE_TOKEN=" + token};
+  const std::string train = std::string(std::getenv("EXAMPLES_DIR")) + "/elastic_train";
+  Process job = start(
+      {binary("CHORUSRUN"), "--elastic", "--nnodes", "1", "-n", "3", "--master-addr", "127.0.0.1",
+       "--master-port", port, train, "--steps", std::to_string(kSteps), "--step-ms", "50"},
+      job_env, launcher_vars());
+  REQUIRE(read_until(job, "step 2 world 3", 1, Seconds(60)));
+  std::vector<std::string> joiner_env = job_env;
+  joiner_env.push_back("CHORUS_STORE_ADDR=127.0.0.1:" + port);
+  joiner_env.push_back("CHORUS_ELASTIC_JOIN=1");
+  const Process joiner =
+      run({train, "--steps", std::to_string(kSteps)}, Seconds(60), joiner_env, launcher_vars());
+  REQUIRE(finish(job, Seconds(60)));
+  INFO(job.output << "\n----- joiner -----\n" << joiner.output);
+  CHECK(shell_status(job) == 0);
+  CHECK(shell_status(joiner) == 0);
+  CHECK_THAT(joiner.output, Catch::Contains("joined as rank 3/4"));
+  int grown_at = 0;
+  for (const auto& [step, world] : worlds_of(job.output)) {
+    INFO("step " << step);
+    if (world == 4 && grown_at == 0) {
+      grown_at = step;
+    }
+    CHECK(world == (grown_at == 0 ? 3 : 4));
+  }
+  CHECK(grown_at > 2);
+  check_final(job.output);
 }
