@@ -305,8 +305,10 @@ def check_elastic_output(output, worlds_after):
 def case_elastic_killed(ranks):
     """SIGKILLed at step 20 of 60: the survivors shrink and finish."""
     kills = [a for r in ranks for a in ("--kill-at", f"{r}:{ELASTIC_FAIL_AT}")]
-    # One death: named by the failure, so a long grace costs nothing; two: the default grace.
-    grace = ["--grace-ms", "10000"] if len(ranks) == 1 else []
+    # One death: named by the failure, so a long grace costs nothing. Two: the failure names
+    # one, and the survivors wait the whole grace for the other; 5 s keeps a survivor that a
+    # busy machine slows (Python, DDP) from being taken for a late rank.
+    grace = ["--grace-ms", "10000" if len(ranks) == 1 else "5000"]
     run = elastic_job(kills + grace)
     run.wait_all()
     out = run.outputs[0]
