@@ -92,6 +92,26 @@ std::unique_ptr<Backend> Backend::shrink(ShrinkOptions) {
       ErrorContext{.rank = rank_, .size = size_, .group = name_, .op = "shrink"});
 }
 
+std::unique_ptr<Backend> Backend::grow(GrowOptions) {
+  throw InvalidArgument(
+      fmt::format("grow on rank {}/{} [{}]: the {} backend cannot grow a group (the tcp backend "
+                  "can)",
+                  rank_, size_, name_, backend_name()),
+      ErrorContext{.rank = rank_, .size = size_, .group = name_, .op = "grow"});
+}
+
+void Backend::stop_admitting(const std::string&) {}
+
+std::unique_ptr<Backend> Backend::form_grown(std::int64_t, int, int, GroupOptions, Deadline) {
+  throw InvalidArgument(fmt::format("grow on rank {}/{} [{}]: the {} backend cannot form a group",
+                                    rank_, size_, name_, backend_name()));
+}
+
+void Backend::set_lobby(std::shared_ptr<Store> lobby, std::string lobby_name) {
+  lobby_ = std::move(lobby);
+  lobby_name_ = std::move(lobby_name);
+}
+
 std::exception_ptr Backend::failure() const {
   return failed_.load(std::memory_order_acquire) ? failure_ : nullptr;
 }

@@ -51,10 +51,11 @@ class Backend {
   virtual std::unique_ptr<Backend> split(const std::vector<int>& ranks, GroupOptions options) = 0;
   // ProcessGroup::shrink(). Default: InvalidArgument (the backend cannot).
   virtual std::unique_ptr<Backend> shrink(ShrinkOptions options);
-  // ProcessGroup::grow() and stop_admitting() (core/grow.cpp): the same for every backend that
-  // can form a group over a store namespace (form_grown()).
-  std::unique_ptr<Backend> grow(GrowOptions options);
-  void stop_admitting(const std::string& reason);
+  // ProcessGroup::grow() and stop_admitting(). Defaults: InvalidArgument, and nothing (no
+  // lobby, so nobody can be waiting). A backend that can grow forwards them to
+  // grow_through_lobby() and close_lobby().
+  virtual std::unique_ptr<Backend> grow(GrowOptions options);
+  virtual void stop_admitting(const std::string& reason);
   // The lobby joiners wait in (core/admission.hpp), named after the group that make_*_group()
   // made. Groups shrunk or grown from that one keep it; split() subgroups have none.
   void set_lobby(std::shared_ptr<Store> lobby, std::string lobby_name);
@@ -93,6 +94,11 @@ class Backend {
   // as started at its issue time with `algorithm` if that is not null. start() calls it
   // before any other thread may see the op (trace_started() needs the entry).
   void trace_issued(const OpCall& call, const char* algorithm) noexcept;
+  // grow() and stop_admitting() for every backend that can form a group over a store namespace
+  // (form_grown()), in core/grow.cpp. Only a backend that grows links them (and, with them, the
+  // store's classes).
+  std::unique_ptr<Backend> grow_through_lobby(GrowOptions options);
+  void close_lobby(const std::string& reason);
   // The larger group of grow()'s admission `epoch`, with these ranks, in the lobby's namespace
   // for it (core/admission.hpp); the joiners form theirs the same way. Default: InvalidArgument.
   virtual std::unique_ptr<Backend> form_grown(std::int64_t epoch, int rank, int size,

@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: BSD-3-Clause
-// Backend::grow() and stop_admitting() (process_group.hpp): the members' side of the lobby
+// Backend::grow_through_lobby() and close_lobby(), which a backend that grows makes its grow()
+// and stop_admitting() (process_group.hpp): the members' side of the lobby
 // (core/admission.hpp). Rank 0 admits; a broadcast tells the other members what it did; all
 // form the larger group; an allreduce on this group confirms that every member did, so the
 // members never split between the old group and the new one.
@@ -26,20 +27,7 @@ struct Admitted {
 
 }  // namespace
 
-void Backend::set_lobby(std::shared_ptr<Store> lobby, std::string lobby_name) {
-  lobby_ = std::move(lobby);
-  lobby_name_ = std::move(lobby_name);
-}
-
-std::unique_ptr<Backend> Backend::form_grown(std::int64_t, int, int, GroupOptions, Deadline) {
-  throw InvalidArgument(
-      fmt::format("grow on rank {}/{} [{}]: the {} backend cannot grow a group (the tcp backend "
-                  "can)",
-                  rank_, size_, name_, backend_name()),
-      ErrorContext{.rank = rank_, .size = size_, .group = name_, .op = "grow"});
-}
-
-std::unique_ptr<Backend> Backend::grow(GrowOptions options) {
+std::unique_ptr<Backend> Backend::grow_through_lobby(GrowOptions options) {
   check_arg(options.wait >= Duration::zero() && options.join_timeout > Duration::zero(),
             "grow on rank {}/{} [{}]: wait must be >= 0 and join_timeout > 0", rank_, size_, name_);
   if (!lobby_) {
@@ -122,11 +110,11 @@ std::unique_ptr<Backend> Backend::grow(GrowOptions options) {
   return larger;
 }
 
-void Backend::stop_admitting(const std::string& reason) {
+void Backend::close_lobby(const std::string& reason) {
   if (!lobby_) {
     return;  // nobody can be waiting for a group that cannot grow
   }
-  close_lobby(*lobby_, reason);
+  detail::close_lobby(*lobby_, reason);
 }
 
 }  // namespace chorus::detail

@@ -183,6 +183,10 @@ class CpuProcessGroup final : public detail::Backend {
   }
 
   std::unique_ptr<Backend> shrink(ShrinkOptions options) override;
+  std::unique_ptr<Backend> grow(GrowOptions options) override {
+    return grow_through_lobby(std::move(options));
+  }
+  void stop_admitting(const std::string& reason) override { close_lobby(reason); }
 
  protected:
   std::unique_ptr<Backend> form_grown(std::int64_t epoch, int rank, int size, GroupOptions options,
