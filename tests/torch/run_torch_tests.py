@@ -440,9 +440,8 @@ CASES = {
 
 
 # Cases "all" leaves out: the elastic variants whose torch code path elastic_rejoin covers too
-# (kill, shrink, DDP made again; plus grow). Each launches four torch processes twice over; the
-# default leg runs elastic_killed_two and elastic_stopped on its torch, and all of them run
-# when named.
+# (kill, shrink, DDP made again; plus grow). Each launch starts four torch processes; the
+# default leg runs elastic_stopped as well, and all of them run when named.
 NOT_IN_ALL = ("elastic_killed", "elastic_killed_rank0", "elastic_killed_two", "elastic_stopped")
 
 
