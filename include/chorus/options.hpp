@@ -72,7 +72,8 @@ struct GrowOptions {
   GroupOptions group;
   // How long to wait for a first joiner when none is waiting. Zero (the default): do not wait,
   // return nullptr at once; this is what a loop that calls grow() every step wants. A job that
-  // expects a replacement (a restarted rank) can wait for it here.
+  // expects a replacement (a restarted rank) can wait for it here. The other members wait for
+  // rank 0 meanwhile, within the group's timeout: keep `wait` below it.
   Duration wait{};
   // How long forming the larger group may take. A joiner that died after it was admitted is
   // found by this bound: grow() then fails, and the members keep their group.
