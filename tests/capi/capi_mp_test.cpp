@@ -366,6 +366,13 @@ TEST_CASE("C ABI on 3 ranks: chorus_group_shrink after a killed rank, then grow 
         C_CHECK(chorus_allreduce(w.group, &t, &t, nullptr, &work));
         C_CHECK(chorus_work_wait(work));
         chorus_work_free(work);
+        // Rank 2 dies only once every rank has its result (a peer whose link closes fails its
+        // op at once, even when the data had arrived).
+        const std::string mine = "first" + std::to_string(rank);
+        const std::uint8_t one = 1;
+        C_CHECK(chorus_store_set(w.store, mine.c_str(), &one, 1));
+        const char* firsts[] = {"first0", "first1", "first2"};
+        C_CHECK(chorus_store_wait(w.store, firsts, 3, 30000));
         if (rank == 2) {
           ::kill(::getpid(), SIGKILL);
         }

@@ -210,6 +210,7 @@ TEST_CASE("grow after shrink: the survivors take a replacement back", "[tcp][mp]
         }
         auto pg = make_tcp_group(store, id, n, loopback_options(60s));
         check_sum(*pg);
+        store_barrier(*store, "before", id, n);
         if (id == dead) {
           ::kill(::getpid(), SIGKILL);
         }

@@ -7,6 +7,7 @@
 #include <chrono>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include <chorus/errors.hpp>
 #include <chorus/process_group.hpp>
@@ -32,6 +33,18 @@ inline TcpGroupOptions loopback_options(Duration timeout = 30s, std::string ifac
   o.interface = std::move(iface);
   o.group.timeout = timeout;
   return o;
+}
+
+// Every one of ranks [0, n) has reached `point` (through the store, not the group): before a
+// rank kills itself, so that no peer is still finishing the op before it (a peer whose link
+// closes fails its op at once, even when the op's data had already arrived).
+inline void store_barrier(Store& store, const std::string& point, int rank, int n) {
+  store.set(point + "/" + std::to_string(rank), std::string_view("1"));
+  std::vector<std::string> keys;
+  for (int r = 0; r < n; ++r) {
+    keys.push_back(point + "/" + std::to_string(r));
+  }
+  store.wait(keys, std::chrono::seconds(30));
 }
 
 inline double seconds_since(Clock::time_point t) {

@@ -54,6 +54,7 @@ void run_killed(int n, const std::set<int>& dead) {
         auto store = child_store(server.port());
         auto pg = make_tcp_group(store, rank, n, loopback_options(60s));
         check_sum(*pg, "before");
+        store_barrier(*store, "before", rank, n);
         if (dead.count(rank)) {
           ::kill(::getpid(), SIGKILL);
         }
@@ -149,6 +150,7 @@ TEST_CASE("shrink: a survivor that dies while the group forms is left out in a s
         auto store = child_store(server.port());
         auto pg = make_tcp_group(store, rank, n, loopback_options(60s));
         check_sum(*pg, "before");
+        store_barrier(*store, "before", rank, n);
         if (rank == 3) {
           ::kill(::getpid(), SIGKILL);
         }
