@@ -429,6 +429,12 @@ std::vector<int> implicated_ranks(const std::exception_ptr& failure) {
   try {
     std::rethrow_exception(failure);
   } catch (const Error& e) {
+    // Error{aborted}: the rank it names aborted the group on purpose (another survivor that
+    // called shrink() first, on a group that had not failed): it is alive, and must be waited
+    // for like any rank, or it would be fenced out.
+    if (e.code() == ErrorCode::aborted) {
+      return {};
+    }
     return e.context().peers;
   } catch (...) {
   }
