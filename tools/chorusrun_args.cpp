@@ -213,11 +213,11 @@ RunArgs parse_args(int argc, const char* const* argv) {
     args.master_port = 0;  // the store picks a free port
   }
   if (args.elastic) {
-    if (static_cast<long long>(args.min_ranks) >
-        static_cast<long long>(args.nnodes) * args.nproc_per_node) {
+    const long long started = static_cast<long long>(args.nnodes) * args.nproc_per_node;
+    if (args.min_ranks > started) {
       throw UsageError("--min-ranks " + std::to_string(args.min_ranks) +
                        " is more than the ranks started (--nnodes x --nproc-per-node = " +
-                       std::to_string(args.nnodes * args.nproc_per_node) + ")");
+                       std::to_string(started) + ")");
     }
   }
   const long long world = static_cast<long long>(args.nnodes) * args.nproc_per_node;

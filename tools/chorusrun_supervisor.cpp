@@ -183,18 +183,16 @@ class Attempt {
         return;
       }
     }
+    const AttemptResult ended = exit_of(c, status);
     result_.kind = AttemptResult::Kind::rank_failed;
-    result_.rank = c.rank;
-    result_.local_rank = c.local_rank;
-    result_.pid = c.pid;
+    result_.rank = ended.rank;
+    result_.local_rank = ended.local_rank;
+    result_.pid = ended.pid;
+    result_.exit_code = ended.exit_code;
+    result_.signal = ended.signal;
     result_.failed_at_us = std::chrono::duration_cast<std::chrono::microseconds>(
                                std::chrono::system_clock::now().time_since_epoch())
                                .count();
-    if (WIFEXITED(status)) {
-      result_.exit_code = WEXITSTATUS(status);
-    } else {
-      result_.signal = WTERMSIG(status);
-    }
     const int others = running_count();
     std::string msg = describe_failure(result_);
     if (others > 0) {

@@ -77,6 +77,10 @@ Error refused(Store& lobby, const std::string& lobby_name) {
 
 std::string grown_group_namespace(std::int64_t epoch) { return fmt::format("grow{}", epoch); }
 
+std::string grown_group_name(const std::string& lobby_name, std::int64_t epoch) {
+  return lobby_name + "/" + grown_group_namespace(epoch);
+}
+
 GrownGroup admit_joiners(Store& lobby, const std::string& lobby_name, int members, Duration wait,
                          const std::string& name, Duration timeout) {
   GrownGroup none{.size = members};
@@ -112,7 +116,7 @@ GrownGroup admit_joiners(Store& lobby, const std::string& lobby_name, int member
   GrownGroup grown{.epoch = epoch,
                    .size = size,
                    .timeout = timeout,
-                   .name = name.empty() ? fmt::format("{}/grow{}", lobby_name, epoch) : name};
+                   .name = name.empty() ? grown_group_name(lobby_name, epoch) : name};
   lobby.set(info_key(epoch),
             to_bytes(fmt::format("{} {} {}", grown.size, grown.timeout.count(), grown.name)));
   return grown;

@@ -57,5 +57,7 @@ void close_lobby(Store& lobby, const std::string& reason);
 
 // The store namespace of a growing group's larger group of `epoch`.
 std::string grown_group_namespace(std::int64_t epoch);
+// That group's name unless grow() was given one: "<lobby_name>/grow<epoch>".
+std::string grown_group_name(const std::string& lobby_name, std::int64_t epoch);
 
 }  // namespace chorus::detail

@@ -60,7 +60,6 @@ class Backend {
   // made. Groups shrunk or grown from that one keep it; split() subgroups have none.
   void set_lobby(std::shared_ptr<Store> lobby, std::string lobby_name);
   void inherit_lobby(const Backend& from) { set_lobby(from.lobby_, from.lobby_name_); }
-  const std::string& lobby_name() const noexcept { return lobby_name_; }
 
   bool is_aborted() const noexcept { return failed_.load(std::memory_order_acquire); }
   std::exception_ptr failure() const;

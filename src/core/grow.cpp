@@ -17,15 +17,6 @@
 #include "core/logging.hpp"
 
 namespace chorus::detail {
-namespace {
-
-// What rank 0 broadcasts: the epoch and how many joined, or a failure to read the lobby.
-struct Admitted {
-  std::int64_t epoch = 0;
-  std::int64_t joiners = 0;  // -1: rank 0 could not admit (its error is rethrown there)
-};
-
-}  // namespace
 
 std::unique_ptr<Backend> Backend::grow_through_lobby(GrowOptions options) {
   check_arg(options.wait >= Duration::zero() && options.join_timeout > Duration::zero(),
@@ -42,47 +33,49 @@ std::unique_ptr<Backend> Backend::grow_through_lobby(GrowOptions options) {
     group.timeout = timeout_;
   }
   const bool default_name = group.name == GroupOptions{}.name;
-  Admitted admitted;
+  // What rank 0 did, broadcast to the others: the epoch and how many joined (-1: rank 0 could
+  // not admit; its own error is rethrown there).
+  std::int64_t admitted[2] = {0, 0};
   std::exception_ptr admit_error;
-  GrownGroup grown;
   if (rank_ == 0) {
     try {
-      grown = admit_joiners(*lobby_, lobby_name_, size_, options.wait,
-                            default_name ? std::string() : group.name, *group.timeout);
-      admitted = {.epoch = grown.epoch, .joiners = grown.size - size_};
+      const GrownGroup grown =
+          admit_joiners(*lobby_, lobby_name_, size_, options.wait,
+                        default_name ? std::string() : group.name, *group.timeout);
+      admitted[0] = grown.epoch;
+      admitted[1] = grown.size - size_;
     } catch (...) {
       admit_error = std::current_exception();
-      admitted.joiners = -1;
+      admitted[1] = -1;
     }
   }
-  std::int64_t message[2] = {admitted.epoch, admitted.joiners};
   OpDescriptor tell;
   tell.type = OpType::broadcast;
-  tell.in = tell.out = Tensor::of(message, 2);
+  tell.in = tell.out = Tensor::of(admitted, 2);
   issue(tell)->wait();
   if (admit_error) {
     std::rethrow_exception(admit_error);
   }
-  admitted = {.epoch = message[0], .joiners = message[1]};
-  if (admitted.joiners < 0) {
+  const std::int64_t epoch = admitted[0];
+  const std::int64_t joiners = admitted[1];
+  if (joiners < 0) {
     throw Error(ErrorCode::store,
                 fmt::format("grow on rank {}/{} [{}]: rank 0 could not read the lobby (its "
                             "error says why); this group goes on",
                             rank_, size_, name_),
                 ErrorContext{.rank = rank_, .size = size_, .group = name_, .op = "grow"});
   }
-  if (admitted.joiners == 0) {
+  if (joiners == 0) {
     return nullptr;
   }
-  const int new_size = size_ + static_cast<int>(admitted.joiners);
+  const int new_size = size_ + static_cast<int>(joiners);
   if (default_name) {
-    group.name = fmt::format("{}/grow{}", lobby_name_, admitted.epoch);
+    group.name = grown_group_name(lobby_name_, epoch);
   }
   std::unique_ptr<Backend> larger;
   std::exception_ptr form_error;
   try {
-    larger =
-        form_grown(admitted.epoch, rank_, new_size, group, Deadline::after(options.join_timeout));
+    larger = form_grown(epoch, rank_, new_size, group, Deadline::after(options.join_timeout));
   } catch (...) {
     form_error = std::current_exception();
   }
@@ -106,7 +99,7 @@ std::unique_ptr<Backend> Backend::grow_through_lobby(GrowOptions options) {
   }
   larger->inherit_lobby(*this);
   CHORUS_INFO(init, "group [{}] grew to [{}]: {} joined, rank {}/{} is rank {}/{}", name_,
-              group.name, admitted.joiners, rank_, size_, rank_, new_size);
+              group.name, joiners, rank_, size_, rank_, new_size);
   return larger;
 }
 

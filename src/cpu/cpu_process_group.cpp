@@ -197,8 +197,6 @@ class CpuProcessGroup final : public detail::Backend {
                                              formation);
   }
 
- public:
- protected:
   std::shared_ptr<Work> start(const OpDescriptor& op, const OpCall& call) override {
     if (!op.ins.empty()) {
       return coalesced(op, call);
