@@ -16,7 +16,7 @@ std::optional<std::int64_t> expected(const bench::Pattern& p, int, int, bool, st
 }
 
 void run(const bench::Call& c, std::vector<std::shared_ptr<chorus::Work>>& works) {
-  works.push_back(c.group.allreduce(c.send, c.recv, {.op = c.op}));
+  works.push_back(c.group.allreduce(c.send, c.recv, {.op = c.op, .wire_dtype = c.wire}));
 }
 
 }  // namespace

@@ -48,6 +48,9 @@ Pattern Checker::pattern(chorus::DataType dtype, chorus::ReduceOp op, int seed) 
   }
   p.nranks = nranks_;
   p.seed = seed;
+  if (bench_.uses_op) {
+    p.wire = wire_of(opt_.wire, dtype, op);
+  }
   return p;
 }
 

@@ -58,6 +58,10 @@ struct Options {
   int registered = 0;  // -R: 1 = buffers are chorus::SharedBuffers (tcp; nccl-tests' -R 1)
   chorus::Backend backend = chorus::Backend::tcp;  // --backend
   std::string json_path;                           // --json
+  // --wire: the wire of the reductions between hosts (AllreduceOptions::wire_dtype); unset:
+  // CHORUS_WIRE_DTYPE's, which the group applies itself. The check's inputs are then small
+  // enough that every partial sum is exact in it.
+  std::optional<chorus::DataType> wire;
   int corrupt_rank = -1;  // test hook --test-corrupt-rank (see docs/architecture.md)
   bool help = false;
 };
@@ -88,7 +92,12 @@ struct Pattern {
   std::optional<chorus::ReduceOp> op;  // unset: plain data (no reduction follows)
   int nranks = 1;
   int seed = 0;
+  std::optional<chorus::DataType> wire;  // Options::wire, where the op reduces float data
 };
+// The wire an op of `dtype` and `op` is issued with under --wire `wire`: the library's rules
+// (float32 data as bfloat16 or float16, float64 data as float32; sum and avg), nullopt elsewhere.
+std::optional<chorus::DataType> wire_of(std::optional<chorus::DataType> wire,
+                                        chorus::DataType dtype, chorus::ReduceOp op);
 // Rank `rank`'s value at element `index` of its input.
 std::int64_t input_value(const Pattern& p, int rank, std::size_t index);
 // The reduction over every rank of input_value(p, r, index).
@@ -119,7 +128,8 @@ struct Call {
   chorus::ReduceOp op;
   int root;
   bool in_place;
-  std::uint32_t tag;  // distinct per issue (point-to-point)
+  std::uint32_t tag;                     // distinct per issue (point-to-point)
+  std::optional<chorus::DataType> wire;  // --wire (reductions)
 };
 
 struct CollBench {

@@ -150,8 +150,23 @@ float bf16_bits_to_float(std::uint16_t b) {
 
 }  // namespace
 
+std::optional<chorus::DataType> wire_of(std::optional<chorus::DataType> wire,
+                                        chorus::DataType dtype, chorus::ReduceOp op) {
+  using chorus::DataType;
+  if (!wire || (op != chorus::ReduceOp::sum && op != chorus::ReduceOp::avg)) {
+    return std::nullopt;
+  }
+  if (dtype == DataType::float64) {
+    return DataType::float32;
+  }
+  if (dtype == DataType::float32 && (*wire == DataType::bfloat16 || *wire == DataType::float16)) {
+    return wire;
+  }
+  return std::nullopt;
+}
+
 std::int64_t input_value(const Pattern& p, int rank, std::size_t index) {
-  const std::int64_t e = exact_limit(p.dtype);
+  const std::int64_t e = exact_limit(p.wire.value_or(p.dtype));
   const std::int64_t n = p.nranks;
   const std::uint64_t m = mix(rank, index, p.seed);
   if (!p.op || *p.op == chorus::ReduceOp::min || *p.op == chorus::ReduceOp::max) {

@@ -7,6 +7,9 @@
 #
 # Usage: bench/netns_allreduce.sh [RATE] [N] [REPEATS] [-- all_reduce_perf flags]
 #   defaults: RATE=1gbit N=4 REPEATS=3, flags: -b 1M -e 64M -f 4 -n 5 -w 2
+#   WIRES (default "off"): all_reduce_perf --wire values, e.g. WIRES="off bf16"; each repeat runs
+#   every one of them in turn, and each gets its busbw median and ratios (busbw counts the
+#   data's float32 bytes, so a 16-bit wire can reach twice the link's ceiling).
 #   BUILD_DIR (default build-netns) holds bench/all_reduce_perf and tools/chorus-store.
 # Needs root, iproute2 and iperf3 (Debian packages iproute2, iperf3). Exits 77 when network
 # namespaces are not permitted. All traffic stays inside the cluster's namespaces.
@@ -67,26 +70,31 @@ printf '# iperf3 ns0 -> ns1 (GB/s, %d runs): %s  median %s = %.3f of link rate\n
 
 netns_start_store "$store_bin" "$work"
 echo "# store $STORE_ADDR in namespace 0"
+read -r -a wires <<<"${WIRES:-off}"
 for ((k = 0; k < repeats; k++)); do
-  netns_start_ranks "$n" "$work" 600 "$bench_bin" "${flags[@]}" --json "$work/run$k.json"
-  if ! netns_wait_ranks; then
-    echo "all_reduce_perf failed (exit codes ${RANK_RC[*]}); stderr of each rank:" >&2
-    for ((r = 0; r < n; r++)); do sed "s/^/[rank $r] /" "$work/rank$r.err" >&2; done
-    exit 1
-  fi
-  echo "# ---- run $((k + 1)) of $repeats (rank 0's table) ----"
-  cat "$work/rank0.out"
-  # busbw at the largest size: the better of out-of-place and in-place.
-  python3 - "$work/run$k.json" >>"$work/busbw" <<'EOF'
+  for wire in "${wires[@]}"; do
+    netns_start_ranks "$n" "$work" 600 "$bench_bin" "${flags[@]}" --wire "$wire" --json "$work/run$k-$wire.json"
+    if ! netns_wait_ranks; then
+      echo "all_reduce_perf --wire $wire failed (exit codes ${RANK_RC[*]}); stderr of each rank:" >&2
+      for ((r = 0; r < n; r++)); do sed "s/^/[rank $r] /" "$work/rank$r.err" >&2; done
+      exit 1
+    fi
+    echo "# ---- run $((k + 1)) of $repeats, wire $wire (rank 0's table) ----"
+    cat "$work/rank0.out"
+    # busbw at the largest size: the better of out-of-place and in-place.
+    python3 - "$work/run$k-$wire.json" >>"$work/busbw-$wire" <<'EOF'
 import json, sys
 rows = json.load(open(sys.argv[1]))["results"]
 big = max(r["size"] for r in rows)
 print(max(r[h]["busbw_gbs"] for r in rows if r["size"] == big for h in ("out_of_place", "in_place") if r.get(h)))
 EOF
+  done
 done
-bus=$(median <"$work/busbw")
-printf '# allreduce busbw at the largest size (GB/s, %d runs): %s median %s\n' "$repeats" \
-  "$(tr '\n' ' ' <"$work/busbw")" "$bus"
-printf '# busbw / link rate = %.3f   busbw / iperf3 = %.3f   (target >= 0.9 of line rate)\n' \
-  "$(awk -v a="$bus" -v b="$link_gbs" 'BEGIN {print a / b}')" \
-  "$(awk -v a="$bus" -v b="$iperf_gbs" 'BEGIN {print a / b}')"
+for wire in "${wires[@]}"; do
+  bus=$(median <"$work/busbw-$wire")
+  printf '# wire %s: allreduce busbw at the largest size (GB/s, %d runs): %s median %s\n' "$wire" \
+    "$repeats" "$(tr '\n' ' ' <"$work/busbw-$wire")" "$bus"
+  printf '# wire %s: busbw / link rate = %.3f   busbw / iperf3 = %.3f   (target >= 0.9 of line rate; a 16-bit wire: up to 2)\n' \
+    "$wire" "$(awk -v a="$bus" -v b="$link_gbs" 'BEGIN {print a / b}')" \
+    "$(awk -v a="$bus" -v b="$iperf_gbs" 'BEGIN {print a / b}')"
+done

@@ -120,6 +120,23 @@ char short_of(std::string_view name) {
   return 0;
 }
 
+// bf16 | fp16 | fp32 (and the dtype names), or off.
+std::optional<chorus::DataType> parse_wire(const std::string& v) {
+  if (v == "off") {
+    return std::nullopt;
+  }
+  if (v == "bf16" || v == "fp16" || v == "fp32") {
+    return v == "bf16"   ? chorus::DataType::bfloat16
+           : v == "fp16" ? chorus::DataType::float16
+                         : chorus::DataType::float32;
+  }
+  if (auto dt = chorus::parse_data_type(v)) {
+    return dt;
+  }
+  throw UsageError("--wire (or CHORUS_WIRE_DTYPE) expects bf16, fp16, fp32 or off, got '" + v +
+                   "'");
+}
+
 }  // namespace
 
 Options parse_options(int argc, const char* const* argv) {
@@ -135,9 +152,9 @@ Options parse_options(int argc, const char* const* argv) {
         inline_value = word.substr(eq + 1);
       }
       const std::string name = flag.substr(2);
-      if (name == "backend" || name == "json" || name == "test-corrupt-rank" ||
+      if (name == "backend" || name == "json" || name == "wire" || name == "test-corrupt-rank" ||
           name == "test_corrupt_rank") {
-        key = name == "backend" ? 'B' : name == "json" ? 'J' : 'X';
+        key = name == "backend" ? 'B' : name == "json" ? 'J' : name == "wire" ? 'W' : 'X';
       } else {
         key = short_of(name);
       }
@@ -262,6 +279,9 @@ Options parse_options(int argc, const char* const* argv) {
           throw UsageError("--json expects a file name");
         }
         break;
+      case 'W':
+        o.wire = parse_wire(value());
+        break;
       case 'X':
         o.corrupt_rank = static_cast<int>(parse_int(flag, value(), 0, 1 << 30));
         break;
@@ -271,6 +291,12 @@ Options parse_options(int argc, const char* const* argv) {
   }
   if (o.help) {
     return o;
+  }
+  if (!o.wire) {
+    // The group applies CHORUS_WIRE_DTYPE by itself; the check must know it too.
+    if (const char* env = std::getenv("CHORUS_WIRE_DTYPE"); env != nullptr && *env != 0) {
+      o.wire = parse_wire(env);
+    }
   }
   if (o.registered != 0 && o.backend != chorus::Backend::tcp) {
     throw UsageError(
@@ -313,6 +339,9 @@ const char* usage() {
   -g, --ngpus 1            accepted; one GPU per process (nccl backend)
       --backend tcp|nccl   process group backend (default tcp)
       --json FILE          also write every row, the parameters and versions as JSON
+      --wire W             bf16, fp16, fp32 or off: the wire of allreduce, reduce_scatter and
+                           reduce between hosts (float32 data as 16 bits, float64 as fp32;
+                           default: CHORUS_WIRE_DTYPE, else off); busbw counts the data's bytes
   -h, --help               this text
 The time column is the average time of one op over -n iterations; algbw = size / time and
 busbw = algbw x factor (nccl-tests), in GB/s with GB = 1e9 bytes.

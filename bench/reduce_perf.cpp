@@ -19,7 +19,8 @@ std::optional<std::int64_t> expected(const bench::Pattern& p, int rank, int root
 }
 
 void run(const bench::Call& c, std::vector<std::shared_ptr<chorus::Work>>& works) {
-  works.push_back(c.group.reduce(c.send, c.recv, {.op = c.op, .root = c.root}));
+  works.push_back(
+      c.group.reduce(c.send, c.recv, {.op = c.op, .root = c.root, .wire_dtype = c.wire}));
 }
 
 }  // namespace

@@ -20,7 +20,7 @@ std::optional<std::int64_t> expected(const bench::Pattern& p, int rank, int, boo
 }
 
 void run(const bench::Call& c, std::vector<std::shared_ptr<chorus::Work>>& works) {
-  works.push_back(c.group.reduce_scatter(c.send, c.recv, {.op = c.op}));
+  works.push_back(c.group.reduce_scatter(c.send, c.recv, {.op = c.op, .wire_dtype = c.wire}));
 }
 
 }  // namespace

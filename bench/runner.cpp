@@ -193,7 +193,10 @@ class Runner {
   void issue(const Counts& c, chorus::DataType dtype, chorus::ReduceOp op, int root, bool in_place,
              WorkList& works) {
     auto [in, out] = buffers_.views(c, dtype, rank_, in_place);
-    const Call call{group_, in, out, op, root, in_place, next_tag_++};
+    const Call call{group_,      in,
+                    out,         op,
+                    root,        in_place,
+                    next_tag_++, bench_.uses_op ? wire_of(opt_.wire, dtype, op) : std::nullopt};
     if (bench_.coll == Coll::sendrecv && nranks_ == 1) {
       // One rank sends to itself (as NCCL allows): a local copy, since send/recv need a peer.
       if (in.nbytes() > 0) {

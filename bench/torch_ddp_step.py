@@ -5,6 +5,12 @@ chorus.torch.allreduce_hook (which moves DDP's buckets into SharedBuffers), in o
 
     build/tools/chorusrun --standalone --no-prefix -n 4 /usr/bin/python3 bench/torch_ddp_step.py
 
+--variants picks the DDP copies that take turns (default ddp,hook): ddp (DDP's own averaging on
+chorus), hook (chorus.torch.allreduce_hook), wire (chorus.torch.bf16_wire_hook: a bfloat16
+wire between hosts), gloo (DDP on a gloo group of the same ranks), gloo_bf16 (torch's
+bf16_compress_hook on gloo); --gloo adds gloo. bench/netns_ddp_wire.sh runs wire, gloo_bf16
+and gloo on a namespace cluster, where the wire matters.
+
 Two DDP models of the same parameters (three with --gloo: DDP on a gloo group as well) (--grads-mib in parameters of --param-mib each) take turns,
 --steps steps each per round, for --rounds rounds: one with DDP's own averaging, one with the
 hook. The model does almost no arithmetic (each parameter times the input, summed), so a
@@ -35,6 +41,26 @@ class ManyParameters(torch.nn.Module):
         return sum((w * x).sum() for w in self.weights)
 
 
+def _bf16_compress_hook():
+    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+
+    # torch's hook under another name: torch 1.13's DDP refuses bf16_compress_hook by its name
+    # on a torch built without CUDA, although the hook is plain torch.distributed code.
+    def bf16_compress_hook_cpu(process_group, bucket):
+        return default_hooks.bf16_compress_hook(process_group, bucket)
+    return bf16_compress_hook_cpu
+
+
+# name -> (what it is, a function returning its DDP comm hook or None)
+VARIANTS = {
+    "ddp": ("DDP's own averaging (chorus)", None),
+    "hook": ("chorus.torch.allreduce_hook", lambda: chorus.torch.allreduce_hook),
+    "wire": ("chorus.torch.bf16_wire_hook", lambda: chorus.torch.bf16_wire_hook),
+    "gloo": ("DDP on gloo", None),
+    "gloo_bf16": ("bf16_compress_hook on gloo", _bf16_compress_hook),
+}
+
+
 def step(model, module, x, want):
     start = time.perf_counter()
     model(x).backward()
@@ -57,21 +83,29 @@ def main():
     ap.add_argument("--rounds", type=int, default=4, help="rounds (4; the first is warm-up)")
     ap.add_argument("--gloo", action="store_true",
                     help="a third variant: DDP on a gloo group of the same ranks")
+    ap.add_argument("--variants", default="ddp,hook",
+                    help="comma list of ddp, hook, wire, gloo, gloo_bf16 (default ddp,hook)")
     args = ap.parse_args()
+    names = [v for v in args.variants.split(",") if v] + (["gloo"] if args.gloo else [])
+    unknown = set(names) - set(VARIANTS)
+    if unknown or not names:
+        raise SystemExit(f"--variants: unknown {sorted(unknown)}; use {', '.join(VARIANTS)}")
 
     dist.init_process_group("chorus", init_method="env://")
     rank, n = dist.get_rank(), dist.get_world_size()
     numel = args.param_mib << 18  # float32
     count = max(1, args.grads_mib // args.param_mib)
-    gloo = dist.new_group(backend="gloo") if args.gloo else None
+    on_gloo = any(name.startswith("gloo") for name in names)
+    gloo = dist.new_group(backend="gloo") if on_gloo else None
     variants = {}
-    for name in ("ddp", "hook") + (("gloo",) if args.gloo else ()):
+    for name in names:
         module = ManyParameters(count, numel)
+        group = gloo if name.startswith("gloo") else None
         model = DistributedDataParallel(module, bucket_cap_mb=args.bucket_mb,
                                         gradient_as_bucket_view=bool(args.view),
-                                        process_group=gloo if name == "gloo" else None)
-        if name == "hook":
-            model.register_comm_hook(None, chorus.torch.allreduce_hook)
+                                        process_group=group)
+        if VARIANTS[name][1] is not None:
+            model.register_comm_hook(group, VARIANTS[name][1]())
         variants[name] = (model, module, [])
     x = torch.tensor(float(rank + 1))
     want = (n + 1) / 2  # the mean of 1..n
@@ -85,16 +119,13 @@ def main():
                            dtype=torch.float64)
     dist.all_reduce(medians, op=dist.ReduceOp.MAX)
     if rank == 0:
-        ddp_ms, hook_ms = (float(m) * 1e3 for m in medians[:2])
         print(f"# {n} ranks, {count * args.param_mib} MiB of float32 gradients, bucket_cap_mb "
               f"{args.bucket_mb}, gradient_as_bucket_view {bool(args.view)}; median step, "
               f"slowest rank, {(args.rounds - 1) * args.steps} steps each")
-        print(f"DDP's own averaging       {ddp_ms:9.1f} ms")
-        print(f"chorus.torch.allreduce_hook {hook_ms:7.1f} ms   ({ddp_ms / hook_ms:.2f}x)")
-        if args.gloo:
-            gloo_ms = float(medians[2]) * 1e3
-            print(f"DDP on gloo               {gloo_ms:9.1f} ms   (hook {gloo_ms / hook_ms:.2f}x "
-                  f"faster, DDP on chorus {gloo_ms / ddp_ms:.2f}x)")
+        first = float(medians[0])
+        for name, m in zip(variants, medians):
+            print(f"{VARIANTS[name][0]:38} {float(m) * 1e3:9.1f} ms   "
+                  f"({first / float(m):.2f}x the speed of {names[0]})")
     dist.destroy_process_group()
 
 

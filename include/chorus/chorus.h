@@ -318,16 +318,25 @@ CHORUS_C_API void chorus_group_destroy(chorus_group_t* group);
 
 typedef struct chorus_work chorus_work_t; /* a std::shared_ptr<chorus::Work> */
 
-/* Per-call options; NULL means defaults (sum, root 0, the group's timeout). */
+/* wire_dtype of an op: the group's default (CHORUS_WIRE_DTYPE, else full precision). */
+#define CHORUS_WIRE_DEFAULT (-1)
+
+/* Per-call options; NULL means defaults (sum, root 0, the group's timeout and wire). */
 typedef struct chorus_op_options_t {
   size_t size;           /* sizeof(chorus_op_options_t) */
   unsigned int version;  /* CHORUS_CONFIG_VERSION */
   chorus_reduce_op_t op; /* allreduce, reduce_scatter, reduce */
   int root;              /* broadcast, reduce, gather, scatter */
   int64_t timeout_ms;    /* this op's deadline; 0: the group's timeout */
+  /* allreduce, reduce_scatter, reduce (C++: AllreduceOptions::wire_dtype): the chorus_dtype_t
+   * the data travels in between hosts, CHORUS_BFLOAT16 or CHORUS_FLOAT16 for CHORUS_FLOAT32
+   * data, CHORUS_FLOAT32 for CHORUS_FLOAT64 data (sum and avg; partial sums are rounded as they
+   * leave for another host and added in the data's type); the data's own dtype: full
+   * precision; CHORUS_WIRE_DEFAULT: the group's default. */
+  int wire_dtype;
 } chorus_op_options_t;
 #define CHORUS_OP_OPTIONS_INITIALIZER \
-  { sizeof(chorus_op_options_t), CHORUS_CONFIG_VERSION, CHORUS_SUM, 0, 0 }
+  { sizeof(chorus_op_options_t), CHORUS_CONFIG_VERSION, CHORUS_SUM, 0, 0, CHORUS_WIRE_DEFAULT }
 
 /* Each launches the op and returns its handle in *work (free it with chorus_work_free).
  * Argument errors (size mismatch, bad root, wrong device) fail here with INVALID_ARGUMENT,
@@ -425,13 +434,14 @@ typedef struct chorus_op_t {
   const chorus_tensor_t* ins;
   const chorus_tensor_t* outs;
   size_t num_tensors;
+  int wire_dtype; /* as chorus_op_options_t's */
 } chorus_op_t;
 #define CHORUS_OP_INITIALIZER                                                                     \
   {                                                                                               \
     sizeof(chorus_op_t), CHORUS_CONFIG_VERSION, CHORUS_OP_BARRIER,                                \
         {NULL, 0, CHORUS_UINT8, CHORUS_DEVICE_CPU, 0},                                            \
         {NULL, 0, CHORUS_UINT8, CHORUS_DEVICE_CPU, 0}, NULL, NULL, CHORUS_SUM, 0, -1, 0, 0, NULL, \
-        NULL, 0                                                                                   \
+        NULL, 0, CHORUS_WIRE_DEFAULT                                                              \
   }
 /* Launches the op *op describes (same rules and results as the functions above). */
 CHORUS_C_API chorus_result_t chorus_run(chorus_group_t* group, const chorus_op_t* op,

@@ -24,15 +24,25 @@ inline constexpr Duration kDefaultPeerTimeout = std::chrono::seconds(10);
 struct AllreduceOptions {
   ReduceOp op = ReduceOp::sum;
   std::optional<Duration> timeout;  // unset: the group's timeout
+  // The wire this op's data travels in between hosts (docs/architecture.md, "A narrower wire
+  // between hosts"): bfloat16 or float16 for float32 data, float32 for float64 data; sum and
+  // avg only. Partial sums are rounded to it as they leave for another host and added in the
+  // data's own type, so no input is rounded and every rank ends with the same bits; links
+  // inside a host, and ops small enough for the latency algorithms, keep full precision. The
+  // op's own dtype: full precision. Unset: the group's default (TcpGroupOptions::wire_dtype,
+  // CHORUS_WIRE_DTYPE), where it applies. The nccl backend has no narrower wire.
+  std::optional<DataType> wire_dtype;
 };
 struct ReduceScatterOptions {
   ReduceOp op = ReduceOp::sum;
   std::optional<Duration> timeout;
+  std::optional<DataType> wire_dtype;  // as AllreduceOptions::wire_dtype
 };
 struct ReduceOptions {
   ReduceOp op = ReduceOp::sum;
   int root = 0;
   std::optional<Duration> timeout;
+  std::optional<DataType> wire_dtype;  // as AllreduceOptions::wire_dtype
 };
 // broadcast, gather, scatter.
 struct RootOptions {
@@ -122,6 +132,12 @@ struct TcpGroupOptions {
   // else kDefaultPeerTimeout. Zero: no liveness checks (a peer that vanishes without a reset is
   // then noticed only at an op's deadline). Raise it to stop ranks in a debugger.
   std::optional<Duration> peer_timeout;
+  // The default wire of the group's float reductions between hosts (AllreduceOptions::
+  // wire_dtype): bfloat16 or float16 (float32 data travels in it, float64 data as float32),
+  // or float32 (float64 data only). It applies to allreduce, reduce_scatter and reduce with sum
+  // or avg on float data, and is ignored for every other op. Unset: CHORUS_WIRE_DTYPE
+  // (bf16|fp16|fp32|off), else full precision.
+  std::optional<DataType> wire_dtype;
 };
 
 struct NcclGroupOptions {

@@ -72,6 +72,8 @@ struct OpDescriptor {
   int peer = -1;                    // send: the destination; recv: the source, or kAnySource
   std::uint32_t tag = 0;            // send, recv
   std::optional<Duration> timeout;  // unset: the group's timeout
+  // allreduce, reduce_scatter, reduce: the wire between hosts (AllreduceOptions::wire_dtype).
+  std::optional<DataType> wire_dtype;
   // Coalesced: several tensors, one op (torch's allreduce_coalesced, an NCCL group of calls).
   // When `ins` is not empty the op runs on the pairs (ins[i], outs[i]) instead of in/out, which
   // must then be empty. Each pair has the shape the op has on one tensor (allreduce: equal
@@ -138,6 +140,7 @@ class CHORUS_API ProcessGroup final {
   std::shared_ptr<Work> allreduce(Tensor in, Tensor out, const AllreduceOptions& options = {}) {
     OpDescriptor op = describe(OpType::allreduce, in, out, options.timeout);
     op.op = options.op;
+    op.wire_dtype = options.wire_dtype;
     return run(op);
   }
   std::shared_ptr<Work> allreduce(Tensor inout, const AllreduceOptions& options = {}) {
@@ -153,6 +156,7 @@ class CHORUS_API ProcessGroup final {
                                        const ReduceScatterOptions& options = {}) {
     OpDescriptor op = describe(OpType::reduce_scatter, in, out, options.timeout);
     op.op = options.op;
+    op.wire_dtype = options.wire_dtype;
     return run(op);
   }
   // Every rank's inout becomes root's inout.
@@ -166,6 +170,7 @@ class CHORUS_API ProcessGroup final {
     OpDescriptor op = describe(OpType::reduce, in, out, options.timeout);
     op.op = options.op;
     op.root = options.root;
+    op.wire_dtype = options.wire_dtype;
     return run(op);
   }
   // Root's out (count size() * n) = every rank's in (count n), in rank order; out ignored

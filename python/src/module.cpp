@@ -35,6 +35,27 @@ PYBIND11_MODULE(_C, m) {
 
   chorus::torch_bridge::bind_elastic(m);
 
+  // chorus.torch.wire_dtype(): dtypes by name, None for the group's default.
+  m.def(
+      "_set_wire_dtype",
+      [](std::optional<std::string> name) -> std::optional<std::string> {
+        std::optional<chorus::DataType> wire;
+        if (name) {
+          wire = chorus::parse_data_type(*name);
+          if (!wire) {
+            throw py::value_error("chorus: wire_dtype '" + *name + "' is not a dtype name");
+          }
+        }
+        const auto before = chorus::torch_bridge::set_thread_wire_dtype(wire);
+        if (!before) {
+          return std::nullopt;
+        }
+        return std::string(chorus::to_string(*before));
+      },
+      py::arg("name"),
+      "Sets this thread's wire dtype for the next allreduce, reduce_scatter and reduce "
+      "(chorus.torch.wire_dtype); returns the previous one.");
+
   m.def("move_to_shared_buffer", &chorus::torch_bridge::move_to_shared_buffer, py::arg("tensor"),
         "Moves the tensor's storage into a SharedBuffer in place (chorus.torch.share_); false "
         "when it is empty or there already.");

@@ -19,6 +19,8 @@ namespace {
 
 using Parts = std::vector<std::shared_ptr<chorus::Work>>;
 
+thread_local std::optional<DataType> t_wire_dtype;
+
 std::string prefix(const char* op) { return std::string("chorus: ") + op + ": "; }
 
 void require_root(std::int64_t root, int size, const char* op) {
@@ -211,6 +213,10 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupChorus::broadcast(std::vector<at::Ten
   return work;
 }
 
+std::optional<DataType> set_thread_wire_dtype(std::optional<DataType> wire) {
+  return std::exchange(t_wire_dtype, wire);
+}
+
 c10::intrusive_ptr<c10d::Work> ProcessGroupChorus::allreduce(std::vector<at::Tensor>& tensors,
                                                              const c10d::AllreduceOptions& opts) {
   const char* op = "allreduce";
@@ -218,7 +224,9 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupChorus::allreduce(std::vector<at::Ten
   Staged t = stage(tensors[0], op);
   const ReduceOp rop = chorus_reduce_op(opts.reduceOp, t.user.scalar_type(), op);
   auto work = make_work(c10d::OpType::ALLREDUCE, op, tensors);
-  Parts parts{group_->allreduce(t.view(), {.op = rop, .timeout = chorus_timeout(opts.timeout)})};
+  Parts parts{group_->allreduce(t.view(), {.op = rop,
+                                           .timeout = chorus_timeout(opts.timeout),
+                                           .wire_dtype = t_wire_dtype})};
   ChorusWork::start(work, std::move(parts), [t] { t.copy_back(); }, {t.buffer});
   return work;
 }
@@ -235,7 +243,10 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupChorus::allreduce_coalesced(
   const ReduceOp rop = chorus_reduce_op(opts.reduceOp, tensors[0].scalar_type(), op);
   // One chorus op over every tensor, in place (OpDescriptor::ins/outs): no flattening here.
   Coalesced c(
-      OpDescriptor{.type = OpType::allreduce, .op = rop, .timeout = chorus_timeout(opts.timeout)});
+      OpDescriptor{.type = OpType::allreduce,
+                   .op = rop,
+                   .timeout = chorus_timeout(opts.timeout),
+                   .wire_dtype = t_wire_dtype});
   for (const auto& t : tensors) {
     c.add(t, t, op);
   }
@@ -256,7 +267,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupChorus::reduce(std::vector<at::Tensor
   Parts parts{group_->reduce(t.view(), t.view(),
                              {.op = rop,
                               .root = static_cast<int>(opts.rootRank),
-                              .timeout = chorus_timeout(opts.timeout)})};
+                              .timeout = chorus_timeout(opts.timeout),
+                              .wire_dtype = t_wire_dtype})};
   ChorusWork::start(work, std::move(parts),
                     [t, root] {
                       if (root) {
@@ -341,7 +353,10 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupChorus::reduce_scatter_tensor_coalesc
   const ReduceOp rop = chorus_reduce_op(opts.reduceOp, outputs[0].scalar_type(), op);
   // One coalesced reduce_scatter: block r of input i is reduced into rank r's output i.
   Coalesced c(OpDescriptor{
-      .type = OpType::reduce_scatter, .op = rop, .timeout = chorus_timeout(opts.timeout)});
+      .type = OpType::reduce_scatter,
+      .op = rop,
+      .timeout = chorus_timeout(opts.timeout),
+      .wire_dtype = t_wire_dtype});
   for (std::size_t i = 0; i < inputs.size(); ++i) {
     c.add(inputs[i], outputs[i], op);
   }
@@ -499,7 +514,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupChorus::reduce_scatter(
   at::Tensor flat = flatten(list);
   Staged in = stage(flat, op);
   auto work = make_work(c10d::OpType::REDUCE_SCATTER, op, outputs);
-  const ReduceScatterOptions options{.op = rop, .timeout = chorus_timeout(opts.timeout)};
+  const ReduceScatterOptions options{
+      .op = rop, .timeout = chorus_timeout(opts.timeout), .wire_dtype = t_wire_dtype};
   Parts parts{uneven ? group_->reduce_scatterv(in.view(), out.view(), counts, options)
                      : group_->reduce_scatter(in.view(), out.view(), options)};
   ChorusWork::start(work, std::move(parts), [out] { out.copy_back(); }, {flat, out.buffer});
@@ -519,8 +535,9 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupChorus::_reduce_scatter_base(
   }
   const ReduceOp rop = chorus_reduce_op(opts.reduceOp, output.scalar_type(), op);
   auto work = make_work(c10d::OpType::_REDUCE_SCATTER_BASE, op, {output});
-  Parts parts{group_->reduce_scatter(in.view(), out.view(),
-                                     {.op = rop, .timeout = chorus_timeout(opts.timeout)})};
+  Parts parts{group_->reduce_scatter(
+      in.view(), out.view(),
+      {.op = rop, .timeout = chorus_timeout(opts.timeout), .wire_dtype = t_wire_dtype})};
   ChorusWork::start(work, std::move(parts), [out] { out.copy_back(); }, {in.buffer, out.buffer});
   return work;
 }

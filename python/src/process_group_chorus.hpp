@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -16,6 +17,10 @@
 #include "torch_work.hpp"
 
 namespace chorus::torch_bridge {
+
+// The wire of the reductions this thread issues next (chorus.torch.wire_dtype(): torch's op
+// options have no such field): unset, the group's default. Returns the previous setting.
+std::optional<DataType> set_thread_wire_dtype(std::optional<DataType> wire);
 
 // One chorus tcp group per torch group, bootstrapped through torch's store. Every op checks its
 // tensors (CPU, dtype, shapes) on the calling rank, stages non-contiguous tensors through a

@@ -40,18 +40,30 @@ struct OpOptions {
   ReduceOp op = ReduceOp::sum;
   int root = 0;
   std::optional<Duration> timeout;
+  std::optional<DataType> wire_dtype;
 };
 
 OpOptions op_options(const chorus_op_options_t* options, const char* function) {
   const chorus_op_options_t defaults = CHORUS_OP_OPTIONS_INITIALIZER;
-  const auto c = read_config(options, defaults, sizeof(chorus_op_options_t), function,
+  // A struct from a build before wire_dtype is whole without it.
+  const auto c = read_config(options, defaults, offsetof(chorus_op_options_t, wire_dtype), function,
                              "CHORUS_OP_OPTIONS_INITIALIZER");
   const auto op = c_enum_value(c.op);
   if (op < 0 || op >= kNumReduceOps) {
     throw InvalidArgument(fmt::format(
         "{}: options.op is {}, not a chorus_reduce_op_t (CHORUS_SUM .. CHORUS_AVG)", function, op));
   }
-  return OpOptions{static_cast<ReduceOp>(op), c.root, timeout_from_ms(c.timeout_ms, function)};
+  std::optional<DataType> wire;
+  if (c.wire_dtype != CHORUS_WIRE_DEFAULT) {
+    if (c.wire_dtype < 0 || c.wire_dtype >= kNumDataTypes) {
+      throw InvalidArgument(
+          fmt::format("{}: wire_dtype is {}, neither a chorus_dtype_t nor CHORUS_WIRE_DEFAULT ({})",
+                      function, c.wire_dtype, CHORUS_WIRE_DEFAULT));
+    }
+    wire = static_cast<DataType>(c.wire_dtype);
+  }
+  return OpOptions{static_cast<ReduceOp>(op), c.root, timeout_from_ms(c.timeout_ms, function),
+                   wire};
 }
 
 // Runs `launch` (which returns the Work) and hands out the handle.
@@ -80,6 +92,7 @@ chorus_result_t run_op(const char* function, chorus_group_t* group,
     op.op = o.op;
     op.root = o.root;
     op.timeout = o.timeout;
+    op.wire_dtype = o.wire_dtype;
     describe(op, pg);
     return pg.run(op);
   });
@@ -289,6 +302,7 @@ chorus_result_t chorus_run(chorus_group_t* group, const chorus_op_t* op, chorus_
     shared.op = c.op;
     shared.root = c.root;
     shared.timeout_ms = c.timeout_ms;
+    shared.wire_dtype = c.wire_dtype;
     const auto o = op_options(&shared, fn);
     d.type = static_cast<chorus::OpType>(chorus::capi::c_enum_value(c.type));
     d.in = to_tensor(&c.in, fn, "op->in");
@@ -302,6 +316,7 @@ chorus_result_t chorus_run(chorus_group_t* group, const chorus_op_t* op, chorus_
     d.op = o.op;
     d.root = o.root;
     d.timeout = o.timeout;
+    d.wire_dtype = o.wire_dtype;
     d.peer = c.peer;
     d.tag = c.tag;
     if (c.num_tensors != 0 || c.ins != nullptr || c.outs != nullptr) {

@@ -209,6 +209,27 @@ std::optional<long long> max_peer_sockets() {
                  "the job's environment (a bound on each rank's sockets to its peers)");
 }
 
+std::optional<DataType> wire_dtype() {
+  auto text = get("CHORUS_WIRE_DTYPE");
+  if (!text || *text == "off") {
+    return std::nullopt;
+  }
+  if (*text == "bf16" || *text == "bfloat16") {
+    return DataType::bfloat16;
+  }
+  if (*text == "fp16" || *text == "float16") {
+    return DataType::float16;
+  }
+  if (*text == "fp32" || *text == "float32") {
+    return DataType::float32;
+  }
+  throw InvalidArgument(fmt::format(
+      "CHORUS_WIRE_DTYPE='{}' is not one of bf16, fp16, fp32, off: bf16 or fp16 send float32 "
+      "reductions between hosts in 16 bits, fp32 float64 ones in 32 bits; unset it (or off) "
+      "for full precision",
+      *text));
+}
+
 }  // namespace chorus::env
 
 namespace chorus {

@@ -10,6 +10,7 @@
 
 #include <chorus/deadline.hpp>
 #include <chorus/logging.hpp>
+#include <chorus/types.hpp>
 
 namespace chorus::env {
 
@@ -65,5 +66,10 @@ TransportChoice transport_choice();
 // closing the least recently used idle links; unset: no bound. Throws InvalidArgument on a
 // bad value.
 std::optional<long long> max_peer_sockets();
+
+// CHORUS_WIRE_DTYPE=bf16|fp16|fp32|off (default off): the group default of the wire that
+// float reductions travel between hosts in (core/wire.hpp; fp32 applies to float64 data).
+// Throws InvalidArgument on a bad value.
+std::optional<DataType> wire_dtype();
 
 }  // namespace chorus::env

@@ -14,6 +14,7 @@
 #include <chorus/errors.hpp>
 
 #include "core/backend.hpp"
+#include "core/wire.hpp"
 
 // A tensor in a message, "4 x float32", formatted only when a message uses it: require()'s
 // arguments are evaluated on every call, and formatting two strings per call made a small
@@ -324,12 +325,36 @@ void check_coalesced(const OpDescriptor& op, const detail::Backend& backend, con
   }
 }
 
+// OpDescriptor::wire_dtype: the op's own dtype (full precision) on the three reductions that have
+// a wire, or a narrower float wire of a sum or average (core/wire.hpp).
+void check_wire(const OpDescriptor& op, const detail::Backend& backend, const char* name) {
+  const Checker c(op, backend, name);
+  const DataType wire = *op.wire_dtype;
+  c.require(has_wire(op.type),
+            "wire_dtype ({}) is for allreduce, reduce_scatter and reduce; leave it unset",
+            to_string(wire));
+  const DataType dtype = op.ins.empty() ? op.in.dtype() : op.ins[0].dtype();
+  if (wire == dtype) {
+    return;
+  }
+  c.require(wire_narrows(dtype, wire),
+            "wire_dtype {} does not carry {} data: float32 data travels as bfloat16 or float16, "
+            "float64 data as float32 (or pass the data's own dtype for full precision)",
+            to_string(wire), to_string(dtype));
+  c.require(op.op == ReduceOp::sum || op.op == ReduceOp::avg,
+            "wire_dtype {} is for sum and avg; a {} keeps full precision (leave it unset)",
+            to_string(wire), to_string(op.op));
+}
+
 template <CheckFn Check>
 void run_check(const OpDescriptor& op, const detail::Backend& backend, const char* name) {
   if (op.ins.empty() && op.outs.empty()) [[likely]] {
     Check(Checker(op, backend, name));
   } else {
     check_coalesced(op, backend, name, Check);
+  }
+  if (op.wire_dtype) [[unlikely]] {
+    check_wire(op, backend, name);
   }
 }
 

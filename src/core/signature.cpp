@@ -11,7 +11,9 @@ namespace chorus {
 namespace {
 
 constexpr std::uint32_t kMagic = 0x47534843;  // "CHSG" little-endian
-constexpr std::uint8_t kVersion = 2;  // 2: kind is the OpType, byte 12 zero, 13..15 the parts
+// 3: kind is the OpType, byte 12 the wire (0: the dtype's own, else 1 + the wire's DataType),
+// 13..15 the parts.
+constexpr std::uint8_t kVersion = 3;
 
 }  // namespace
 
@@ -23,7 +25,7 @@ EncodedSignature encode(const OpSignature& sig) noexcept {
   out[6] = static_cast<std::uint8_t>(sig.dtype);
   out[7] = static_cast<std::uint8_t>(sig.redop);
   put_le(&out[8], static_cast<std::uint32_t>(sig.root), 4);
-  out[12] = 0;  // reserved
+  out[12] = sig.wire ? static_cast<std::uint8_t>(1 + static_cast<int>(*sig.wire)) : 0;
   put_le(&out[13], sig.parts, 3);
   put_le(&out[16], sig.count, 8);
   put_le(&out[24], sig.seq, 8);
@@ -36,7 +38,7 @@ std::optional<OpSignature> decode_signature(const std::uint8_t* bytes) noexcept 
   }
   // Only collectives carry a signature: a point-to-point kind is as foreign as an unknown one.
   if (bytes[5] >= kNumOpTypes || !op_rule(static_cast<OpType>(bytes[5])).collective ||
-      bytes[6] >= kNumDataTypes || bytes[7] >= kNumReduceOps || bytes[12] != 0) {
+      bytes[6] >= kNumDataTypes || bytes[7] >= kNumReduceOps || bytes[12] > kNumDataTypes) {
     return std::nullopt;
   }
   OpSignature sig;
@@ -47,6 +49,9 @@ std::optional<OpSignature> decode_signature(const std::uint8_t* bytes) noexcept 
   sig.count = get_le(&bytes[16], 8);
   sig.seq = get_le(&bytes[24], 8);
   sig.parts = static_cast<std::uint32_t>(get_le(&bytes[13], 3));
+  if (bytes[12] != 0) {
+    sig.wire = static_cast<DataType>(bytes[12] - 1);
+  }
   return sig;
 }
 
@@ -61,6 +66,9 @@ std::string describe(const OpSignature& sig) {
   }
   if (rule.reduces) {
     out += fmt::format(", {}", to_string(sig.redop));
+  }
+  if (sig.wire) {
+    out += fmt::format(", {} wire", to_string(*sig.wire));
   }
   if (rule.rooted) {
     out += fmt::format(", root {}", sig.root);
@@ -86,6 +94,7 @@ std::string describe_mismatch(const OpSignature& mine, int my_rank, const OpSign
     add(mine.parts != theirs.parts, "number of tensors");
     add(mine.dtype != theirs.dtype, "dtype");
     add(mine.redop != theirs.redop, "reduce op");
+    add(mine.wire != theirs.wire, "wire dtype (CHORUS_WIRE_DTYPE or the op's wire_dtype)");
     add(mine.root != theirs.root, "root");
     what = fmt::format("same collective, different {}", fields);
   }

@@ -34,6 +34,9 @@ struct OpSignature {
   // Tensors of a coalesced op (OpDescriptor::ins.size()); 0 for an op on one input and output.
   // Ranks that split the same total differently disagree here.
   std::uint32_t parts = 0;
+  // The narrower type the op's data travels in between hosts (core/wire.hpp); unset: full
+  // precision. Ranks that disagree would send streams of different lengths.
+  std::optional<DataType> wire;
 
   friend bool operator==(const OpSignature&, const OpSignature&) = default;
 };
@@ -41,9 +44,10 @@ struct OpSignature {
 inline constexpr std::size_t kSignatureBytes = 32;
 using EncodedSignature = std::array<std::uint8_t, kSignatureBytes>;
 
-// Fixed little-endian layout: magic "CHSG", version (2), kind (the OpType's value), dtype,
-// redop, root, a reserved zero byte, parts (3 bytes), count, seq. Whether an op's buffers are
-// SharedBuffers is not part of it: ranks may differ there (algorithms/direct.cpp agrees in-band).
+// Fixed little-endian layout: magic "CHSG", version (3), kind (the OpType's value), dtype,
+// redop, root, the wire (0: full precision, else 1 + its DataType), parts (3 bytes), count, seq.
+// Whether an op's buffers are SharedBuffers is not part of it: ranks may differ there
+// (algorithms/direct.cpp agrees in-band).
 inline constexpr std::uint32_t kMaxSignatureParts = (1u << 24) - 1;
 EncodedSignature encode(const OpSignature& sig) noexcept;
 // nullopt if the bytes are not a signature (bad magic, version or enum value): the stream

@@ -25,6 +25,7 @@
 #include "core/logging.hpp"
 #include "core/op_rules.hpp"
 #include "core/survivor_agreement.hpp"
+#include "core/wire.hpp"
 #include "cpu/algorithms/algorithms.hpp"
 #include "cpu/bootstrap/host_id.hpp"
 #include "cpu/bootstrap/link_costs.hpp"
@@ -81,6 +82,12 @@ class CpuProcessGroup final : public detail::Backend {
     if (const auto algo = env::get("CHORUS_ALGO")) {
       forced_ = parse_algorithm_overrides(*algo);
     }
+    wire_default_ = options.wire_dtype ? options.wire_dtype : env::wire_dtype();
+    check_arg(!wire_default_ || *wire_default_ == DataType::bfloat16 ||
+                  *wire_default_ == DataType::float16 || *wire_default_ == DataType::float32,
+              "tcp group [{}]: TcpGroupOptions::wire_dtype is {}; a wire is bfloat16, float16 "
+              "(for float32 data) or float32 (for float64 data)",
+              name(), to_string(*wire_default_));
     MeshOptions mo;
     mo.rank = rank;
     mo.size = size;
@@ -281,6 +288,13 @@ class CpuProcessGroup final : public detail::Backend {
     o->args.op = op;
     o->args.root = root;
     o->args.forced = forced_[static_cast<std::size_t>(kind)];
+    if (has_wire(kind)) {
+      const DataType wire = d.wire_dtype ? *d.wire_dtype : default_wire(dtype, op, wire_default_);
+      if (wire != dtype) {
+        o->args.wire = wire;
+        o->sig.wire = wire;
+      }
+    }
     o->parts = std::move(parts);
     o->args.num_parts = o->parts.size();
     o->sig.kind = kind;
@@ -372,8 +386,10 @@ class CpuProcessGroup final : public detail::Backend {
   std::atomic<std::uint64_t> splits_{0};
   std::atomic<std::uint64_t> shrinks_{0};
   Membership membership_;
-  HostMap hosts_;                  // which ranks share a host: picks the hierarchical algorithms
-  AlgorithmOverrides forced_{};    // CHORUS_ALGO
+  HostMap hosts_;                // which ranks share a host: picks the hierarchical algorithms
+  AlgorithmOverrides forced_{};  // CHORUS_ALGO
+  // TcpGroupOptions::wire_dtype, else CHORUS_WIRE_DTYPE: the wire of ops that set none.
+  std::optional<DataType> wire_default_;
   LinkCosts link_costs_;           // the α/β figures every rank of the group chooses by
   OneSided* one_sided_ = nullptr;  // the transport's capability (engine_ owns the transport)
   bool peer_memory_ = false;       // every rank on this host, in reach: one_sided_ runs inline

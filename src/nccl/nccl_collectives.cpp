@@ -319,6 +319,16 @@ std::shared_ptr<Work> NcclProcessGroup::do_recv(Tensor tensor, int src, const Op
 }
 
 void NcclProcessGroup::check_supported(const OpDescriptor& op, const char* op_name) const {
+  const DataType dtype = op.ins.empty() ? op.in.dtype() : op.ins[0].dtype();
+  if (op.wire_dtype && *op.wire_dtype != dtype) {
+    ErrorContext ctx = group_context();
+    ctx.op = op_name;
+    throw InvalidArgument(
+        fmt::format("{} {}: wire_dtype {} given, but the nccl backend reduces in the data's own "
+                    "type on the wire (NCCL has no narrower wire); leave it unset",
+                    op_name, on_rank(ctx), to_string(*op.wire_dtype)),
+        ctx);
+  }
   if (op.type != OpType::send && op.type != OpType::recv) {
     return;
   }

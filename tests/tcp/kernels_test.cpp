@@ -13,6 +13,7 @@
 #include "core/reduce.hpp"
 #include "core/signature.hpp"
 #include "core/stream_copy.hpp"
+#include "core/wire.hpp"
 
 namespace chorus {
 namespace {
@@ -255,27 +256,31 @@ TEST_CASE("OpSignature encodes to the documented bytes", "[tcp][kernels]") {
   };
   const Vector vectors[] = {
       {{OpType::allreduce, DataType::float32, ReduceOp::sum, 0, 1024, 5},
-       {0x43, 0x48, 0x53, 0x47, 2, 0, 8, 0, 0, 0, 0, 0, 0, 0, 0, 0,  //
+       {0x43, 0x48, 0x53, 0x47, 3, 0, 8, 0, 0, 0, 0, 0, 0, 0, 0, 0,  //
         0x00, 0x04, 0,    0,    0, 0, 0, 0, 5, 0, 0, 0, 0, 0, 0, 0}},
       {{OpType::reduce, DataType::bfloat16, ReduceOp::max, 3, 123456789012ull, 42},
-       {0x43, 0x48, 0x53, 0x47, 2,    4, 7, 3, 3,  0, 0, 0, 0, 0, 0, 0,  //
+       {0x43, 0x48, 0x53, 0x47, 3,    4, 7, 3, 3,  0, 0, 0, 0, 0, 0, 0,  //
         0x14, 0x1a, 0x99, 0xbe, 0x1c, 0, 0, 0, 42, 0, 0, 0, 0, 0, 0, 0}},
       {{OpType::scatter, DataType::int64, ReduceOp::sum, 258, 7, 1},
-       {0x43, 0x48, 0x53, 0x47, 2, 6, 4, 0, 0x02, 0x01, 0, 0, 0, 0, 0, 0,  //
+       {0x43, 0x48, 0x53, 0x47, 3, 6, 4, 0, 0x02, 0x01, 0, 0, 0, 0, 0, 0,  //
         7,    0,    0,    0,    0, 0, 0, 0, 1,    0,    0, 0, 0, 0, 0, 0}},
       {{OpType::reduce_scatter, DataType::float16, ReduceOp::avg, 0, 33, 0x0102030405060708ull},
-       {0x43, 0x48, 0x53, 0x47, 2, 2, 6, 4, 0, 0, 0, 0, 0, 0, 0, 0,  //
+       {0x43, 0x48, 0x53, 0x47, 3, 2, 6, 4, 0, 0, 0, 0, 0, 0, 0, 0,  //
         33,   0,    0,    0,    0, 0, 0, 0, 8, 7, 6, 5, 4, 3, 2, 1}},
       {{OpType::barrier, DataType::uint8, ReduceOp::sum, 0, 0, 9},
-       {0x43, 0x48, 0x53, 0x47, 2, 8, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0,  //
+       {0x43, 0x48, 0x53, 0x47, 3, 8, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0,  //
         0,    0,    0,    0,    0, 0, 0, 0, 9, 0, 0, 0, 0, 0, 0, 0}},
       {{OpType::allgather, DataType::float32, ReduceOp::sum, 0, 65536, 2},
-       {0x43, 0x48, 0x53, 0x47, 2, 1, 8, 0, 0, 0, 0, 0, 0, 0, 0, 0,  //
+       {0x43, 0x48, 0x53, 0x47, 3, 1, 8, 0, 0, 0, 0, 0, 0, 0, 0, 0,  //
         0,    0,    1,    0,    0, 0, 0, 0, 2, 0, 0, 0, 0, 0, 0, 0}},
       // A coalesced allreduce of 0x010203 tensors: their number in bytes 13..15.
       {{OpType::allreduce, DataType::int32, ReduceOp::max, 0, 10, 3, 0x010203},
-       {0x43, 0x48, 0x53, 0x47, 2, 0, 2, 3, 0, 0, 0, 0, 0, 3, 2, 1,  //
+       {0x43, 0x48, 0x53, 0x47, 3, 0, 2, 3, 0, 0, 0, 0, 0, 3, 2, 1,  //
         10,   0,    0,    0,    0, 0, 0, 0, 3, 0, 0, 0, 0, 0, 0, 0}},
+      // float32 on a bfloat16 wire: byte 12 is 1 + bfloat16's value (7).
+      {{OpType::allreduce, DataType::float32, ReduceOp::avg, 0, 64, 4, 0, DataType::bfloat16},
+       {0x43, 0x48, 0x53, 0x47, 3, 0, 8, 4, 0, 0, 0, 0, 8, 0, 0, 0,  //
+        64,   0,    0,    0,    0, 0, 0, 0, 4, 0, 0, 0, 0, 0, 0, 0}},
   };
   for (const Vector& v : vectors) {
     INFO(describe(v.sig));
@@ -318,10 +323,10 @@ TEST_CASE("OpSignature round-trips and describes mismatches", "[tcp][kernels]") 
   CHECK(describe(OpSignature{OpType::barrier, DataType::uint8, ReduceOp::sum, 0, 0, 9}) ==
         "barrier (seq 9)");
 
-  // The reserved bytes must be zero (a version 1 peer's SharedBuffer flag among them): else
-  // the stream is out of step. So is another version.
+  // Byte 12 names a wire or none: anything else means the stream is out of step. So does
+  // another version.
   EncodedSignature flags = encode(a);
-  flags[12] = 1;
+  flags[12] = kNumDataTypes + 1;
   CHECK_FALSE(decode_signature(flags.data()));
   flags = encode(a);
   flags[4] = 1;
@@ -335,6 +340,88 @@ TEST_CASE("OpSignature round-trips and describes mismatches", "[tcp][kernels]") 
   CHECK(describe(three) == "allreduce (seq 5, 1024 x float32 in 3 tensors, sum)");
   CHECK(describe_mismatch(three, 0, two, 1).find("different number of tensors") !=
         std::string::npos);
+
+  // A wire on one rank only.
+  OpSignature wired = a;
+  wired.wire = DataType::bfloat16;
+  CHECK(describe(wired) == "allreduce (seq 5, 1024 x float32, sum, bfloat16 wire)");
+  CHECK(describe_mismatch(wired, 0, a, 1).find("different wire dtype") != std::string::npos);
+}
+
+TEST_CASE("wire kernels: narrow, round, widen in place from the tail, reduce from the wire",
+          "[tcp][kernels][wire]") {
+  std::mt19937 rng(7);
+  std::uniform_real_distribution<float> dist(-100.0f, 100.0f);
+  for (std::size_t n : {0u, 1u, 5u, 63u, 64u, 65u, 127u, 1000u}) {
+    INFO(n);
+    std::vector<float> x(n);
+    for (float& v : x) {
+      v = dist(rng);
+    }
+    if (n > 3) {
+      x[0] = INFINITY;
+      x[1] = -0.0f;
+      x[2] = std::nanf("");
+    }
+    for (DataType wire : {DataType::bfloat16, DataType::float16}) {
+      INFO(to_string(wire));
+      auto one = [&](float v) {
+        return wire == DataType::bfloat16 ? bfloat16_to_float(float_to_bfloat16(v))
+                                          : half_to_float(float_to_half(v));
+      };
+      std::vector<std::uint16_t> narrowed(n);
+      narrow(narrowed.data(), x.data(), n, DataType::float32, wire);
+      std::vector<float> rounded = x;
+      round_through_wire(rounded.data(), n, DataType::float32, wire);
+      // A receive's layout: the narrow elements in the last half of the float buffer.
+      std::vector<float> widened(n, -1.0f);
+      if (n > 0) {
+        std::memcpy(reinterpret_cast<std::byte*>(widened.data()) + 2 * n, narrowed.data(), 2 * n);
+      }
+      widen_from_tail(widened.data(), n, DataType::float32, wire);
+      std::vector<float> local(n, 0.25f);
+      std::vector<float> sum(n);
+      reduce_from_wire(sum.data(), local.data(), narrowed.data(), n, DataType::float32, wire, 0);
+      std::vector<float> avg = local;  // in place, with the divisor
+      reduce_from_wire(avg.data(), avg.data(), narrowed.data(), n, DataType::float32, wire, 4);
+      for (std::size_t i = 0; i < n; ++i) {
+        const float want = one(x[i]);
+        if (std::isnan(x[i])) {
+          CHECK(std::isnan(rounded[i]));
+          CHECK(std::isnan(widened[i]));
+          continue;
+        }
+        CHECK(std::memcmp(&rounded[i], &want, 4) == 0);
+        CHECK(std::memcmp(&widened[i], &want, 4) == 0);
+        CHECK(sum[i] == 0.25f + want);
+        CHECK(avg[i] == (0.25f + want) / 4);
+      }
+    }
+    // float64 data on a float32 wire.
+    std::vector<double> d(n);
+    for (std::size_t i = 0; i < n; ++i) {
+      d[i] = static_cast<double>(dist(rng)) / 3.0;
+    }
+    std::vector<double> back(n, -1.0);
+    std::vector<float> f(n);
+    narrow(f.data(), d.data(), n, DataType::float64, DataType::float32);
+    if (n > 0) {
+      std::memcpy(reinterpret_cast<std::byte*>(back.data()) + 4 * n, f.data(), 4 * n);
+    }
+    widen_from_tail(back.data(), n, DataType::float64, DataType::float32);
+    for (std::size_t i = 0; i < n; ++i) {
+      CHECK(back[i] == static_cast<double>(static_cast<float>(d[i])));
+    }
+  }
+  CHECK(wire_narrows(DataType::float32, DataType::bfloat16));
+  CHECK(wire_narrows(DataType::float64, DataType::float32));
+  CHECK_FALSE(wire_narrows(DataType::float32, DataType::float32));
+  CHECK_FALSE(wire_narrows(DataType::int32, DataType::bfloat16));
+  CHECK(default_wire(DataType::float32, ReduceOp::sum, DataType::bfloat16) == DataType::bfloat16);
+  CHECK(default_wire(DataType::float64, ReduceOp::avg, DataType::bfloat16) == DataType::float32);
+  CHECK(default_wire(DataType::float32, ReduceOp::max, DataType::bfloat16) == DataType::float32);
+  CHECK(default_wire(DataType::int32, ReduceOp::sum, DataType::bfloat16) == DataType::int32);
+  CHECK(default_wire(DataType::float32, ReduceOp::sum, DataType::float32) == DataType::float32);
 }
 
 TEST_CASE("stream_copy copies exactly the bytes asked for, at every alignment", "[tcp][kernels]") {

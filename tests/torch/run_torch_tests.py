@@ -30,6 +30,7 @@ WORK = os.path.join(HERE, "work_check.py")
 LIVENESS = os.path.join(HERE, "liveness_check.py")
 SECRET = os.path.join(HERE, "secret_check.py")
 STRANGER = os.path.join(HERE, "stranger.py")
+WIRE = os.path.join(HERE, "wire_check.py")
 PACKAGE = os.path.join(HERE, "package_check.py")
 SUITE = os.path.join(HERE, "suite", "run_suite.py")
 SUITE_SUBSET = os.path.join(HERE, "suite", "ci_subset.txt")
@@ -65,6 +66,12 @@ def case_shared(n):
     if ranks_reporting(outputs, "OK shared:") != n:
         raise AssertionError("not every rank finished:\n" + "\n".join(outputs))
     return last_line(outputs, "OK shared:")
+
+
+def case_wire():
+    """bf16_wire_hook against bf16_compress_hook on gloo, same inputs (4 ranks, 4 "hosts")."""
+    outputs = launch.by_hand(WIRE, 4, deadline_s=180).expect_success()
+    return last_line(outputs, "OK wire:")
 
 
 def case_work(n):
@@ -417,6 +424,7 @@ CASES = {
     "init_file": lambda: case_init("file"),
     "init_store": lambda: case_init("store"),
     "package": case_package,
+    "wire": case_wire,
     "ddp_torchrun_2": lambda: run_ddp("torchrun", 2),
     "ddp_torchrun_4": lambda: run_ddp("torchrun", 4),
     "ddp_chorusrun_2": lambda: run_ddp("chorusrun", 2),

@@ -9,6 +9,7 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -58,6 +59,9 @@ struct CollectiveArgs {
   DataType dtype = DataType::uint8;
   ReduceOp op = ReduceOp::sum;
   int root = 0;
+  // The narrower type the op's data travels in between hosts (core/wire.hpp; unset: full
+  // precision), for the algorithms that take it (Schedule::AllowWire).
+  std::optional<DataType> wire;
   // The variable-size collectives' elements per rank (OpDescriptor::in_counts/out_counts,
   // size() entries; owned by the Op); null for the other ops.
   const std::size_t* in_counts = nullptr;

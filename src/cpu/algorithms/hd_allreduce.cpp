@@ -20,8 +20,9 @@
 //   allgather, mask = 1 .. p/2: v sends the mask blocks it holds to v ^ mask and receives the
 //     partner's mask blocks straight into `out`.
 // Each block is reduced to its final value by one rank only and copied to the others, so all
-// ranks end with identical bits. In place, a receive into a block waits for the send that
-// read it during the reduce-scatter.
+// ranks end with identical bits; with a wire between hosts (core/wire.hpp) that rank rounds
+// its block as the wire does before the allgather. In place, a receive into a block waits for the
+// send that read it during the reduce-scatter.
 #include <vector>
 
 #include "cpu/algorithms/algorithms.hpp"
@@ -30,6 +31,7 @@
 namespace chorus::cpu {
 
 void build_hd_allreduce(Schedule& s, const CollectiveArgs& a) {
+  const Schedule::AllowWire wire(s);
   const int n = s.size();
   const int r = s.rank();
   const DataType dt = a.dtype;
@@ -128,6 +130,14 @@ void build_hd_allreduce(Schedule& s, const CollectiveArgs& a) {
     partial = a.out;
     lo = keep;
   }
+
+  // This rank's block is final: round it as the wire would (no-op without one), so that this
+  // rank keeps what the others receive.
+  for_blocks(lo, 1, [&](int b, std::size_t j) {
+    const Span sp = slice(b, j);
+    auto& w = writer[static_cast<std::size_t>(b)][j];
+    w = s.round_to_wire(at(a.out, sp.offset, dt), sp.count, w);
+  });
 
   // Allgather by recursive doubling.
   for (int mask = 1; mask < p; mask *= 2) {

@@ -20,6 +20,7 @@
 namespace chorus::cpu {
 
 void build_ring_reduce_scatter(Schedule& s, const CollectiveArgs& a) {
+  const Schedule::AllowWire wire(s);  // each block's result lives on one rank
   const auto [n, r, next, prev, dt, es, per] = ring_setup(s, a);
   const std::size_t m = a.count;
   const std::size_t ns = num_slices(m, per);

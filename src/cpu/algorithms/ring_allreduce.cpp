@@ -22,7 +22,9 @@
 // posting order changes; allgather slice i then waits for the reduction of slice i, which
 // needs only reduce-scatter transfers that precede it in both ranks' FIFOs, so no cycle.
 // Every chunk reaches every rank through one chain of reductions in a fixed order, so all
-// ranks end with identical bits.
+// ranks end with identical bits. With a wire between hosts (core/wire.hpp) the transfers to
+// other hosts carry rounded values, and the rank that finished a chunk rounds its own copy the
+// same way before the allgather sends it, so the bits still agree.
 #include <vector>
 
 #include "cpu/algorithms/algorithms.hpp"
@@ -39,6 +41,7 @@ constexpr std::size_t kAllgatherLag = 4;
 }  // namespace
 
 void build_ring_allreduce(Schedule& s, const CollectiveArgs& a) {
+  const Schedule::AllowWire wire(s);
   const auto [n, r, next, prev, dt, es, per] = ring_setup(s, a);
   const int divisor = a.op == ReduceOp::avg ? n : 0;
 
@@ -100,7 +103,10 @@ void build_ring_allreduce(Schedule& s, const CollectiveArgs& a) {
     const int rc = mod(r - step, n);
     for (std::size_t j = 0; j < slices(sc); ++j) {
       const Span sp = slice(sc, j);
-      const TaskId dep = step == 0 ? reduced[static_cast<std::size_t>(sc)][j]
+      // The chunk this rank finished is rounded as the wire would round it, so that it keeps
+      // what the other ranks receive (no-op without a wire).
+      const TaskId dep = step == 0 ? s.round_to_wire(at(a.out, sp.offset, dt), sp.count,
+                                                     reduced[static_cast<std::size_t>(sc)][j])
                                    : gathered[static_cast<std::size_t>(sc)][j];
       s.send(next, at(a.out, sp.offset, dt), sp.count * es, {dep});
     }

@@ -18,6 +18,7 @@
 namespace chorus::cpu {
 
 void build_tree_reduce(Schedule& s, const CollectiveArgs& a) {
+  const Schedule::AllowWire wire(s);  // the result lives on the root only
   const int n = s.size();
   const int v = mod(s.rank() - a.root, n);
   auto real = [&](int pos) { return mod(pos + a.root, n); };
@@ -47,6 +48,7 @@ void build_tree_reduce(Schedule& s, const CollectiveArgs& a) {
 }
 
 void build_chain_reduce(Schedule& s, const CollectiveArgs& a) {
+  const Schedule::AllowWire wire(s);  // the result lives on the root only
   const int n = s.size();
   const int p = mod(s.rank() - a.root - 1, n);
   auto real = [&](int pos) { return mod(pos + a.root + 1, n); };

@@ -151,6 +151,7 @@ bool needs_memory_agreement(int size, const CollectiveArgs& a) noexcept {
 }
 
 void build_schedule(Schedule& s, const CollectiveArgs& a) {
+  s.set_wire(a.wire, a.hosts != nullptr ? &a.hosts->host_of : nullptr);
   if (a.num_parts != 0) {
     return build_coalesced(s, a);
   }

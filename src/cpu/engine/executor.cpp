@@ -8,6 +8,7 @@
 
 #include "core/check.hpp"
 #include "core/reduce.hpp"
+#include "core/wire.hpp"
 
 namespace chorus::cpu {
 namespace {
@@ -30,6 +31,8 @@ void Executor::restart(std::uint64_t token_base) {
   state_.assign(schedule_.tasks().size(), kWaiting);
   send_pos_.assign(static_cast<std::size_t>(schedule_.size()), 0);
   recv_pos_.assign(static_cast<std::size_t>(schedule_.size()), 0);
+  staging_turn_.assign(static_cast<std::size_t>(schedule_.size()), 0);
+  staging_busy_.assign(static_cast<std::size_t>(schedule_.size()) * Schedule::kWireStagingSlots, 0);
   worklist_.clear();
   hold_headers_ = true;
   remaining_ = schedule_.tasks().size();
@@ -69,6 +72,7 @@ void Executor::ready(TaskId id) {
     case TaskKind::copy:
     case TaskKind::reduce:
     case TaskKind::call:
+    case TaskKind::round:
       worklist_.push_back(id);
       break;
   }
@@ -83,10 +87,50 @@ void Executor::pump_send(int peer) {
     if (held(peer)) {
       break;
     }
-    const TaskId id = fifo[pos++];
+    const TaskId id = fifo[pos];
+    Task& t = schedule_.tasks()[static_cast<std::size_t>(id)];
+    if (t.wire) {
+      if (!post_wire_send(peer, id, t)) {
+        break;  // its staging slot frees when an earlier send completes (wire_arrived())
+      }
+    } else {
+      transport_.post_send(peer, t.src, t.size, token_base_ + static_cast<std::uint64_t>(id));
+    }
+    ++pos;
     state_[static_cast<std::size_t>(id)] = kPosted;
-    const Task& t = schedule_.tasks()[static_cast<std::size_t>(id)];
-    transport_.post_send(peer, t.src, t.size, token_base_ + static_cast<std::uint64_t>(id));
+  }
+}
+
+bool Executor::post_wire_send(int peer, TaskId id, Task& t) {
+  const std::size_t slots = Schedule::kWireStagingSlots;
+  const auto k = static_cast<std::uint8_t>(staging_turn_[static_cast<std::size_t>(peer)] % slots);
+  std::uint8_t& busy = staging_busy_[static_cast<std::size_t>(peer) * slots + k];
+  if (busy != 0) {
+    return false;
+  }
+  busy = 1;
+  ++staging_turn_[static_cast<std::size_t>(peer)];
+  t.staging = k;
+  std::byte* slot = schedule_.staging_slot(peer, k);
+  narrow(slot, t.src, t.size / element_size(schedule_.dtype()), schedule_.dtype(),
+         schedule_.wire_dtype());
+  transport_.post_send(peer, slot, schedule_.wire_bytes(t),
+                       token_base_ + static_cast<std::uint64_t>(id));
+  return true;
+}
+
+void Executor::wire_arrived(TaskId id, Task& t) {
+  const DataType dt = schedule_.dtype();
+  const DataType wire = schedule_.wire_dtype();
+  if (t.kind == TaskKind::send) {
+    staging_busy_[static_cast<std::size_t>(t.peer) * Schedule::kWireStagingSlots + t.staging] = 0;
+  } else if (t.kind == TaskKind::recv) {
+    widen_from_tail(t.dst, t.size / element_size(dt), dt, wire);
+  } else {
+    CHORUS_CHECK(state_[static_cast<std::size_t>(id)] == kPostedStaged,
+                 "wire recv_reduce {} was not staged", id);
+    reduce_from_wire(t.dst, t.src, t.src2, t.size, dt, wire,
+                     schedule_.op() == ReduceOp::avg ? t.divisor : 0);
   }
 }
 
@@ -125,7 +169,14 @@ void Executor::pump_recv(int peer) {
     const Task& t = schedule_.tasks()[static_cast<std::size_t>(id)];
     const std::uint64_t token = token_base_ + static_cast<std::uint64_t>(id);
     if (t.kind == TaskKind::recv) {
-      transport_.post_recv(peer, t.dst, t.size, token);
+      // A wire receive lands in the end of dst and is widened into place (wire_arrived()).
+      const std::size_t bytes = schedule_.wire_bytes(t);
+      transport_.post_recv(peer, static_cast<std::byte*>(t.dst) + (t.size - bytes), bytes, token);
+      continue;
+    }
+    if (t.wire) {
+      state_[static_cast<std::size_t>(id)] = kPostedStaged;
+      transport_.post_recv(peer, const_cast<void*>(t.src2), schedule_.wire_bytes(t), token);
       continue;
     }
     if (!transport_.post_recv_reduce(peer, arrival(t), token)) {
@@ -152,6 +203,8 @@ void Executor::run_local(TaskId id) {
     if (local_failure_) {
       return;
     }
+  } else if (t.kind == TaskKind::round) {
+    round_through_wire(t.dst, t.size, schedule_.dtype(), schedule_.wire_dtype());
   } else {
     reduce(t.dst, t.src, t.src2, t.size, schedule_.dtype(), schedule_.op(), t.divisor);
   }
@@ -188,11 +241,16 @@ void Executor::complete(std::uint64_t token) {
                    (state_[static_cast<std::size_t>(id)] == kPosted ||
                     state_[static_cast<std::size_t>(id)] == kPostedStaged),
                "completion of task {} which is not in flight", id);
-  if (state_[static_cast<std::size_t>(id)] == kPostedStaged) {
-    const Task& t = schedule_.tasks()[static_cast<std::size_t>(id)];
+  Task& t = schedule_.tasks()[static_cast<std::size_t>(id)];
+  if (t.wire) {
+    wire_arrived(id, t);
+  } else if (state_[static_cast<std::size_t>(id)] == kPostedStaged) {
     reduce_arrived(arrival(t), t.dst, t.src, t.src2, t.size);
   }
   finish(id);
+  if (t.wire && t.kind == TaskKind::send && !failed()) {
+    pump_send(t.peer);  // a send may have waited for the slot this one freed
+  }
   run_worklist();
 }
 

@@ -64,6 +64,11 @@ class Executor {
   void pump_recv(int peer);
   // What a recv_reduce task reduces, as the transport takes it.
   ReduceOnArrival arrival(const Task& t) const;
+  // A wire send: narrows its data into the peer's next staging slot and posts it; false (and
+  // nothing posted) while that slot's last send is still in flight.
+  bool post_wire_send(int peer, TaskId id, Task& t);
+  // A wire transfer completed: frees a send's slot, widens what a receive brought.
+  void wire_arrived(TaskId id, Task& t);
 
   Transport& transport_;
   Schedule& schedule_;
@@ -74,6 +79,9 @@ class Executor {
   std::vector<std::uint32_t> send_pos_;  // per peer: next FIFO index to post
   std::vector<std::uint32_t> recv_pos_;
   std::vector<TaskId> worklist_;  // ready local tasks
+  // Wire sends (Schedule::staging_slot): per peer, the next slot to take and which are in use.
+  std::vector<std::uint32_t> staging_turn_;
+  std::vector<std::uint8_t> staging_busy_;  // peer * kWireStagingSlots + slot
   bool hold_headers_ = true;
   std::size_t remaining_ = 0;
   std::optional<SignatureMismatch> mismatch_;

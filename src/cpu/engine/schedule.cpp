@@ -202,9 +202,68 @@ TaskId Schedule::transfer(TaskKind kind, int peer, void* dst, const void* src, s
   t.dst = dst;
   t.src = src;
   t.size = bytes;
+  t.wire = wire_allowed_ && wire_ && on_other_host(peer);
+  CHORUS_CHECK(!t.wire || kind == TaskKind::recv_reduce || bytes % element_size(dtype_) == 0,
+               "a wire transfer of {} bytes of {}", bytes, to_string(dtype_));
   const TaskId id = add(t, deps);
   (is_send ? send_fifo_ : recv_fifo_)[static_cast<std::size_t>(peer)].push_back(id);
   return id;
+}
+
+void Schedule::set_wire(std::optional<DataType> wire, const std::vector<int>* host_of) {
+  wire_ = wire;
+  host_of_ = host_of;
+  multi_host_ =
+      host_of != nullptr && !host_of->empty() &&
+      std::any_of(host_of->begin(), host_of->end(), [&](int h) { return h != host_of->front(); });
+}
+
+bool Schedule::on_other_host(int group_peer) const {
+  return host_of_ != nullptr && (*host_of_)[static_cast<std::size_t>(group_peer)] !=
+                                    (*host_of_)[static_cast<std::size_t>(rank_)];
+}
+
+bool Schedule::wire_to(int peer) const {
+  return wire_allowed_ && wire_ && on_other_host(group_rank(peer));
+}
+
+TaskId Schedule::round_to_wire(void* data, std::size_t count, TaskId dep) {
+  if (!wire_active() || count == 0) {
+    return dep;
+  }
+  Task t;
+  t.kind = TaskKind::round;
+  t.dst = data;
+  t.size = count;
+  return add(t, {dep});
+}
+
+std::size_t Schedule::wire_bytes(const Task& t) const noexcept {
+  const std::size_t es = element_size(dtype_);
+  const std::size_t count = t.kind == TaskKind::recv_reduce ? t.size : t.size / es;
+  if (t.wire) {
+    return count * element_size(*wire_);
+  }
+  return t.kind == TaskKind::recv_reduce ? count * es : t.size;
+}
+
+void Schedule::allocate_staging() {
+  staging_.assign(static_cast<std::size_t>(size_), Staging{});
+  for (int p = 0; p < size_; ++p) {
+    std::size_t largest = 0;
+    for (TaskId id : send_fifo_[static_cast<std::size_t>(p)]) {
+      const Task& t = tasks_[static_cast<std::size_t>(id)];
+      if (t.wire) {
+        largest = std::max(largest, wire_bytes(t));
+      }
+    }
+    if (largest != 0) {
+      // Slots start on cache lines, as the stream's data does (kStreamAlign).
+      const std::size_t slot = (largest + kStreamAlign - 1) / kStreamAlign * kStreamAlign;
+      staging_[static_cast<std::size_t>(p)] = {
+          static_cast<std::byte*>(arena_.alloc(kWireStagingSlots * slot)), slot};
+    }
+  }
 }
 
 TaskId Schedule::copy(void* dst, const void* src, std::size_t bytes,
@@ -268,8 +327,7 @@ constexpr std::uint8_t kZeros[kStreamAlign] = {};
 std::size_t Schedule::stream_bytes(const std::vector<TaskId>& fifo) const {
   std::size_t bytes = 0;
   for (TaskId id : fifo) {
-    const Task& t = tasks_[static_cast<std::size_t>(id)];
-    bytes += t.kind == TaskKind::recv_reduce ? t.size * element_size(dtype_) : t.size;
+    bytes += wire_bytes(tasks_[static_cast<std::size_t>(id)]);
   }
   return bytes;
 }
@@ -351,6 +409,7 @@ void Schedule::finalize(const OpSignature& sig) {
     frame_stream(TaskKind::send, p);
     frame_stream(TaskKind::recv, p);
   }
+  allocate_staging();
   freeze();
 }
 
@@ -370,6 +429,7 @@ void Schedule::finalize_continuation(const OpSignature& sig) {
     frame_stream(TaskKind::send, p, false);
     frame_stream(TaskKind::recv, p, false);
   }
+  allocate_staging();
   freeze();
 }
 

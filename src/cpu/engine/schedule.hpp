@@ -64,8 +64,8 @@ struct StreamFraming {
 StreamFraming stream_framing(std::size_t data_bytes) noexcept;
 
 // recv_reduce: a receive reduced as it arrives (Transport::post_recv_reduce); in the receive
-// FIFO like recv.
-enum class TaskKind : std::uint8_t { send, recv, recv_reduce, copy, reduce, call };
+// FIFO like recv. round: data = its values after a trip over the op's wire (round_to_wire()).
+enum class TaskKind : std::uint8_t { send, recv, recv_reduce, copy, reduce, call, round };
 
 // Local work that can fail because of a peer (a call task reading another rank's memory): what
 // went wrong, naming the peer by group rank. The op then fails as if that peer's link broke.
@@ -86,7 +86,12 @@ struct Task {
   std::size_t size = 0;     // send/recv/copy: bytes; reduce, recv_reduce: elements; call: its index
   int divisor = 0;          // reduce with avg: divide the result by this (0: don't)
   bool local_first = true;  // recv_reduce: dst = src op received (false: received op src)
-  std::uint32_t deps = 0;   // unfinished predecessors (the executor counts down)
+  // send, recv, recv_reduce: the data travels in the op's wire type (Schedule::wire_to()): a
+  // send narrows it into a staging slot as it is posted, a receive takes the narrow elements
+  // (recv: into the end of dst, widened in place; recv_reduce: into its slot) and widens them.
+  bool wire = false;
+  std::uint8_t staging = 0;  // a wire send's staging slot (the executor's)
+  std::uint32_t deps = 0;    // unfinished predecessors (the executor counts down)
   std::uint32_t succ_begin = 0;
   std::uint32_t succ_count = 0;
 };
@@ -149,6 +154,47 @@ class Schedule {
   // then. In the receive FIFO like recv(); the sender sends count elements.
   TaskId recv_reduce(int peer, void* dst, const void* local, void* slot, std::size_t count,
                      int divisor, bool local_first, std::initializer_list<TaskId> deps = {});
+  // ---- the wire between hosts (core/wire.hpp) ----
+  // The op's wire type (unset: full precision) and the group's host of each rank (nullptr: one
+  // host). Set for every op before its algorithm is built.
+  void set_wire(std::optional<DataType> wire, const std::vector<int>* host_of);
+  // While an AllowWire lives, the transfers added to peers on other hosts travel in the wire
+  // type. Algorithms opt in: only those whose ranks end with the same bits when every transfer
+  // rounds (ring and halving-doubling allreduce, which round_to_wire() their own block, and the
+  // reductions whose result lives on one rank) take one.
+  class AllowWire {
+   public:
+    explicit AllowWire(Schedule& s) : s_(s), before_(s.wire_allowed_) { s.wire_allowed_ = true; }
+    ~AllowWire() { s_.wire_allowed_ = before_; }
+    AllowWire(const AllowWire&) = delete;
+    AllowWire& operator=(const AllowWire&) = delete;
+
+   private:
+    Schedule& s_;
+    bool before_;
+  };
+  // Whether transfers to `peer` (as the current view names it) added now travel in the wire.
+  bool wire_to(int peer) const;
+  // Whether any transfer of this op may (the group spans hosts and the op has a wire).
+  bool wire_active() const noexcept { return wire_allowed_ && wire_ && multi_host_; }
+  DataType wire_dtype() const noexcept { return wire_.value_or(dtype_); }
+  // A task that rounds `count` elements at `data` to what the wire carries, once `dep` is done;
+  // `dep` itself where no transfer of the op uses the wire. An allreduce rounds each block its
+  // rank finished before sending it on, so that the rank keeps what every peer receives.
+  TaskId round_to_wire(void* data, std::size_t count, TaskId dep);
+  // Bytes of the staging slots of wire sends to `peer` (0: none), and where they are; a send
+  // takes slot k = its turn % kWireStagingSlots.
+  static constexpr std::size_t kWireStagingSlots = 4;
+  std::size_t staging_slot_bytes(int peer) const {
+    return staging_[static_cast<std::size_t>(peer)].slot_bytes;
+  }
+  std::byte* staging_slot(int peer, std::size_t k) const {
+    const Staging& st = staging_[static_cast<std::size_t>(peer)];
+    return st.base + k * st.slot_bytes;
+  }
+  // Bytes a transfer task moves on its stream.
+  std::size_t wire_bytes(const Task& t) const noexcept;
+
   // Runs `work` on the progress thread once `deps` are done (algorithms that move data
   // themselves, e.g. through another process's memory: peer_memory.hpp).
   TaskId call(LocalWork work, std::initializer_list<TaskId> deps = {});
@@ -249,6 +295,9 @@ class Schedule {
   void add_header(TaskKind kind, int peer, std::vector<TaskId>& fifo, std::size_t header_bytes);
   // Successor lists in CSR form, dependency counts.
   void freeze();
+  bool on_other_host(int group_peer) const;
+  // Scratch for the wire sends' staging slots (finalize()).
+  void allocate_staging();
   // A peer as the current view names it -> its group rank.
   int group_rank(int peer) const;
   // A send (src) or recv (dst) task, appended to the peer's FIFO.
@@ -279,6 +328,16 @@ class Schedule {
   bool pad_with_messages_ = false;   // carry_in_header(), a continuation
   std::array<std::uint8_t, kHeaderPayloadMaxBytes> payload_{};  // carry_in_header()
   std::size_t payload_bytes_ = 0;
+  // set_wire(), AllowWire
+  std::optional<DataType> wire_;
+  const std::vector<int>* host_of_ = nullptr;
+  bool multi_host_ = false;
+  bool wire_allowed_ = false;
+  struct Staging {
+    std::byte* base = nullptr;
+    std::size_t slot_bytes = 0;
+  };
+  std::vector<Staging> staging_;  // by peer
 };
 
 }  // namespace chorus::cpu

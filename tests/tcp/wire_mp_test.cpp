@@ -1,0 +1,387 @@
+// SPDX-License-Identifier: BSD-3-Clause
+// The narrower wire between hosts (core/wire.hpp, AllreduceOptions::wire_dtype) over real
+// processes, each rank its own "host" (CHORUS_HOST_ID) unless a case says otherwise:
+// - every algorithm that takes the wire gives every rank the same bits, within the stated bound
+//   of an exact (float64) sum, and with a smaller error than compressing the inputs first and
+//   summing in 16 bits (what torch DDP's bf16_compress_hook does);
+// - the wire is really used (the result differs from full precision), except inside one host;
+// - the group default (CHORUS_WIRE_DTYPE) applies to float sums only;
+// - ops small enough for the latency algorithms (recursive doubling) keep full precision, so
+//   the cases here are above TcpGroupOptions::small_allreduce_bytes;
+// - ranks that disagree about the wire fail naming it; bad arguments are named before anything
+//   is sent.
+#include <bit>
+#include <cmath>
+#include <cstdint>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+#include <catch2/catch.hpp>
+
+#include "core/half.hpp"
+#include "tcp/mp_common.hpp"
+
+namespace chorus::test {
+namespace {
+
+// Rank r's input element i: magnitudes over several binades and both signs, reproducible on
+// every rank (each rank checks the whole result against the exact sum).
+double input(int rank, std::size_t i) {
+  std::uint64_t x =
+      (static_cast<std::uint64_t>(rank) + 1) * 0x9e3779b97f4a7c15ull + i * 0xbf58476d1ce4e5b9ull;
+  x ^= x >> 31;
+  x *= 0x94d049bb133111ebull;
+  x ^= x >> 29;
+  const double unit = static_cast<double>(x >> 11) * 0x1p-53;  // [0, 1)
+  const double scale = std::ldexp(1.0, static_cast<int>(x % 7) - 3);
+  return (unit - 0.5) * scale;
+}
+
+// The unit roundoff of a wire: half its precision's ulp.
+double unit_roundoff(DataType wire) {
+  return wire == DataType::bfloat16 ? 0x1p-8 : wire == DataType::float16 ? 0x1p-11 : 0x1p-24;
+}
+
+struct Accuracy {
+  double max_over_bound = 0;  // max |error| / bound; <= 1 passes
+  double rms_error = 0;       // relative to the rms of the exact result
+  std::size_t inexact = 0;    // elements that differ from the exact sum rounded to the dtype
+};
+
+// Checks result (count elements of T, the op over n ranks) against the exact sum. The bound per
+// element: each of the at most n + 1 roundings (n - 1 partial sums on their way, the input the
+// first hop sends, the final value) is off by at most u times the sum of the magnitudes.
+template <class T>
+Accuracy accuracy(const std::vector<T>& result, int n, std::size_t first, DataType wire, bool avg) {
+  Accuracy a;
+  const double u = unit_roundoff(wire);
+  double err2 = 0;
+  double ref2 = 0;
+  for (std::size_t i = 0; i < result.size(); ++i) {
+    double exact = 0;
+    double magnitude = 0;
+    for (int r = 0; r < n; ++r) {
+      const auto x = static_cast<double>(static_cast<T>(input(r, first + i)));
+      exact += x;
+      magnitude += std::abs(x);
+    }
+    if (avg) {
+      exact /= n;
+      magnitude /= n;
+    }
+    const double err = std::abs(static_cast<double>(result[i]) - exact);
+    const double bound = (n + 1) * u * magnitude * 1.001 + 1e-30;
+    a.max_over_bound = std::max(a.max_over_bound, err / bound);
+    a.inexact += static_cast<T>(exact) != result[i] ? 1 : 0;
+    err2 += err * err;
+    ref2 += exact * exact;
+  }
+  a.rms_error = std::sqrt(err2 / ref2);
+  return a;
+}
+
+// What bf16_compress_hook computes for the same inputs: each input rounded to bfloat16, summed
+// in bfloat16 (every addition rounded), relative rms error against the exact sum.
+double compress_first_rms_error(int n, std::size_t count) {
+  double err2 = 0;
+  double ref2 = 0;
+  for (std::size_t i = 0; i < count; ++i) {
+    float sum = 0;
+    double exact = 0;
+    for (int r = 0; r < n; ++r) {
+      const auto x = static_cast<float>(input(r, i));
+      exact += x;
+      sum = bfloat16_to_float(float_to_bfloat16(sum + bfloat16_to_float(float_to_bfloat16(x))));
+    }
+    err2 += (sum - exact) * (sum - exact);
+    ref2 += exact * exact;
+  }
+  return std::sqrt(err2 / ref2);
+}
+
+template <class T>
+std::vector<T> inputs(int rank, std::size_t count, std::size_t first = 0) {
+  std::vector<T> v(count);
+  for (std::size_t i = 0; i < count; ++i) {
+    v[i] = static_cast<T>(input(rank, first + i));
+  }
+  return v;
+}
+
+// A hash of the bytes, gathered from every rank: they must all be equal.
+void same_bits_everywhere(ProcessGroup& pg, const void* data, std::size_t bytes) {
+  std::uint64_t h = 1469598103934665603ull;
+  for (std::size_t i = 0; i < bytes; ++i) {
+    h = (h ^ static_cast<const unsigned char*>(data)[i]) * 1099511628211ull;
+  }
+  std::vector<std::uint64_t> all(static_cast<std::size_t>(pg.size()));
+  pg.allgather(Tensor::of(&h, 1), Tensor::of(all.data(), all.size()))->wait();
+  for (std::uint64_t x : all) {
+    CHILD_CHECK(x == h);
+  }
+}
+
+std::shared_ptr<ProcessGroup> group_on(const std::shared_ptr<Store>& store, int rank, int n,
+                                       const std::string& name, const char* algo) {
+  if (algo != nullptr) {
+    ::setenv("CHORUS_ALGO", algo, 1);
+  } else {
+    ::unsetenv("CHORUS_ALGO");
+  }
+  TcpGroupOptions o = loopback_options(60s);
+  o.group.name = name;
+  auto pg = make_tcp_group(store, rank, n, o);
+  ::unsetenv("CHORUS_ALGO");
+  return pg;
+}
+
+constexpr std::size_t kCount = 300'007;  // several 256 KiB slices per chunk, odd
+
+// One allreduce of the inputs with `wire`, in place; checks identical bits and the bound.
+// Returns the accuracy (rank 0 prints it).
+template <class T>
+Accuracy allreduce_with(ProcessGroup& pg, DataType wire, ReduceOp op, std::size_t count) {
+  auto data = inputs<T>(pg.rank(), count);
+  pg.allreduce(Tensor::of(data.data(), data.size()), {.op = op, .wire_dtype = wire})->wait();
+  same_bits_everywhere(pg, data.data(), data.size() * sizeof(T));
+  const Accuracy a = accuracy(data, pg.size(), 0, wire, op == ReduceOp::avg);
+  CHILD_CHECK(a.max_over_bound <= 1.0);
+  return a;
+}
+
+}  // namespace
+
+TEST_CASE(
+    "a 16-bit wire between hosts: same bits on every rank, within the bound, better than "
+    "compressing first",
+    "[tcp][mp][wire]") {
+  StoreServerProcess server;
+  constexpr int n = 4;
+  const auto results = run_processes(
+      n,
+      [&](int rank) {
+        ::setenv("CHORUS_HOST_ID", fmt::format("host-{}", rank).c_str(), 1);
+        auto store = child_store(server.port());
+        const double compress_first = compress_first_rms_error(n, kCount);
+        for (const char* algo : {"allreduce=ring", "allreduce=halving_doubling"}) {
+          auto pg = group_on(store, rank, n, algo, algo);
+          for (ReduceOp op : {ReduceOp::sum, ReduceOp::avg}) {
+            const Accuracy bf16 = allreduce_with<float>(*pg, DataType::bfloat16, op, kCount);
+            CHILD_CHECK(bf16.inexact > kCount / 2);  // the wire was used
+            const Accuracy fp16 = allreduce_with<float>(*pg, DataType::float16, op, kCount);
+            CHILD_CHECK(fp16.inexact > kCount / 4);
+            if (op == ReduceOp::sum) {
+              CHILD_CHECK(bf16.rms_error < compress_first);
+            }
+            if (rank == 0) {
+              std::fprintf(stderr,
+                           "%s %s: rms error bf16 wire %.3g, fp16 wire %.3g, bf16 inputs summed "
+                           "in bf16 %.3g; max error / bound %.2f, %.2f\n",
+                           algo, to_string(op), bf16.rms_error, fp16.rms_error, compress_first,
+                           bf16.max_over_bound, fp16.max_over_bound);
+            }
+          }
+          // float64 data as float32, and full precision when the op asks for it.
+          const Accuracy f64 =
+              allreduce_with<double>(*pg, DataType::float32, ReduceOp::sum, 10'001);
+          CHILD_CHECK(f64.inexact > 0);
+          const Accuracy full =
+              allreduce_with<float>(*pg, DataType::float32, ReduceOp::sum, 10'001);
+          CHILD_CHECK(full.max_over_bound <= 1.0);
+          // Out of place, and a size whose chunks end mid-slice.
+          auto in = inputs<float>(rank, 70'001);
+          std::vector<float> out(in.size(), -1.0f);
+          pg->allreduce(Tensor::of(in.data(), in.size()), Tensor::of(out.data(), out.size()),
+                        {.wire_dtype = DataType::bfloat16})
+              ->wait();
+          same_bits_everywhere(*pg, out.data(), out.size() * sizeof(float));
+          CHILD_CHECK(accuracy(out, n, 0, DataType::bfloat16, false).max_over_bound <= 1.0);
+          CHILD_CHECK(in == inputs<float>(rank, in.size()));  // inputs are never rounded
+        }
+      },
+      150s);
+  REQUIRE_ALL_OK(results);
+}
+
+TEST_CASE("reduce_scatter and reduce over a 16-bit wire stay within the bound", "[tcp][mp][wire]") {
+  StoreServerProcess server;
+  constexpr int n = 3;
+  const auto results = run_processes(
+      n,
+      [&](int rank) {
+        ::setenv("CHORUS_HOST_ID", fmt::format("host-{}", rank).c_str(), 1);
+        auto store = child_store(server.port());
+        for (const char* algo : {"reduce=chain", "reduce=tree"}) {
+          auto pg = group_on(store, rank, n, algo, algo);
+          const std::size_t count = 100'003;
+          auto in = inputs<float>(rank, count);
+          std::vector<float> out(count, -1.0f);
+          pg->reduce(Tensor::of(in.data(), count), Tensor::of(out.data(), count),
+                     {.root = 1, .wire_dtype = DataType::bfloat16})
+              ->wait();
+          if (rank == 1) {
+            const Accuracy a = accuracy(out, n, 0, DataType::bfloat16, false);
+            CHILD_CHECK(a.max_over_bound <= 1.0 && a.inexact > 0);
+          }
+        }
+        auto pg = group_on(store, rank, n, "rs", nullptr);
+        const std::size_t block = 90'001;
+        auto in = inputs<float>(rank, block * n);
+        std::vector<float> out(block, -1.0f);
+        pg->reduce_scatter(Tensor::of(in.data(), in.size()), Tensor::of(out.data(), block),
+                           {.op = ReduceOp::avg, .wire_dtype = DataType::bfloat16})
+            ->wait();
+        // Rank r's block starts at element r * block of everyone's input.
+        std::vector<float> mine(out);
+        const Accuracy a = [&] {
+          Accuracy acc;
+          const double u = unit_roundoff(DataType::bfloat16);
+          for (std::size_t i = 0; i < block; ++i) {
+            double exact = 0;
+            double magnitude = 0;
+            for (int r = 0; r < n; ++r) {
+              const auto x = static_cast<double>(
+                  static_cast<float>(input(r, static_cast<std::size_t>(rank) * block + i)));
+              exact += x / n;
+              magnitude += std::abs(x) / n;
+            }
+            acc.max_over_bound =
+                std::max(acc.max_over_bound,
+                         std::abs(mine[i] - exact) / ((n + 1) * u * magnitude * 1.001 + 1e-30));
+            acc.inexact += static_cast<float>(exact) != mine[i] ? 1 : 0;
+          }
+          return acc;
+        }();
+        CHILD_CHECK(a.max_over_bound <= 1.0 && a.inexact > 0);
+      },
+      120s);
+  REQUIRE_ALL_OK(results);
+}
+
+TEST_CASE("two hosts of two ranks: full precision inside a host, the wire between, same bits",
+          "[tcp][mp][wire]") {
+  StoreServerProcess server;
+  constexpr int n = 4;
+  const auto results = run_processes(
+      n,
+      [&](int rank) {
+        ::setenv("CHORUS_HOST_ID", rank % 2 == 0 ? "host-a" : "host-b", 1);
+        auto store = child_store(server.port());
+        // The flat ring crosses hosts at every other step; the default here is hierarchical.
+        for (const char* algo : {"allreduce=ring", static_cast<const char*>(nullptr)}) {
+          auto pg = group_on(store, rank, n, algo != nullptr ? algo : "default", algo);
+          allreduce_with<float>(*pg, DataType::bfloat16, ReduceOp::sum, kCount);
+        }
+        // One host: the wire has nothing to do, every transfer is full precision.
+        ::setenv("CHORUS_HOST_ID", "one-host", 1);
+        auto pg = group_on(store, rank, n, "one-host", "allreduce=ring");
+        auto wired = inputs<float>(rank, 20'001);
+        auto plain = wired;
+        pg->allreduce(Tensor::of(wired.data(), wired.size()), {.wire_dtype = DataType::bfloat16})
+            ->wait();
+        pg->allreduce(Tensor::of(plain.data(), plain.size()))->wait();
+        CHILD_CHECK(wired == plain);
+      },
+      150s);
+  REQUIRE_ALL_OK(results);
+}
+
+TEST_CASE("CHORUS_WIRE_DTYPE is the group's default for float sums only; a bad value is named",
+          "[tcp][mp][wire]") {
+  StoreServerProcess server;
+  constexpr int n = 2;
+  const auto results = run_processes(
+      n,
+      [&](int rank) {
+        ::setenv("CHORUS_HOST_ID", fmt::format("host-{}", rank).c_str(), 1);
+        auto store = child_store(server.port());
+        ::setenv("CHORUS_WIRE_DTYPE", "bf16x", 1);
+        const Error bad = expect_error([&] { group_on(store, rank, n, "bad", nullptr); });
+        CHILD_CHECK(bad.code() == ErrorCode::invalid_argument &&
+                    contains(bad.what(), "CHORUS_WIRE_DTYPE='bf16x'"));
+        ::setenv("CHORUS_WIRE_DTYPE", "bf16", 1);
+        auto pg = group_on(store, rank, n, "bf16", nullptr);
+        ::unsetenv("CHORUS_WIRE_DTYPE");
+        auto f = inputs<float>(rank, kCount);
+        pg->allreduce(Tensor::of(f.data(), f.size()))->wait();
+        const Accuracy a = accuracy(f, n, 0, DataType::bfloat16, false);
+        CHILD_CHECK(a.max_over_bound <= 1.0 && a.inexact > 0);
+        // Integers and max keep full precision: exact.
+        std::vector<std::int32_t> ints(kCount, rank + 1);
+        pg->allreduce(Tensor::of(ints.data(), ints.size()))->wait();
+        CHILD_CHECK(ints[0] == 3 && ints.back() == 3);
+        auto m = inputs<float>(rank, kCount);
+        pg->allreduce(Tensor::of(m.data(), m.size()), {.op = ReduceOp::max})->wait();
+        for (std::size_t i = 0; i < m.size(); ++i) {
+          CHILD_CHECK(m[i] ==
+                      std::max(static_cast<float>(input(0, i)), static_cast<float>(input(1, i))));
+        }
+        // The op's own dtype overrides the default: exact sums of exactly representable values.
+        std::vector<float> exact(kCount, 1.0f + 0x1p-20f);
+        pg->allreduce(Tensor::of(exact.data(), exact.size()), {.wire_dtype = DataType::float32})
+            ->wait();
+        CHILD_CHECK(exact[7] == 2.0f + 0x1p-19f);
+      },
+      90s);
+  REQUIRE_ALL_OK(results);
+}
+
+TEST_CASE("ranks that disagree about the wire fail naming it; bad wire arguments are named",
+          "[tcp][mp][wire]") {
+  StoreServerProcess server;
+  constexpr int n = 2;
+  const auto results = run_processes(
+      n,
+      [&](int rank) {
+        ::setenv("CHORUS_HOST_ID", fmt::format("host-{}", rank).c_str(), 1);
+        auto store = child_store(server.port());
+        auto pg = group_on(store, rank, n, "args", nullptr);
+        std::vector<float> f(1000, 1.0f);
+        std::vector<std::int32_t> ints(1000, 1);
+        auto invalid = [&](auto&& call, const char* says) {
+          const Error e = expect_error(call);
+          if (!(e.code() == ErrorCode::invalid_argument && contains(e.what(), says))) {
+            throw ChildCheckFailed{fmt::format("wanted '{}', got: {}", says, e.what())};
+          }
+        };
+        invalid(
+            [&] {
+              pg->allreduce(Tensor::of(ints.data(), ints.size()),
+                            {.wire_dtype = DataType::bfloat16});
+            },
+            "does not carry int32 data");
+        invalid(
+            [&] {
+              pg->allreduce(Tensor::of(f.data(), f.size()),
+                            {.op = ReduceOp::max, .wire_dtype = DataType::bfloat16});
+            },
+            "is for sum and avg");
+        invalid(
+            [&] {
+              OpDescriptor d;
+              d.type = OpType::broadcast;
+              d.in = d.out = Tensor::of(f.data(), f.size());
+              d.wire_dtype = DataType::bfloat16;
+              pg->run(d);
+            },
+            "is for allreduce, reduce_scatter and reduce");
+        // The group is unharmed by the rejected calls: nothing was sent.
+        pg->allreduce(Tensor::of(f.data(), f.size()))->wait();
+        CHILD_CHECK(f[0] == 2.0f);
+
+        std::vector<float> big(200'000, 1.0f);
+        const Error e = expect_error([&] {
+          const auto wire = rank == 0 ? DataType::bfloat16 : DataType::float32;
+          pg->allreduce(Tensor::of(big.data(), big.size()), {.wire_dtype = wire})->wait();
+        });
+        if (!contains(e.what(), "wire dtype") || !contains(e.what(), "bfloat16 wire")) {
+          throw ChildCheckFailed{fmt::format("a wire mismatch not named: {}", e.what())};
+        }
+      },
+      90s);
+  REQUIRE_ALL_OK(results);
+}
+
+}  // namespace chorus::test
