@@ -7,9 +7,10 @@ chorus.torch.allreduce_hook (which moves DDP's buckets into SharedBuffers), in o
 
 --variants picks the DDP copies that take turns (default ddp,hook): ddp (DDP's own averaging on
 chorus), hook (chorus.torch.allreduce_hook), wire (chorus.torch.bf16_wire_hook: a bfloat16
-wire between hosts), gloo (DDP on a gloo group of the same ranks), gloo_bf16 (torch's
-bf16_compress_hook on gloo); --gloo adds gloo. bench/netns_ddp_wire.sh runs wire, gloo_bf16
-and gloo on a namespace cluster, where the wire matters.
+wire between hosts), chorus_bf16 (torch's bf16_compress_hook on chorus), gloo (DDP on a gloo
+group of the same ranks), gloo_fp16 (torch's fp16_compress_hook on gloo); --gloo adds gloo.
+bench/netns_ddp_wire.sh runs wire, chorus_bf16, gloo_fp16 and gloo on a namespace cluster,
+where the wire matters.
 
 Two DDP models of the same parameters (three with --gloo: DDP on a gloo group as well) (--grads-mib in parameters of --param-mib each) take turns,
 --steps steps each per round, for --rounds rounds: one with DDP's own averaging, one with the
@@ -41,23 +42,28 @@ class ManyParameters(torch.nn.Module):
         return sum((w * x).sum() for w in self.weights)
 
 
-def _bf16_compress_hook():
+def _compress_hook(bits):
     from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+
+    hook = getattr(default_hooks, f"{bits}_compress_hook")
 
     # torch's hook under another name: torch 1.13's DDP refuses bf16_compress_hook by its name
     # on a torch built without CUDA, although the hook is plain torch.distributed code.
-    def bf16_compress_hook_cpu(process_group, bucket):
-        return default_hooks.bf16_compress_hook(process_group, bucket)
-    return bf16_compress_hook_cpu
+    def compress_hook_cpu(process_group, bucket):
+        return hook(process_group, bucket)
+    return compress_hook_cpu
 
 
-# name -> (what it is, a function returning its DDP comm hook or None)
+# name -> (what it is, a function returning its DDP comm hook or None). torch's
+# bf16_compress_hook cannot run on gloo (gloo has no bfloat16: "Invalid scalar type"), so it runs
+# on the chorus group (chorus_bf16); gloo_fp16 is torch's fp16_compress_hook, which gloo runs.
 VARIANTS = {
     "ddp": ("DDP's own averaging (chorus)", None),
     "hook": ("chorus.torch.allreduce_hook", lambda: chorus.torch.allreduce_hook),
     "wire": ("chorus.torch.bf16_wire_hook", lambda: chorus.torch.bf16_wire_hook),
+    "chorus_bf16": ("bf16_compress_hook on chorus", lambda: _compress_hook("bf16")),
     "gloo": ("DDP on gloo", None),
-    "gloo_bf16": ("bf16_compress_hook on gloo", _bf16_compress_hook),
+    "gloo_fp16": ("fp16_compress_hook on gloo", lambda: _compress_hook("fp16")),
 }
 
 
@@ -84,7 +90,7 @@ def main():
     ap.add_argument("--gloo", action="store_true",
                     help="a third variant: DDP on a gloo group of the same ranks")
     ap.add_argument("--variants", default="ddp,hook",
-                    help="comma list of ddp, hook, wire, gloo, gloo_bf16 (default ddp,hook)")
+                    help="comma list of " + ", ".join(VARIANTS) + " (default ddp,hook)")
     args = ap.parse_args()
     names = [v for v in args.variants.split(",") if v] + (["gloo"] if args.gloo else [])
     unknown = set(names) - set(VARIANTS)
