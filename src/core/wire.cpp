@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: BSD-3-Clause
-// The wire kernels: one template per (data type, wire type), blocks of kBlock elements whose
+// The wire kernels: one template per (data type, wire type), blocks of kWireBlock elements whose
 // loads finish before their stores, so that g++ -O2 vectorizes them and in-place calls are safe.
 #include "core/wire.hpp"
 
@@ -12,7 +12,7 @@
 namespace chorus {
 namespace {
 
-constexpr std::size_t kBlock = 64;
+constexpr std::size_t kWireBlock = 64;
 
 // T: the data's type; W: its wire type.
 struct Bf16Wire {
@@ -52,8 +52,8 @@ void round_kernel(void* data, std::size_t n) {
 }
 
 // The wire elements start (sizeof(T) - sizeof(W)) * n bytes into data. A block loads all its
-// wire elements before it stores: its stores end at sizeof(T) * (i + kBlock), at most where the
-// next block's wire elements start while i + kBlock <= n (widen_from_tail's contract), and the
+// wire elements before it stores: its stores end at sizeof(T) * (i + kWireBlock), at most where the
+// next block's wire elements start while i + kWireBlock <= n (widen_from_tail's contract), and the
 // tail goes element by element, each load before its store.
 template <class C>
 void widen_kernel(void* data, std::size_t n) {
@@ -62,11 +62,11 @@ void widen_kernel(void* data, std::size_t n) {
   auto* d = static_cast<T*>(data);
   const auto* w =
       reinterpret_cast<const W*>(static_cast<std::byte*>(data) + (sizeof(T) - sizeof(W)) * n);
-  W block[kBlock];
+  W block[kWireBlock];
   std::size_t i = 0;
-  for (; i + kBlock <= n; i += kBlock) {
-    std::copy(w + i, w + i + kBlock, block);
-    for (std::size_t j = 0; j < kBlock; ++j) {
+  for (; i + kWireBlock <= n; i += kWireBlock) {
+    std::copy(w + i, w + i + kWireBlock, block);
+    for (std::size_t j = 0; j < kWireBlock; ++j) {
       d[i + j] = C::widen(block[j]);
     }
   }
@@ -83,9 +83,9 @@ void reduce_kernel(void* dst, const void* local, const void* received, std::size
   auto* d = static_cast<T*>(dst);
   const auto* l = static_cast<const T*>(local);
   const auto* w = static_cast<const typename C::W*>(received);
-  T sum[kBlock];
-  for (std::size_t i = 0; i < n; i += kBlock) {
-    const std::size_t m = std::min(kBlock, n - i);
+  T sum[kWireBlock];
+  for (std::size_t i = 0; i < n; i += kWireBlock) {
+    const std::size_t m = std::min(kWireBlock, n - i);
     for (std::size_t j = 0; j < m; ++j) {
       const T v = l[i + j] + C::widen(w[i + j]);
       sum[j] = kDiv ? v / div : v;
