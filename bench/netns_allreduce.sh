@@ -73,7 +73,10 @@ echo "# store $STORE_ADDR in namespace 0"
 read -r -a wires <<<"${WIRES:-off}"
 for ((k = 0; k < repeats; k++)); do
   for wire in "${wires[@]}"; do
-    netns_start_ranks "$n" "$work" 600 "$bench_bin" "${flags[@]}" --wire "$wire" --json "$work/run$k-$wire.json"
+    # Each launch is a job of its own (its own run id): a launch that shared the previous one's
+    # would meet that launch's keys in the store.
+    CHORUS_RUN_ID="netns-$$-$k-$wire" netns_start_ranks "$n" "$work" 600 "$bench_bin" "${flags[@]}" \
+      --wire "$wire" --json "$work/run$k-$wire.json"
     if ! netns_wait_ranks; then
       echo "all_reduce_perf --wire $wire failed (exit codes ${RANK_RC[*]}); stderr of each rank:" >&2
       for ((r = 0; r < n; r++)); do sed "s/^/[rank $r] /" "$work/rank$r.err" >&2; done
