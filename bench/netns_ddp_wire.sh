@@ -2,9 +2,10 @@
 # SPDX-License-Identifier: BSD-3-Clause
 # DDP step time on a network-namespace cluster, one rank per namespace ("host"):
 # chorus.torch.bf16_wire_hook (chorus, a bfloat16 wire between hosts, float32 sums) against
-# torch's bf16_compress_hook (on the chorus group: gloo has no bfloat16), torch's
-# fp16_compress_hook on gloo and plain DDP on gloo, the DDP copies taking turns in one job
-# (bench/torch_ddp_step.py --variants). Prints the slowest rank's median step of each.
+# torch's bf16_compress_hook (on the chorus group: torch 1.13's gloo has no bfloat16), DDP's
+# own averaging on chorus, torch's fp16_compress_hook on gloo and plain DDP on gloo, the DDP
+# copies taking turns in one job (bench/torch_ddp_step.py --variants). Prints the slowest
+# rank's median step of each. Extra environment (CHORUS_ALGO, ...) reaches the ranks.
 #
 # Usage: bench/netns_ddp_wire.sh [RATE] [HOSTS] [GRADS_MIB] [ROUNDS]
 #   defaults: 1gbit 4 64 4. BUILD_DIR (default build) holds python/ (the torch backend) and
@@ -38,7 +39,7 @@ ifname=$("$cluster" ifname)
 STORE_ADDR=unused
 netns_start_ranks "$hosts" "$work" 900 env MASTER_ADDR="$master" MASTER_PORT=29511 \
   GLOO_SOCKET_IFNAME="$ifname" PYTHONPATH="$build/python" \
-  /usr/bin/python3 "$here/torch_ddp_step.py" --variants wire,chorus_bf16,gloo_fp16,gloo \
+  /usr/bin/python3 "$here/torch_ddp_step.py" --variants wire,chorus_bf16,ddp,gloo_fp16,gloo \
   --grads-mib "$grads" --rounds "$rounds"
 if ! netns_wait_ranks; then
   echo "torch_ddp_step.py failed (exit codes ${RANK_RC[*]}); stderr of each rank:" >&2
