@@ -5,8 +5,10 @@
 // Each simulated rank does what a real rank does in build_mesh (src/cpu/bootstrap/mesh.cpp) before
 // the mesh connections: it binds a listening socket (port 0) and calls cpu::join_group on the
 // group's store namespace (a PrefixStore, as make_tcp_group makes one) with its listener's
-// "host:port", then reads its ring neighbours' addresses (cpu::fetch_addresses). Internal API: this
-// benchmark links the internal layers (scripts/check_layering.sh lets it, and only it, in bench/).
+// "host:port" and its ring neighbours as the ranks to read with the outcome (as build_mesh asks),
+// then looks their addresses up (cpu::fetch_addresses, which asks the store only for those not
+// read yet). Internal API: this benchmark links the internal layers (scripts/check_layering.sh
+// lets it, and only it, in bench/).
 //
 // The server (TcpStoreServer) runs in its own forked process on 127.0.0.1, a fresh one per N;
 // its peak RSS (VmHWM) is reported after the N's runs. Ranks are threads (small stacks) spread
@@ -181,11 +183,12 @@ class SmallThread {
   // Readable once the parent says every process is done: the ranks stop listening then.
   const int stop_fd = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
   std::mutex mu;
-  std::condition_variable cv;     // the process's main thread: ranks armed, ranks returned
-  std::condition_variable go_cv;  // the ranks: released
+  std::condition_variable cv;  // the process's main thread: ranks armed, ranks returned
+  // The ranks' release: an atomic wait wakes them all without a mutex to pass from one to the
+  // next (a condition variable would start them one after another, inside the timed window).
+  std::atomic<bool> go{false};
   int ready = 0;
   int returned = 0;
-  bool go = false;
   int setup_failures = 0;
   ProcReport report;
   report.proc = proc;
@@ -220,8 +223,8 @@ class SmallThread {
             ++ready;
             setup_failures += set_up ? 0 : 1;
             cv.notify_one();
-            go_cv.wait(lock, [&] { return go; });
           }
+          go.wait(false);
           std::string error;
           bool named = false;
           if (rank == victim) {
@@ -240,6 +243,10 @@ class SmallThread {
               mo.deadline = chorus::Deadline::after(timeout);
               mo.local_address = listener.address().to_string();
               mo.host_id = host_id;
+              // As build_mesh: the ring neighbours' addresses come with the formation's outcome.
+              if (n > 1) {
+                mo.prefetch = {(rank + 1) % n, (rank + n - 1) % n};
+              }
               if (rank == 0) {
                 // As build_mesh: rank 0 drains its listener (the others' liveness probes).
                 mo.between_slices = [&listener] {
@@ -248,7 +255,8 @@ class SmallThread {
                 };
               }
               chorus::cpu::Membership m = chorus::cpu::join_group(*store, mo);
-              // Ring neighbours' addresses, as a ring's connections need them.
+              // Ring neighbours' addresses, as a ring's connections need them (read with the
+              // outcome above, so this asks the store nothing unless one of them left).
               if (n > 1) {
                 const int prev = (rank + n - 1) % n;
                 const int next = (rank + 1) % n;
@@ -285,7 +293,9 @@ class SmallThread {
                 std::snprintf(report.other_error, sizeof(report.other_error), "%s", error.c_str());
               }
             }
-            cv.notify_one();
+            if (returned == last - first) {
+              cv.notify_one();  // only the last: the main thread waits for them all
+            }
           }
           // A real rank keeps listening for its group's life: answer (and drop) connections,
           // such as liveness probes, until every rank of the run returned.
@@ -314,11 +324,8 @@ class SmallThread {
   if (!read_full(release_fd, &b, 1, 3600 * 1000)) {
     _exit(2);
   }
-  {
-    std::lock_guard<std::mutex> lock(mu);
-    go = true;
-  }
-  go_cv.notify_all();
+  go = true;
+  go.notify_all();
   {
     std::unique_lock<std::mutex> lock(mu);
     cv.wait(lock, [&] { return returned == last - first; });

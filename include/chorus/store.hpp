@@ -20,6 +20,13 @@ using Bytes = std::vector<std::uint8_t>;
 inline Bytes to_bytes(std::string_view s) { return Bytes(s.begin(), s.end()); }
 inline std::string to_string(const Bytes& b) { return std::string(b.begin(), b.end()); }
 
+// What Store::get_with returns: the awaited key's value, and each other key's value (nullopt
+// where it does not exist), in the order asked.
+struct KeyWithOthers {
+  Bytes value;
+  std::vector<std::optional<Bytes>> others;
+};
+
 // Bootstrap key-value store. Every method is thread-safe. Waiting methods (get, wait,
 // multi_get) take an optional timeout: unset means default_timeout(). Past it they throw
 // TimeoutError naming the keys still missing. Errors of the store itself throw StoreError;
@@ -57,6 +64,12 @@ class CHORUS_API Store {
   virtual void multi_set(const std::vector<std::string>& keys, const std::vector<Bytes>& values);
   // Appends value to key's value (creating it if absent).
   virtual void append(const std::string& key, const Bytes& value);
+  // Waits until key exists (as get), then returns its value and, read at that moment, the value
+  // of each of `others` or nullopt where one does not exist: a record that announces others (a
+  // formation's outcome, and its members' addresses) and those others in one round trip on a
+  // TcpStore. The default reads `others` right after key, one by one.
+  virtual KeyWithOthers get_with(const std::string& key, const std::vector<std::string>& others,
+                                 std::optional<Duration> timeout = {});
 
   // Convenience overloads for text values.
   void set(const std::string& key, std::string_view value) { set(key, to_bytes(value)); }

@@ -133,6 +133,8 @@ class CHORUS_API TcpStore final : public Store {
                                std::optional<Duration> timeout = {}) override;
   void multi_set(const std::vector<std::string>& keys, const std::vector<Bytes>& values) override;
   void append(const std::string& key, const Bytes& value) override;
+  KeyWithOthers get_with(const std::string& key, const std::vector<std::string>& others,
+                         std::optional<Duration> timeout = {}) override;
   using Store::set;
   std::optional<std::string> server_host() const override { return host(); }
 

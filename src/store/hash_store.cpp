@@ -113,6 +113,20 @@ class HashStore final : public Store {
     return out;
   }
 
+  KeyWithOthers get_with(const std::string& key, const std::vector<std::string>& others,
+                         std::optional<Duration> timeout) override {
+    std::unique_lock<std::mutex> lock(mu_);
+    wait_locked(lock, {key}, resolve_timeout(timeout), "get");
+    KeyWithOthers out;
+    out.value = map_.at(key);
+    out.others.reserve(others.size());
+    for (const auto& other : others) {
+      auto it = map_.find(other);
+      out.others.push_back(it != map_.end() ? std::optional<Bytes>(it->second) : std::nullopt);
+    }
+    return out;
+  }
+
   void multi_set(const std::vector<std::string>& keys, const std::vector<Bytes>& values) override {
     if (keys.size() != values.size()) {
       throw InvalidArgument(fmt::format("multi_set: {} keys but {} values; pass one value per key",

@@ -40,6 +40,10 @@ class PrefixStore final : public Store {
     base_->multi_set(ks(keys), values);
   }
   void append(const std::string& key, const Bytes& value) override { base_->append(k(key), value); }
+  KeyWithOthers get_with(const std::string& key, const std::vector<std::string>& others,
+                         std::optional<Duration> timeout) override {
+    return base_->get_with(k(key), ks(others), resolve_timeout(timeout));
+  }
   const Store& base() const noexcept { return *base_; }
 
  private:

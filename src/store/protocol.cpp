@@ -187,6 +187,8 @@ const char* to_string(Op op) noexcept {
       return "num_keys";
     case Op::multi_get:
       return "multi_get";
+    case Op::get_with:
+      return "get_with";
     case Op::multi_set:
       return "multi_set";
     case Op::append:
@@ -201,7 +203,7 @@ const char* to_string(Op op) noexcept {
   return "unknown";
 }
 
-bool is_known_op(std::uint8_t op) noexcept { return op >= 1 && op <= 14; }
+bool is_known_op(std::uint8_t op) noexcept { return op >= 1 && op <= 15; }
 
 void encode_request(const Request& q, std::vector<std::uint8_t>& out) {
   const std::size_t header = net::begin_frame(out);
@@ -228,6 +230,7 @@ void encode_request(const Request& q, std::vector<std::uint8_t>& out) {
       break;
     case Op::wait:
     case Op::multi_get:
+    case Op::get_with:
       put_u64(out, q.timeout_ms);
       put_strings(out, q.keys);
       break;
@@ -302,6 +305,14 @@ bool decode_request(std::span<const std::uint8_t> payload, const Limits& limits,
     case Op::multi_get:
       q.timeout_ms = r.u64();
       keys();
+      break;
+    case Op::get_with:
+      q.timeout_ms = r.u64();
+      keys();
+      if (r.ok() && q.keys.empty()) {
+        error.message = "get_with names no key to wait for";
+        return false;
+      }
       break;
     case Op::check:
       keys();
@@ -424,6 +435,13 @@ void encode_reply(Op op, const Reply& p, std::vector<std::uint8_t>& out) {
           put_bytes(out, v);
         }
         break;
+      case Op::get_with:
+        put_u32(out, static_cast<std::uint32_t>(p.values.size()));
+        for (std::size_t i = 0; i < p.values.size(); ++i) {
+          put_u8(out, i < p.present.size() && p.present[i] ? 1 : 0);
+          put_bytes(out, p.values[i]);
+        }
+        break;
       case Op::add:
       case Op::num_keys:
       case Op::wait_clients:
@@ -486,6 +504,16 @@ bool decode_reply(Op op, std::span<const std::uint8_t> payload, Reply& p, Decode
         const std::uint32_t n = r.count(4);
         p.values.reserve(n);
         for (std::uint32_t i = 0; i < n && r.ok(); ++i) {
+          p.values.push_back(r.bytes(kMaxReplyItem, "value"));
+        }
+        break;
+      }
+      case Op::get_with: {
+        const std::uint32_t n = r.count(5);
+        p.values.reserve(n);
+        p.present.reserve(n);
+        for (std::uint32_t i = 0; i < n && r.ok(); ++i) {
+          p.present.push_back(r.u8() != 0);
           p.values.push_back(r.bytes(kMaxReplyItem, "value"));
         }
         break;

@@ -51,6 +51,7 @@ enum class Op : std::uint8_t {
   list_keys = 12,
   ping = 13,
   wait_clients = 14,
+  get_with = 15,
 };
 const char* to_string(Op op) noexcept;
 bool is_known_op(std::uint8_t op) noexcept;
@@ -82,6 +83,7 @@ struct Limits {
 //   set/append: keys[0], values[0]      get: keys[0], timeout_ms
 //   add: keys[0], delta                 compare_set: keys[0], values[0]=expected, values[1]=desired
 //   wait/multi_get: keys, timeout_ms    check: keys           delete_key: keys[0]
+//   get_with: keys (the first awaited, the rest read with it), timeout_ms
 //   multi_set: keys, values (same count) wait_clients: count, timeout_ms
 //   num_keys/list_keys/ping: nothing
 struct Request {
@@ -94,7 +96,7 @@ struct Request {
   std::uint32_t count = 0;
 };
 
-// One reply. ok: values (get/compare_set: 1; multi_get: n), keys (list_keys), integer
+// One reply. ok: values (get/compare_set: 1; multi_get, get_with: n), keys (list_keys), integer
 // (add/num_keys/wait_clients), flag (check/delete_key). timeout: keys = what is still missing
 // (for wait_clients: message says how many joined). error: error + message.
 struct Reply {
@@ -104,6 +106,8 @@ struct Reply {
   std::vector<std::string> keys;
   std::int64_t integer = 0;
   bool flag = false;
+  // get_with: which of `values` exist (an absent one is an empty value). The first always does.
+  std::vector<bool> present;
   ErrorKind error = ErrorKind::bad_request;
   std::string message;
   // ok replies only: the body already encoded (the server's cached list_keys answer); used

@@ -28,6 +28,25 @@ std::vector<Bytes> Store::multi_get(const std::vector<std::string>& keys,
   return values;
 }
 
+KeyWithOthers Store::get_with(const std::string& key, const std::vector<std::string>& others,
+                              std::optional<Duration> timeout) {
+  KeyWithOthers out;
+  out.value = get(key, timeout);
+  out.others.reserve(others.size());
+  for (const auto& other : others) {
+    std::optional<Bytes> value;
+    if (check({other})) {
+      try {
+        value = get(other, Duration::zero());
+      } catch (const TimeoutError&) {
+        // Deleted between the check and the read: absent.
+      }
+    }
+    out.others.push_back(std::move(value));
+  }
+  return out;
+}
+
 void Store::multi_set(const std::vector<std::string>& keys, const std::vector<Bytes>& values) {
   if (keys.size() != values.size()) {
     throw InvalidArgument(fmt::format("multi_set: {} keys but {} values; pass one value per key",

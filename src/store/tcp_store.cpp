@@ -296,6 +296,37 @@ std::vector<Bytes> TcpStore::multi_get(const std::vector<std::string>& keys,
   return values;
 }
 
+KeyWithOthers TcpStore::get_with(const std::string& key, const std::vector<std::string>& others,
+                                 std::optional<Duration> timeout) {
+  check_key(impl_->limits, key);
+  const Duration t = resolve_timeout(timeout);
+  store::Request q;
+  q.op = store::Op::get_with;
+  q.keys.reserve(others.size() + 1);
+  q.keys.push_back(key);
+  for (const auto& other : others) {
+    check_key(impl_->limits, other);
+    q.keys.push_back(other);
+  }
+  q.timeout_ms = static_cast<std::uint64_t>(std::max<Duration::rep>(t.count(), 0));
+  auto r = impl_->client->call(q, Deadline::after(t));
+  check_reply(*impl_->client, q.op, r, t);
+  if (r.values.size() != q.keys.size() || r.present.size() != q.keys.size()) {
+    throw StoreError(
+        fmt::format("store get_with to {}: the server answered {} values for {} keys; "
+                    "it is not a chorus store server of this version",
+                    impl_->client->address(), r.values.size(), q.keys.size()));
+  }
+  KeyWithOthers out;
+  out.value = std::move(r.values.at(0));
+  out.others.reserve(others.size());
+  for (std::size_t i = 1; i < r.values.size(); ++i) {
+    out.others.push_back(r.present.at(i) ? std::optional<Bytes>(std::move(r.values[i]))
+                                         : std::nullopt);
+  }
+  return out;
+}
+
 void TcpStore::multi_set(const std::vector<std::string>& keys, const std::vector<Bytes>& values) {
   if (keys.size() != values.size()) {
     throw InvalidArgument(fmt::format("multi_set: {} keys but {} values; pass one value per key",

@@ -196,6 +196,9 @@ bool Client::read_one_frame(std::unique_lock<std::mutex>& lock, Deadline deadlin
   int failure_errno = 0;
   bool timed_out = false;
   bool protocol_violation = false;
+  // A reply is rarely there the moment the request has left: wait for the socket before the
+  // first read rather than make a read that only says "nothing yet".
+  bool poll_before_read = true;
   for (;;) {
     std::span<const std::uint8_t> payload;
     const auto status = reader_.next(payload);
@@ -214,11 +217,7 @@ bool Client::read_one_frame(std::unique_lock<std::mutex>& lock, Deadline deadlin
       protocol_violation = true;
       break;
     }
-    net::IoResult r = reader_.read_from(socket_);
-    if (r.ok()) {
-      continue;
-    }
-    if (r.would_block()) {
+    if (poll_before_read) {
       const int ready = net::poll_until(socket_.fd(), POLLIN, deadline);
       if (ready == 0) {
         timed_out = true;
@@ -229,6 +228,14 @@ bool Client::read_one_frame(std::unique_lock<std::mutex>& lock, Deadline deadlin
         failure_errno = -ready;
         break;
       }
+    }
+    net::IoResult r = reader_.read_from(socket_);
+    if (r.ok()) {
+      poll_before_read = false;  // the rest of a frame is often there already
+      continue;
+    }
+    if (r.would_block()) {
+      poll_before_read = true;
       continue;
     }
     failure = r.describe();
@@ -275,8 +282,8 @@ bool Client::read_one_frame(std::unique_lock<std::mutex>& lock, Deadline deadlin
 
 Reply Client::call(Request& q, Deadline deadline) {
   const auto start = Clock::now();
-  const bool waits =
-      q.op == Op::get || q.op == Op::wait || q.op == Op::multi_get || q.op == Op::wait_clients;
+  const bool waits = q.op == Op::get || q.op == Op::wait || q.op == Op::multi_get ||
+                     q.op == Op::get_with || q.op == Op::wait_clients;
   const Deadline reply_deadline =
       waits && !deadline.is_never() ? Deadline::at(deadline.when() + kReplyGrace) : deadline;
   auto context = [&] {

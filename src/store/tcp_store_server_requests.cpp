@@ -17,6 +17,15 @@ namespace {
 // Parked (waiting) requests per connection: one per client thread is the normal case.
 constexpr std::size_t kMaxParkedPerConnection = 4096;
 
+// The keys a waiting request waits for: get_with waits for its first key only (the others are
+// read with it, present or not); get, wait and multi_get wait for all of theirs.
+std::vector<std::string> awaited_keys(Op op, const std::vector<std::string>& keys) {
+  if (op == Op::get_with) {
+    return {keys.at(0)};
+  }
+  return keys;
+}
+
 Duration clamp_ms(std::uint64_t ms) {
   constexpr std::uint64_t kMax = std::uint64_t{1} << 60;
   return Duration(static_cast<Duration::rep>(std::min(ms, kMax)));
@@ -119,6 +128,7 @@ std::size_t Server::reply_cost(const Request& q) const {
   switch (q.op) {
     case Op::get:
     case Op::multi_get:
+    case Op::get_with:
     case Op::wait:
     case Op::check:
       // Present keys cost their value; missing ones their name (timeout reply, or parked).
@@ -190,13 +200,14 @@ void Server::deliver(Conn& c, const Parked& p) {
     for (const auto& k : p.keys) {
       const Bytes* v = table_.find(k);
       r.values.push_back(v != nullptr ? *v : Bytes{});
+      r.present.push_back(v != nullptr);
     }
   }
   reply(c, p.op, r);
 }
 
 void Server::park(Conn& c, const Request& q, Op op) {
-  const KvTable::WatchId w = table_.add_watch(q.keys);
+  const KvTable::WatchId w = table_.add_watch(awaited_keys(op, q.keys));
   if (w == 0) {
     // Cannot happen (callers check first), but answering is always safe.
     Parked now;
@@ -240,7 +251,7 @@ void Server::on_watch_timeout(KvTable::WatchId w) {
   Reply r;
   r.status = ReplyStatus::timeout;
   r.id = parked->request_id;
-  r.keys = table_.missing(parked->keys);
+  r.keys = table_.missing(awaited_keys(parked->op, parked->keys));
   reply(c, parked->op, r);  // small: the names of missing keys, already counted while parked
   flush(c);
 }
@@ -365,6 +376,7 @@ void Server::handle_request(Conn& c, Request& q) {
       break;
     case Op::get:
     case Op::multi_get:
+    case Op::get_with:
     case Op::wait: {
       if (q.op != Op::wait) {
         const std::size_t cost = reply_cost(q);
@@ -378,7 +390,7 @@ void Server::handle_request(Conn& c, Request& q) {
           break;
         }
       }
-      const auto missing = table_.missing(q.keys);
+      const auto missing = table_.missing(awaited_keys(q.op, q.keys));
       if (!missing.empty()) {
         if (q.timeout_ms == 0) {
           r.status = ReplyStatus::timeout;
@@ -397,7 +409,9 @@ void Server::handle_request(Conn& c, Request& q) {
       }
       if (q.op != Op::wait) {
         for (const auto& k : q.keys) {
-          r.values.push_back(*table_.find(k));
+          const Bytes* v = table_.find(k);
+          r.values.push_back(v != nullptr ? *v : Bytes{});
+          r.present.push_back(v != nullptr);
         }
       }
       break;

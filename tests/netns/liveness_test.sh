@@ -168,9 +168,20 @@ RANK_PIDS=()
 start_rank 0
 start_rank 2
 disown "${RANK_PIDS[2]}" # never waited for; the cluster's down kills it
-# Bounded wait (30 s) for rank 2's published address in the store.
-if ! timeout 30 bash -c "until '$cluster' run 0 '$CHORUS_STORE_BIN' --connect '$STORE_ADDR' keys 2>/dev/null | grep -q '/addr/$SILENT\$'; do :; done"; then
-  fail "setup: rank 2 did not publish its address within 30 s"
+# Bounded wait (30 s) until rank 2 has claimed its rank (which publishes its address) and
+# counted itself: the formation's `joined` counter reads 2 (ranks 0 and 2).
+counted=
+deadline=$(($(date +%s) + 30))
+while [ -z "$counted" ] && [ "$(date +%s)" -lt "$deadline" ]; do
+  joined=$("$cluster" run 0 "$CHORUS_STORE_BIN" --connect "$STORE_ADDR" keys 2>/dev/null |
+    grep '/joined$' | head -n 1) || true # not there yet
+  if [ -n "$joined" ] &&
+    [ "$("$cluster" run 0 "$CHORUS_STORE_BIN" --connect "$STORE_ADDR" add "$joined" 0 2>/dev/null || true)" = 2 ]; then
+    counted=1
+  fi
+done
+if [ -z "$counted" ]; then
+  fail "setup: rank 2 did not claim its rank and count itself within 30 s"
   cat "$work/rank2.err" >&2
 fi
 "$cluster" cut "$SILENT"

@@ -207,6 +207,32 @@ void contract(const std::string& kind) {
     REQUIRE(chorus::test::since(start) < 200ms + chorus::test::kSlack);
   }
 
+  SECTION("get_with waits for its key only and reads the others as they are then") {
+    s.set("gw-other", std::string_view("o"));
+    std::thread setter([&] { s.set("gw-key", std::string_view("k")); });
+    const chorus::KeyWithOthers got =
+        s.get_with("gw-key", {"gw-other", "gw-absent", "gw-key"}, 10s);
+    setter.join();
+    REQUIRE(chorus::to_string(got.value) == "k");
+    REQUIRE(got.others.size() == 3);
+    REQUIRE(got.others[0].has_value());
+    REQUIRE(chorus::to_string(*got.others[0]) == "o");
+    REQUIRE_FALSE(got.others[1].has_value());
+    REQUIRE(got.others[2].has_value());
+    REQUIRE(chorus::to_string(*got.others[2]) == "k");
+    REQUIRE(s.get_with("gw-key", {}).others.empty());
+    const auto start = chorus::Clock::now();
+    try {
+      (void)s.get_with("gw-missing", {"gw-other", "gw-absent"}, 200ms);
+      FAIL("get_with of a missing key returned");
+    } catch (const chorus::TimeoutError& e) {
+      // It names the key it waited for, not the others (which it never waits for).
+      REQUIRE(std::string(e.what()).find("gw-missing") != std::string::npos);
+      REQUIRE(std::string(e.what()).find("gw-absent") == std::string::npos);
+    }
+    REQUIRE(chorus::test::since(start) < 200ms + chorus::test::kSlack);
+  }
+
   SECTION("append") {
     s.append("ap", to_bytes("ab"));
     s.append("ap", to_bytes("cd"));

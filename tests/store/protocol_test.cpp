@@ -85,7 +85,7 @@ TEST_CASE("protocol: every request op round-trips", "[store][protocol]") {
     REQUIRE(round_trip(q).values == q.values);
   }
   SECTION("multi ops") {
-    for (Op op : {Op::wait, Op::multi_get, Op::check}) {
+    for (Op op : {Op::wait, Op::multi_get, Op::get_with, Op::check}) {
       q.op = op;
       q.keys = {"a", "", "c"};
       REQUIRE(round_trip(q).keys == q.keys);
@@ -120,6 +120,15 @@ TEST_CASE("protocol: replies round-trip, including timeout and error", "[store][
   DecodeError err;
   REQUIRE(decode_reply(Op::multi_get, payload_of(buf), out, err));
   REQUIRE(out.values == p.values);
+
+  // get_with: each value with whether it exists (an absent one travels as empty).
+  p.present = {true, false};
+  buf.clear();
+  encode_reply(Op::get_with, p, buf);
+  Reply with;
+  REQUIRE(decode_reply(Op::get_with, payload_of(buf), with, err));
+  REQUIRE(with.values == p.values);
+  REQUIRE(with.present == p.present);
 
   Reply t;
   t.status = ReplyStatus::timeout;
@@ -164,6 +173,14 @@ TEST_CASE("protocol: malformed requests are rejected with a reason", "[store][pr
       REQUIRE_FALSE(decode_request(payload.first(n), limits, r, e));
       REQUIRE_FALSE(e.message.empty());
     }
+  }
+  SECTION("get_with without a key to wait for") {
+    Request none;
+    none.op = Op::get_with;
+    std::vector<std::uint8_t> empty;
+    encode_request(none, empty);
+    REQUIRE_FALSE(decode_request(payload_of(empty), limits, out, err));
+    REQUIRE(err.message.find("no key") != std::string::npos);
   }
   SECTION("trailing bytes fail") {
     std::vector<std::uint8_t> longer(payload.begin(), payload.end());

@@ -5,6 +5,8 @@
 #include <catch2/catch.hpp>
 
 #include <cstdlib>
+#include <sstream>
+#include <string>
 
 #include <chorus/process_group.hpp>
 #include <chorus/tcp_store.hpp>
@@ -31,8 +33,11 @@ TEST_CASE("a group over PrefixStore(TcpStore on 127.0.0.1) publishes loopback ad
         CHILD_CHECK(x[0] == 2.0f);
         int published = 0;
         for (const auto& key : tcp->list_keys()) {
-          if (key.rfind("run/addressing/", 0) == 0 && key.find("/addr/") != std::string::npos) {
-            const std::string address = tcp->get_string(key);
+          if (key.rfind("run/addressing/", 0) == 0 && key.find("/claim/") != std::string::npos) {
+            // "<world size> <pid>@<host> <host:port> <host id>": the address is the third field.
+            std::istringstream claim(tcp->get_string(key));
+            std::string size, who, address;
+            claim >> size >> who >> address;
             if (address.rfind("127.", 0) != 0) {
               throw test::ChildCheckFailed{"key " + key + " holds non-loopback address " + address};
             }

@@ -19,6 +19,7 @@
 #include <fmt/format.h>
 #include <catch2/catch.hpp>
 
+#include "cpu/bootstrap/formation_records.hpp"
 #include "cpu/bootstrap/group_key.hpp"
 #include "cpu/bootstrap/handshake.hpp"
 #include "cpu/bootstrap/membership.hpp"
@@ -76,12 +77,12 @@ Record read_record(Store& group_ns) {
   return r;
 }
 
+// Rank r's "host:port": the address in its claim record.
 std::string address_of(Store& group_ns, int rank) {
   std::string epoch = group_ns.get_string(cpu::kCurrentEpochKey, 30s);
   epoch = epoch.substr(0, epoch.find(' '));
-  const std::string record =
-      group_ns.get_string(cpu::epoch_key(epoch, fmt::format("addr/{}", rank)), 30s);
-  return record.substr(0, record.find(' '));
+  const std::string record = group_ns.get_string(cpu::formation::claim_key(epoch, rank), 30s);
+  return cpu::formation::parse_claim(record).value_or(cpu::formation::Claim{}).address;
 }
 
 int dial(const std::string& address) {

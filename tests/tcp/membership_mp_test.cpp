@@ -15,6 +15,7 @@
 #include <fmt/format.h>
 #include <catch2/catch.hpp>
 
+#include "cpu/bootstrap/formation_records.hpp"
 #include "cpu/bootstrap/membership.hpp"
 #include "net/address.hpp"
 #include "tcp/mp_common.hpp"
@@ -29,15 +30,14 @@ float allreduce_one(ProcessGroup& pg, float value) {
   return x;
 }
 
-// Rank r's "host:port" in the group's current formation (the layout of tcp/membership.hpp).
+// Rank r's "host:port" in the group's current formation (the layout of
+// cpu/bootstrap/membership.hpp): the address in its claim record.
 std::string current_address(Store& group_ns, int rank, Duration timeout) {
   // `current` is "<epoch> <leader record>".
   std::string epoch = group_ns.get_string(cpu::kCurrentEpochKey, timeout);
   epoch = epoch.substr(0, epoch.find(' '));
-  // The record is "host:port host-id".
-  const std::string record =
-      group_ns.get_string(cpu::epoch_key(epoch, fmt::format("addr/{}", rank)), timeout);
-  return record.substr(0, record.find(' '));
+  const std::string record = group_ns.get_string(cpu::formation::claim_key(epoch, rank), timeout);
+  return cpu::formation::parse_claim(record).value_or(cpu::formation::Claim{}).address;
 }
 
 int connect_loopback(const std::string& address) {

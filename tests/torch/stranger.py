@@ -5,7 +5,7 @@ tries to join the group with whatever it found.
 usage: stranger.py HOST PORT PROBE
 
 torch 1.13's TCPStore cannot list keys, so it reads the keys of chorus's layout
-(tcp/membership.hpp) for the world group, under the prefix torch gives it ("default_pg/0/").
+(src/cpu/bootstrap/membership.hpp) for the world group, under the prefix torch gives it ("default_pg/0/").
 Then chorus_join_probe (PROBE) dials rank 0 at the address in the record claiming rank 2, once
 per candidate key: each 64-hex-digit value found in the store taken as the secret (what a
 tokenless rank uses), and a secret derived from a wrong job token. Prints "READ key = value"
@@ -49,7 +49,6 @@ try:
         read(f"e{epoch}/{name}")
     for r in range(size):
         read(f"e{epoch}/claim/{r}")
-        read(f"e{epoch}/addr/{r}")
     candidates = sorted({h for v in found.values() for h in re.findall(r"\b[0-9a-f]{64}\b", v)})
     keys = [f"hex:{h}" for h in candidates] + ["token:not-the-job-token-0123456789abcdef"]
     print(f"STRANGER: read {len(found)} keys; trying {len(keys)} keys against rank 0 at {address}",

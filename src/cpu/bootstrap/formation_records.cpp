@@ -34,9 +34,6 @@ std::uint64_t random_group_id() {
 std::string claim_key(const std::string& e, int r) {
   return epoch_key(e, fmt::format("claim/{}", r));
 }
-std::string addr_key(const std::string& e, int r) {
-  return epoch_key(e, fmt::format("addr/{}", r));
-}
 
 // The value of `key`, or "" if it does not exist: one round trip, no wait. (A compare_set
 // whose expected value no record ever holds changes nothing and returns what is there.)
@@ -83,6 +80,14 @@ Current parse_current(std::string raw) {
 
 Current read_current(Store& store) { return parse_current(peek(store, kCurrentEpochKey)); }
 
+Current await_current(Store& store, Duration timeout) {
+  try {
+    return parse_current(store.get_string(kCurrentEpochKey, timeout));
+  } catch (const TimeoutError&) {
+    return {};
+  }
+}
+
 std::string leader_record(const Leader& l) {
   return fmt::format(
       "{} {:016x} {} {} {} {}", l.size, l.group_id, l.who, l.address, net::to_hex(l.seed),
@@ -102,19 +107,28 @@ std::int64_t wall_clock_ms() {
       .count();
 }
 
-// The address record: "host:port" and the host id (which never holds a space).
-std::string address_record(const MembershipOptions& o) {
-  return o.host_id.empty() ? o.local_address : o.local_address + " " + o.host_id;
+std::string claim_record(const MembershipOptions& o) {
+  std::string record = fmt::format("{} {} {}", o.size, pid_at_host(), o.local_address);
+  if (!o.host_id.empty()) {
+    record += " " + o.host_id;
+  }
+  return record;
 }
 
-std::string member_record(const MembershipOptions& o) {
-  return fmt::format("{} {}", o.size, pid_at_host());
+std::optional<Claim> parse_claim(const std::string& record) {
+  std::istringstream in(record);
+  Claim c;
+  if (!(in >> c.size >> c.who >> c.address)) {
+    return std::nullopt;
+  }
+  in >> c.host_id;
+  return c;
 }
 
 // The host map of the `state` record: each rank's host as an index in order of first
 // appearance, run-length coded ("0*4 1*4" for two hosts of four consecutive ranks). A rank
 // without a host id is a host of its own.
-std::string encode_host_map(const std::vector<Bytes>& records) {
+std::string encode_host_map(const std::vector<Bytes>& claims) {
   std::map<std::string, int> index;
   std::string out;
   int run_host = -1;
@@ -124,11 +138,10 @@ std::string encode_host_map(const std::vector<Bytes>& records) {
       out += fmt::format("{}{}*{}", out.empty() ? "" : " ", run_host, run_length);
     }
   };
-  for (std::size_t r = 0; r < records.size(); ++r) {
-    const std::string record = to_string(records[r]);
-    const std::size_t space = record.find(' ');
+  for (std::size_t r = 0; r < claims.size(); ++r) {
+    const std::optional<Claim> claim = parse_claim(to_string(claims[r]));
     const std::string id =
-        space == std::string::npos ? "\n" + std::to_string(r) : record.substr(space + 1);
+        claim && !claim->host_id.empty() ? claim->host_id : "\n" + std::to_string(r);
     const int host = index.emplace(id, static_cast<int>(index.size())).first->second;
     if (host == run_host) {
       ++run_length;

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: BSD-3-Clause
 // The records of a group formation in the store (the key layout is in membership.hpp): their
-// keys, how each is written and parsed (the leader record and `current`, the claim and address
+// keys, how each is written and parsed (the leader record and `current`, the claim
 // records, the host map of the `state` record), the one-round-trip read the membership protocol
 // uses everywhere (peek), and the liveness check of a recorded rank 0.
 //
@@ -30,7 +30,6 @@ std::string random_epoch();
 std::uint64_t random_group_id();
 
 std::string claim_key(const std::string& e, int r);
-std::string addr_key(const std::string& e, int r);
 
 // The value of `key`, or "" if it does not exist: one round trip, no wait.
 std::string peek(Store& store, const std::string& key);
@@ -57,6 +56,9 @@ struct Current {
 };
 Current parse_current(std::string raw);
 Current read_current(Store& store);
+// As read_current, but when there is none yet, waits up to `timeout` for rank 0 to record it
+// (still one round trip); empty if none came.
+Current await_current(Store& store, Duration timeout);
 
 // True if a process accepts connections at the leader's address: a leader record left by a
 // process that died is refused (or unreachable), one of a live rank 0 is accepted.
@@ -65,15 +67,22 @@ bool leader_alive(const Leader& leader, int my_rank, Deadline deadline);
 // Milliseconds since the Unix epoch (the clash record's time stamp).
 std::int64_t wall_clock_ms();
 
-// The address record: "host:port" and the host id (which never holds a space).
-std::string address_record(const MembershipOptions& o);
-// The claim record: "<world size> <pid>@<host>".
-std::string member_record(const MembershipOptions& o);
+// The claim record, "<world size> <pid>@<host> <host:port>[ <host id>]": who claimed the rank,
+// and where it listens for its group's links (no field holds a space).
+std::string claim_record(const MembershipOptions& o);
+struct Claim {
+  int size = 0;
+  std::string who;      // "<pid>@<host>"
+  std::string address;  // "host:port"
+  std::string host_id;  // "" if the rank had none
+};
+// nullopt if the record is not a claim.
+std::optional<Claim> parse_claim(const std::string& record);
 
 // The host map of the `state` record: each rank's host as an index in order of first
 // appearance, run-length coded ("0*4 1*4" for two hosts of four consecutive ranks), from the
-// ranks' address records. A rank without a host id is a host of its own.
-std::string encode_host_map(const std::vector<Bytes>& records);
+// ranks' claim records. A rank without a host id is a host of its own.
+std::string encode_host_map(const std::vector<Bytes>& claims);
 
 // Calls run(host, count) for each run of the host map; false if the map is malformed or does
 // not cover exactly `size` ranks.

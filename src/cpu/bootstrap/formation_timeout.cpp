@@ -18,7 +18,7 @@ constexpr std::size_t kMaxNamedMissing = 32;
 // Why a formation did not complete in time, worked out by the first rank to time out and
 // shared through the store (`missing`), so that thousands of ranks timing out together make
 // one search and one probe of rank 0, not thousands. Recorded as "leader" when rank 0 does not
-// answer, else "ranks <more> <r>...": the ranks that published no address (named up to
+// answer, else "ranks <more> <r>...": the ranks that never claimed their rank (named up to
 // kMaxNamedMissing, `more` counts the rest).
 std::string timeout_story(Store& store, const std::string& epoch, const MembershipOptions& o,
                           const Leader* leader) {
@@ -49,7 +49,7 @@ std::string timeout_story(Store& store, const std::string& epoch, const Membersh
 
 }  // namespace
 
-// The ranks among [0, size) whose address record is missing (at most kMaxNamedMissing of them),
+// The ranks among [0, size) whose claim record is missing (at most kMaxNamedMissing of them),
 // by bisection: one `check` per range, so a few missing ranks cost O(log N) round trips.
 void find_missing(Store& store, const std::string& epoch, int lo, int hi, std::vector<int>& out) {
   if (lo >= hi || out.size() >= kMaxNamedMissing) {
@@ -57,7 +57,7 @@ void find_missing(Store& store, const std::string& epoch, int lo, int hi, std::v
   }
   std::vector<std::string> keys;
   for (int r = lo; r < hi; ++r) {
-    keys.push_back(addr_key(epoch, r));
+    keys.push_back(claim_key(epoch, r));
   }
   if (store.check(keys)) {
     return;
@@ -105,10 +105,11 @@ void throw_formation_timeout(Store& store, const std::string& epoch, const Membe
     }
   }
   throw TimeoutError(
-      fmt::format("{}: ranks {} never showed up within {} (no address published in the store); "
-                  "check that they were started with the same store and WORLD_SIZE={}, and "
-                  "their logs",
-                  o.where, named, format_duration(o.timeout), o.size),
+      fmt::format(
+          "{}: ranks {} never showed up within {} (they never claimed their rank in the store); "
+          "check that they were started with the same store and WORLD_SIZE={}, and "
+          "their logs",
+          o.where, named, format_duration(o.timeout), o.size),
       timeout_context(o, missing));
 }
 

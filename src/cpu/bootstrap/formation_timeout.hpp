@@ -21,7 +21,7 @@
 
 namespace chorus::cpu::formation {
 
-// Appends to `out` the ranks among [lo, hi) whose address record is missing (at most 32 named
+// Appends to `out` the ranks among [lo, hi) whose claim record is missing (at most 32 named
 // in all), by bisection: one `check` per range, so a few missing ranks cost O(log N) round trips.
 void find_missing(Store& store, const std::string& epoch, int lo, int hi, std::vector<int>& out);
 

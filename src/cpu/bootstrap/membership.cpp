@@ -32,6 +32,14 @@ using namespace formation;
 // How often a waiting rank looks at the deadline; rank 0 also drains its listener then.
 constexpr Duration kLeaderSlice = std::chrono::milliseconds(100);
 constexpr Duration kFollowerSlice = std::chrono::seconds(1);
+// After each slice a waiting rank makes two store round trips (it looks whether `current` still
+// names its formation, then waits again). Large groups take longer to form, and all their ranks
+// wait at once: their slice grows with the world size so that these looks stay under about a
+// thousand a second for the whole group, a small part of what the store serves.
+Duration follower_slice(int size) {
+  return std::clamp<Duration>(std::chrono::milliseconds(size), kFollowerSlice,
+                              std::chrono::seconds(30));
+}
 // A rank waiting for a new rank 0 looks at `current` this often.
 constexpr Duration kPollSlice = std::chrono::milliseconds(100);
 // A skipped formation (its rank 0 did not answer) is probed again after this many slices.
@@ -40,14 +48,29 @@ constexpr int kReprobeSlices = 10;
 // it looks again whether one of them has gone (its rank left meanwhile).
 constexpr Duration kAddressWait = std::chrono::seconds(1);
 
+// Keeps the address of each claim record read for `ranks`.
+void store_addresses(Membership& m, const std::vector<int>& ranks,
+                     const std::vector<Bytes>& claims) {
+  for (std::size_t i = 0; i < ranks.size(); ++i) {
+    const std::string record = to_string(claims[i]);
+    const std::optional<Claim> claim = parse_claim(record);
+    if (!claim) {
+      throw StoreError(fmt::format(
+          "rank {}'s claim record in the store is unreadable (\"{:.60}\"); was the group's "
+          "namespace written by another program?",
+          ranks[i], record));
+    }
+    m.addresses[ranks[i]] = claim->address;
+  }
+}
+
 // Removes what this rank wrote into a formation it gives up on (a dead rank 0, superseded).
 void withdraw(Store& store, const std::string& epoch, int rank) {
-  store.delete_key(addr_key(epoch, rank));
   store.delete_key(claim_key(epoch, rank));
   store.add(epoch_key(epoch, "joined"), -1);
 }
 
-// The count is complete: unless rank 0 is gone, read every address once and record the
+// The count is complete: unless rank 0 is gone, read every claim once and record the
 // formation as formed with its host map. False if rank 0 does not answer.
 bool complete_formation(Store& store, const std::string& epoch, const Leader& leader,
                         const MembershipOptions& o) {
@@ -60,10 +83,9 @@ bool complete_formation(Store& store, const std::string& epoch, const Leader& le
   std::vector<std::string> keys;
   keys.reserve(static_cast<std::size_t>(o.size));
   for (int r = 0; r < o.size; ++r) {
-    keys.push_back(addr_key(epoch, r));
+    keys.push_back(claim_key(epoch, r));
   }
-  // Ranks publish their address right after counting themselves: this waits microseconds,
-  // unless one of them died in between.
+  // Every counted rank claimed before it counted: this does not wait.
   std::vector<Bytes> records;
   try {
     records = store.multi_get(keys, o.deadline.remaining());
@@ -82,11 +104,18 @@ enum class Outcome { formed, superseded, timed_out, clashed };
 Outcome await_state(Store& store, Membership& m, const MembershipOptions& o,
                     ClashWatch* watch = nullptr, std::string* clash_message = nullptr) {
   const std::string key = epoch_key(m.epoch, "state");
-  const Duration slice = o.rank == 0 ? kLeaderSlice : kFollowerSlice;
+  const Duration slice = o.rank == 0 ? kLeaderSlice : follower_slice(o.size);
+  std::vector<std::string> prefetch;
+  for (int r : o.prefetch) {
+    prefetch.push_back(claim_key(m.epoch, r));
+  }
   for (;;) {
     std::string state;
+    std::vector<std::optional<Bytes>> claims;
     try {
-      state = store.get_string(key, std::min(slice, o.deadline.remaining()));
+      KeyWithOthers got = store.get_with(key, prefetch, std::min(slice, o.deadline.remaining()));
+      state = to_string(got.value);
+      claims = std::move(got.others);
     } catch (const TimeoutError&) {
       if (o.between_slices) {
         o.between_slices();
@@ -117,6 +146,14 @@ Outcome await_state(Store& store, Membership& m, const MembershipOptions& o,
     if (state.rfind("formed ", 0) == 0 &&
         for_each_host_run(state.substr(7), o.size, [](long, long) {})) {
       m.host_map = state.substr(7);
+      // A claim missing now belongs to a rank that left already: fetch_addresses says so.
+      for (std::size_t i = 0; i < claims.size(); ++i) {
+        if (claims[i]) {
+          if (const std::optional<Claim> claim = parse_claim(to_string(*claims[i]))) {
+            m.addresses[o.prefetch[i]] = claim->address;
+          }
+        }
+      }
       return Outcome::formed;
     }
     throw StoreError(
@@ -179,9 +216,8 @@ Membership lead(Store& store, const MembershipOptions& o) {
   }
   const std::string epoch = random_epoch();
   Membership m = membership_of(epoch, me, o);
-  // Records first, `current` last: whoever reads `current` finds rank 0's address and claim.
-  store.multi_set({addr_key(epoch, 0), claim_key(epoch, 0)},
-                  {to_bytes(address_record(o)), to_bytes(member_record(o))});
+  // The claim first, `current` last: whoever reads `current` finds rank 0's claim.
+  store.set(claim_key(epoch, 0), claim_record(o));
   const std::string mine = epoch + " " + leader_record(me);
   const Current now = parse_current(
       to_string(store.compare_set(kCurrentEpochKey, to_bytes(previous.raw), to_bytes(mine))));
@@ -236,7 +272,10 @@ Membership follow(Store& store, const MembershipOptions& o) {
   // While no live rank 0 leads: the namespace's clash record, looked at once a second.
   ClashWatch watch(static_cast<int>(kFollowerSlice / kPollSlice));
   for (;;) {
-    const Current current = read_current(store);
+    // Ranks usually start before rank 0 has recorded its formation: wait for it here, in the
+    // same round trip as the read, rather than look again after it.
+    const Current current =
+        await_current(store, std::min<Duration>(kPollSlice, o.deadline.remaining()));
     const std::string& epoch = current.epoch;
     std::optional<Leader> leader;
     if (!epoch.empty() && epoch != skipped) {
@@ -264,14 +303,10 @@ Membership follow(Store& store, const MembershipOptions& o) {
                         o.where, format_duration(o.timeout), why),
             timeout_context(o, {0}));
       }
-      // Wait a slice for rank 0 to record a new formation; re-probe a skipped leader now and
-      // then, in case it was only slow to answer.
-      if (epoch.empty()) {
-        try {
-          store.wait({kCurrentEpochKey}, std::min(kPollSlice, o.deadline.remaining()));
-        } catch (const TimeoutError&) {
-        }
-      } else {
+      // Wait a slice for rank 0 to record a new formation (the read above waited one already
+      // when there was none); re-probe a skipped leader now and then, in case it was only slow
+      // to answer.
+      if (!epoch.empty()) {
         std::this_thread::sleep_for(std::min(kPollSlice, o.deadline.remaining()));
       }
       if (++slices_skipped % kReprobeSlices == 0) {
@@ -306,7 +341,7 @@ Membership follow(Store& store, const MembershipOptions& o) {
       }
       clash(store, epoch, fmt::format("{}: {}", o.where, why));
     }
-    const std::string mine = member_record(o);
+    const std::string mine = claim_record(o);
     const std::string claimed =
         to_string(store.compare_set(claim_key(epoch, o.rank), {}, to_bytes(mine)));
     if (claimed != mine) {
@@ -319,16 +354,18 @@ Membership follow(Store& store, const MembershipOptions& o) {
             fmt::format(
                 "{}: two processes claim rank {} of this group: process {} and this one ({}); a "
                 "duplicate RANK={}, or another job using the same store and run id; {}",
-                o.where, o.rank, claimed.substr(claimed.find(' ') + 1), process_identity(), o.rank,
-                clash_advice()));
+                o.where, o.rank, parse_claim(claimed).value_or(Claim{.who = "?"}).who,
+                process_identity(), o.rank, clash_advice()));
     }
-    // Counted before the address is published: a rank whose address anyone could see (and
-    // connect to, or find dead) is always part of a complete count.
+    // The claim is also this rank's published address. Claimed before counted: the rank that
+    // completes the count finds every counted rank's claim.
     const std::int64_t joined = store.add(epoch_key(epoch, "joined"), 1);
     if (joined > o.size) {
       // The formation completed without this rank: its claim was free only because a member
       // left (destroyed its group). Wait for the next formation instead of joining a finished
-      // one (whose rank 0 is leaving, or belongs to another job).
+      // one (whose rank 0 is leaving, or belongs to another job). Until the withdrawal, a
+      // member of that formation looking up the rank that left finds this process's address;
+      // it fails its handshake there instead of finding the rank gone.
       withdraw(store, epoch, o.rank);
       CHORUS_INFO(init,
                   "{}: the recorded formation is complete without this rank (a member "
@@ -338,7 +375,6 @@ Membership follow(Store& store, const MembershipOptions& o) {
       continue;
     }
     const bool last = joined == o.size;
-    store.set(addr_key(epoch, o.rank), address_record(o));
     Membership m = membership_of(epoch, *leader, o);
     if (last && !complete_formation(store, epoch, *leader, o)) {
       withdraw(store, epoch, o.rank);
@@ -385,10 +421,15 @@ std::string epoch_key(const std::string& epoch, const std::string& name) {
 }
 
 std::string pid_at_host() {
-  char host[256] = {};
-  if (::gethostname(host, sizeof(host) - 1) != 0 || host[0] == '\0') {
-    host[0] = '?';
-  }
+  // Read once per process: every claim and many messages name it, and each read is a system
+  // call (the pid is not cached: a forked child has its own).
+  static const std::string host = [] {
+    char name[256] = {};
+    if (::gethostname(name, sizeof(name) - 1) != 0 || name[0] == '\0') {
+      name[0] = '?';
+    }
+    return std::string(name);
+  }();
   return fmt::format("{}@{}", ::getpid(), host);
 }
 
@@ -425,11 +466,19 @@ std::vector<int> fetch_addresses(Store& store, Membership& m, const std::vector<
     for (int r : ranks) {
       if (!m.addresses.contains(r)) {
         wanted.push_back(r);
-        keys.push_back(addr_key(m.epoch, r));
+        keys.push_back(claim_key(m.epoch, r));
       }
     }
     if (keys.empty()) {
       return {};
+    }
+    // Usually every one of them is there: one round trip that does not wait reads them all.
+    // Otherwise the store names what is missing, and the checks below tell a rank that left
+    // from a slow store.
+    try {
+      store_addresses(m, wanted, store.multi_get(keys, Duration::zero()));
+      return {};
+    } catch (const TimeoutError&) {
     }
     if (!store.check(keys)) {
       std::vector<int> left;
@@ -453,10 +502,7 @@ std::vector<int> fetch_addresses(Store& store, Membership& m, const std::vector<
       }
       continue;
     }
-    for (std::size_t i = 0; i < wanted.size(); ++i) {
-      const std::string record = to_string(records[i]);
-      m.addresses[wanted[i]] = record.substr(0, record.find(' '));
-    }
+    store_addresses(m, wanted, records);
     return {};
   }
 }
@@ -500,7 +546,6 @@ void leave_group(Store& store, const Membership& m, int rank) noexcept {
     return;
   }
   try {
-    store.delete_key(addr_key(m.epoch, rank));
     store.delete_key(claim_key(m.epoch, rank));
     if (store.add(epoch_key(m.epoch, "left"), 1) < m.size) {
       return;

@@ -11,10 +11,11 @@
 //                        formation's key for the handshake's membership proofs, readable by
 //                        whoever can read the store; else "token:<check>", and every rank
 //                        derives the key from its job token and the seed (group_key.hpp))
-//   e<epoch>/claim/<r>   "<world size> <pid>@<host>" of the process that claimed rank r
-//                        (compare_set: the first claimant wins, a second one is a clash)
-//   e<epoch>/addr/<r>    rank r's "host:port" and, after a space, its host id (host_id.hpp)
-//   e<epoch>/joined      counter: ranks that claimed and published
+//   e<epoch>/claim/<r>   "<world size> <pid>@<host> <host:port> <host id>": the process
+//                        that claimed rank r and the address it listens on, with its host
+//                        id (host_id.hpp) after it (compare_set: the first claimant wins, a
+//                        second one is a clash)
+//   e<epoch>/joined      counter: ranks that claimed
 //   e<epoch>/state       the formation's outcome, written once (compare_set):
 //                        "formed <host map>" by the rank whose join completed the count,
 //                        "clash <message>" (a duplicate rank, a different world size, ...),
@@ -24,10 +25,12 @@
 //   e<epoch>/missing     who never showed up, worked out once by the first rank to time out
 //   clash                "<unix ms> <message>": the latest clash of any formation, for the
 //                        ranks waiting elsewhere (see below); kept after the group is gone
-// Every rank makes a constant number of store round trips to join (read `current`, claim,
-// count, publish, wait for `state`), whatever the world size; the rank that
-// completes the count reads every address once to build the host map (O(N) for the whole
-// group), and a rank reads another's address only when it connects to it (fetch_addresses).
+// Every rank makes four store round trips to join (read or await `current`, claim, count,
+// wait for `state`), whatever the world size; the rank that completes the count reads every
+// claim once to build the host map (O(N) for the whole group), and a rank reads another's
+// address only when it connects to it (fetch_addresses, one round trip for any number of
+// ranks). A waiting rank looks at `current` again after each slice of its wait (1 s, growing
+// with the world size so that a whole group's looks stay near a thousand a second).
 // Rank 0 always starts a new epoch (so a relaunch never reuses a dead formation) and marks the
 // one it replaces "superseded", which moves anyone waiting there to the new one. A formation
 // whose rank 0 is dead never forms: the rank completing the count first checks that rank 0
@@ -72,6 +75,9 @@ struct MembershipOptions {
   std::string local_address;  // our "host:port"
   std::string host_id;        // which machine we run on (host_id.hpp): picks same-host peers
   std::string token;          // the job token (group_key.hpp: group_token()); "": none
+  // Ranks whose addresses to read together with the formation's outcome (the ring neighbours
+  // the mesh links to first): in the same round trip, not one more per rank afterwards.
+  std::vector<int> prefetch;
   // Called between the slices of every wait (rank 0 drains its listener there, so that a
   // large group's liveness probes never fill its backlog).
   std::function<void()> between_slices;
@@ -103,11 +109,12 @@ ErrorContext setup_error_context(int rank, int size, const std::string& group, D
 // different world size, two rank 0s: another job on the same store and run id).
 Membership join_group(Store& store, const MembershipOptions& options);
 
-// Reads the addresses of `ranks` not read yet. Every member published its address before the
-// formation completed, and deletes it when it leaves (leave_group), so an address missing now
-// means that rank has left the group: such ranks are returned (their addresses stay unread)
-// rather than waited for. Otherwise membership.addresses holds every one of them afterwards.
-// Throws StoreError/TimeoutError if the store itself fails or is slower than `deadline`.
+// Reads the addresses of `ranks` not read yet. Every member published its address (its claim)
+// before the formation completed, and deletes it when it leaves (leave_group), so an address
+// missing now means that rank has left the group: such ranks are returned (their addresses stay
+// unread) rather than waited for. Otherwise membership.addresses holds every one of them
+// afterwards. Throws StoreError/TimeoutError if the store itself fails or is slower than
+// `deadline`.
 [[nodiscard]] std::vector<int> fetch_addresses(Store& store, Membership& membership,
                                                const std::vector<int>& ranks, Deadline deadline);
 

@@ -218,6 +218,9 @@ Mesh build_mesh(Store& store, const MeshOptions& o) {
   // With a job token the membership secret derives from it and never enters the store, which
   // may be open to anyone (torch's TCPStore is): group_key.hpp.
   mo.token = group_token(store);
+  if (n > 1) {
+    mo.prefetch = {(o.rank + 1) % n, (o.rank + n - 1) % n};  // setup peers on any host map
+  }
   if (o.rank == 0) {
     // What arrives while rank 0 waits are the other ranks' liveness probes, and strangers.
     mo.between_slices = [&listener] {
