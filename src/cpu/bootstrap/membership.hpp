@@ -26,10 +26,11 @@
 //   clash                "<unix ms> <message>": the latest clash of any formation, for the
 //                        ranks waiting elsewhere (see below); kept after the group is gone
 // Every rank makes four store round trips to join (read or await `current`, claim, count,
-// wait for `state`), whatever the world size; the rank that completes the count reads every
-// claim once to build the host map (O(N) for the whole group), and a rank reads another's
-// address only when it connects to it (fetch_addresses, one round trip for any number of
-// ranks). A waiting rank looks at `current` again after each slice of its wait (1 s, growing
+// wait for `state`, which brings the claims of MembershipOptions::prefetch with it), whatever
+// the world size; the rank that completes the count reads every claim once to build the host
+// map (O(N) for the whole group), and a rank reads another's address only when it connects to
+// it (fetch_addresses, one round trip for any number of ranks, none for those prefetched).
+// A waiting rank looks at `current` again after each slice of its wait (1 s, growing
 // with the world size so that a whole group's looks stay near a thousand a second).
 // Rank 0 always starts a new epoch (so a relaunch never reuses a dead formation) and marks the
 // one it replaces "superseded", which moves anyone waiting there to the new one. A formation
