@@ -11,6 +11,7 @@
 #include <chorus/errors.hpp>
 
 #include "core/env.hpp"
+#include "core/error_copy.hpp"
 #include "core/flight_recorder.hpp"
 #include "core/format.hpp"
 #include "core/op_rules.hpp"
@@ -113,7 +114,8 @@ void Backend::set_lobby(std::shared_ptr<Store> lobby, std::string lobby_name) {
 }
 
 std::exception_ptr Backend::failure() const {
-  return failed_.load(std::memory_order_acquire) ? failure_ : nullptr;
+  // A copy per caller: the failure is read and rethrown on every thread that uses the group.
+  return failed_.load(std::memory_order_acquire) ? private_copy(failure_) : nullptr;
 }
 
 bool Backend::record_failure(std::exception_ptr error) noexcept {
@@ -135,7 +137,7 @@ bool Backend::record_failure(std::exception_ptr error) noexcept {
 
 void Backend::rethrow_if_failed() const {
   if (failed_.load(std::memory_order_acquire)) {
-    std::rethrow_exception(failure_);
+    rethrow_private_copy(failure_);  // each caller owns what it catches (core/error_copy.hpp)
   }
 }
 

@@ -62,6 +62,8 @@ class Backend {
   void inherit_lobby(const Backend& from) { set_lobby(from.lobby_, from.lobby_name_); }
 
   bool is_aborted() const noexcept { return failed_.load(std::memory_order_acquire); }
+  // The failure that aborted the group, as a copy of its own for the caller
+  // (core/error_copy.hpp), or nullptr.
   std::exception_ptr failure() const;
 
   // Throws InvalidArgument unless t lives on device() (the shape rules check every tensor the

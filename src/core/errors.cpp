@@ -1,10 +1,15 @@
 // SPDX-License-Identifier: BSD-3-Clause
 // The exception hierarchy, and the internal-error helper behind CHORUS_CHECK.
+#include <exception>
+#include <string>
+#include <typeinfo>
+
 #include <fmt/format.h>
 
 #include <chorus/errors.hpp>
 
 #include "core/check.hpp"
+#include "core/error_copy.hpp"
 
 namespace chorus {
 
@@ -65,6 +70,44 @@ void throw_error(ErrorCode code, const std::string& message, ErrorContext contex
       break;
   }
   throw Error(code, message, std::move(context));
+}
+
+namespace {
+
+// A new std::string from what(): the copy shares no reference-counted message buffer.
+template <class T>
+std::exception_ptr rebuilt(const Error& e) {
+  return std::make_exception_ptr(T(std::string(e.what()), e.context()));
+}
+
+}  // namespace
+
+std::exception_ptr private_copy(const std::exception_ptr& error) {
+  if (!error) {
+    return nullptr;
+  }
+  try {
+    std::rethrow_exception(error);
+  } catch (const Error& e) {
+    // Rebuilt as its own class; a subclass this layer does not know (EarlyTermination) is left
+    // shared rather than sliced.
+    const std::type_info& type = typeid(e);
+    if (type == typeid(InvalidArgument)) return rebuilt<InvalidArgument>(e);
+    if (type == typeid(TimeoutError)) return rebuilt<TimeoutError>(e);
+    if (type == typeid(NetworkError)) return rebuilt<NetworkError>(e);
+    if (type == typeid(StoreError)) return rebuilt<StoreError>(e);
+    if (type == typeid(BackendError)) return rebuilt<BackendError>(e);
+    if (type == typeid(Error)) {
+      return std::make_exception_ptr(Error(e.code(), std::string(e.what()), e.context()));
+    }
+    return error;
+  } catch (...) {
+    return error;
+  }
+}
+
+void rethrow_private_copy(const std::exception_ptr& error) {
+  std::rethrow_exception(private_copy(error));
 }
 
 void fail_internal(const char* file, int line, const char* cond, const std::string& msg) {

@@ -108,7 +108,7 @@ void WorkState::wait() {
   // completes this Work with a TimeoutError when it passes.
   cv_.wait(lock, [&] { return done_; });
   if (error_) {
-    std::rethrow_exception(error_);
+    rethrow_private_copy(error_);  // copied under mu_, while this Work (and error_) is alive
   }
 }
 
@@ -126,7 +126,7 @@ bool WorkState::is_success() const noexcept {
 
 std::exception_ptr WorkState::exception() const {
   std::lock_guard lock(mu_);
-  return error_;
+  return private_copy(error_);
 }
 
 void WorkState::then(std::function<void(Work&)> fn) {
@@ -206,7 +206,7 @@ std::shared_ptr<Work> DoneWork::make(const char* op_name, std::uint64_t seq,
 
 void DoneWork::wait() {
   if (error_) {
-    std::rethrow_exception(error_);
+    rethrow_private_copy(error_);
   }
 }
 

@@ -20,6 +20,7 @@
 #include <chorus/work.hpp>
 
 #include "core/callback_thread.hpp"
+#include "core/error_copy.hpp"
 #include "core/flight_recorder.hpp"
 
 namespace chorus {
@@ -118,7 +119,7 @@ class DoneWork final : public Work {
   bool wait_for(Duration) override { return true; }
   bool is_completed() const noexcept override { return true; }
   bool is_success() const noexcept override { return !error_; }
-  std::exception_ptr exception() const override { return error_; }
+  std::exception_ptr exception() const override { return private_copy(error_); }
   void then(std::function<void(Work&)> fn) override { fn(*this); }
   const char* op_name() const noexcept override { return op_name_; }
   std::uint64_t seq() const noexcept override { return seq_; }
