@@ -197,13 +197,19 @@ TEST_CASE("shrink on a healthy group fails what is in flight and returns every r
         auto pg = make_tcp_group(store, rank, n, loopback_options(60s));
         std::vector<float> never(10);
         auto pending = pg->recv(Tensor::of(never.data(), never.size()), (rank + 1) % n, 7);
+        // shrink() aborts this group on every rank that calls it, and a peer's abort reaches
+        // the others at once: a rank that has not posted its recv yet would have it refused
+        // and never reach shrink(). Every rank posts before any shrinks.
+        store_barrier(*store, "posted", rank, n);
         auto survivors = pg->shrink();
         const Error e = expect_error([&] { pending->wait(); });
         CHILD_CHECK(e.code() == ErrorCode::aborted);
         CHILD_CHECK(survivors->size() == n && survivors->rank() == rank);
         CHILD_CHECK(contains(survivors->name(), "world/shrink0"));
         check_sum(*survivors, "after");
-        // The survivors' group shrinks too.
+        // The survivors' group shrinks too, once every rank has its sum (a rank still receiving
+        // the allreduce's last slice would see its group aborted under it).
+        store_barrier(*store, "summed", rank, n);
         auto again = survivors->shrink();
         CHILD_CHECK(again->size() == n);
         check_sum(*again, "after the second shrink");

@@ -47,6 +47,24 @@ std::string timeout_story(Store& store, const std::string& epoch, const Membersh
   return to_string(store.compare_set(key, {}, to_bytes(story)));
 }
 
+// Every rank has claimed its place, yet the count is short: a rank stopped between its claim
+// and its count (died or hung while setting up). The claims cannot say which one.
+[[noreturn]] void throw_claimed_not_counted(Store& store, const std::string& epoch,
+                                            const MembershipOptions& o) {
+  std::string counted = "fewer";
+  try {
+    counted = std::to_string(store.add(epoch_key(epoch, "joined"), 0));
+  } catch (const Error&) {
+    // The count is only for the message.
+  }
+  throw TimeoutError(
+      fmt::format("{}: every rank claimed its place in the store, but only {} of {} counted "
+                  "themselves in within {}: a rank stopped between the two (it died or hung "
+                  "while setting up the group); check the ranks' logs",
+                  o.where, counted, o.size, format_duration(o.timeout)),
+      timeout_context(o, {}));
+}
+
 }  // namespace
 
 // The ranks among [0, size) whose claim record is missing (at most kMaxNamedMissing of them),
@@ -99,7 +117,10 @@ void throw_formation_timeout(Store& store, const std::string& epoch, const Membe
     for (int r; in >> r;) {
       missing.push_back(r);
     }
-    named = missing.empty() ? std::string("(none missing any more)") : format_ranks(missing);
+    if (missing.empty()) {
+      throw_claimed_not_counted(store, epoch, o);
+    }
+    named = format_ranks(missing);
     if (more > 0) {
       named += fmt::format(" and {} more", more);
     }
