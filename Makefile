@@ -16,6 +16,10 @@ TEST_PACKAGES := python3-torch libtorch-dev pybind11-dev python3-dev debootstrap
 PIP_TEST_PACKAGES := python3-mesonpy python3-venv
 test test-unit build-unit test-torch26 build-torch26 test-torch-suite: DEB_PACKAGES += $(TEST_PACKAGES)
 test-pip: DEB_PACKAGES += $(TEST_PACKAGES) $(PIP_TEST_PACKAGES)
+# The sanitizer legs need llvm-symbolizer (in llvm-14): without it a report's frames are
+# "<null> (binary+0x...)", unreadable, and suppressions by function name never match.
+SYMBOLIZER := /usr/lib/llvm-14/bin/llvm-symbolizer
+test test-asan build-asan test-tsan build-tsan: DEB_PACKAGES += llvm-14
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 .PHONY: all deps setup build test test-unit test-asan test-tsan test-torch26 test-torch-suite test-pip format-check format bench clean \
@@ -84,9 +88,9 @@ SAN_UNITY := $(if $(CCACHE),false,true)
 SAN_MESON_OPTS := -Dbench=false -Dexamples=false -Db_lundef=false -Dtorch=disabled \
   -Dlibrary_unity=$(SAN_UNITY)
 SAN_FLAGS := -O1 -g1 -fno-omit-frame-pointer -fno-sanitize-recover=all
-SAN_ENV := ASAN_OPTIONS=halt_on_error=1:abort_on_error=0:detect_leaks=1:print_summary=1 \
-  UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1:print_summary=1 \
-  TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1:print_summary=1:suppressions=$(CURDIR)/tests/sanitizers/tsan.supp
+SAN_ENV := ASAN_OPTIONS=halt_on_error=1:abort_on_error=0:detect_leaks=1:print_summary=1:external_symbolizer_path=$(SYMBOLIZER) \
+  UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1:print_summary=1:external_symbolizer_path=$(SYMBOLIZER) \
+  TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1:print_summary=1:external_symbolizer_path=$(SYMBOLIZER):suppressions=$(CURDIR)/tests/sanitizers/tsan.supp
 
 # ASan + UBSan: the whole suite except tests that cannot run sanitized (see ASAN_SKIP).
 # installed_package links a program against the installed libchorus with pkg-config flags only,
@@ -111,10 +115,12 @@ test-asan: build-asan
 # TSan (clang 14: LLVM's own TSan; the leg also keeps the clang build warning-free): the tests
 # that run several threads in one process (engine + caller threads, callers driving the engine's
 # loop, the link connector, store server + clients, Work callbacks, the DDP reducer's
-# callbacks). libclang-rt-14-dev holds its runtime.
+# callbacks), and sanitizer_report (a deliberate race whose report must name its line: the
+# harness's check that reports are readable). libclang-rt-14-dev holds its runtime.
 TSAN_TESTS := core store_contract store_tcp store_mp tcp_collectives_mp tcp_failures_mp tcp_threads_mp \
   tcp_links_mp tcp_membership_mp tcp_board_mp tcp_shared_buffer_mp \
-  tcp_misc_mp tcp_addressing_mp tcp_engine_faults tcp_shrink_mp tcp_grow_mp capi capi_mp ddp_mp chorusrun
+  tcp_misc_mp tcp_addressing_mp tcp_engine_faults tcp_shrink_mp tcp_grow_mp capi capi_mp ddp_mp chorusrun \
+  sanitizer_report
 # chorusrun's test runs the launcher (store server thread + supervisor) and chorus-store.
 TSAN_TOOLS := tools/chorusrun tools/chorus-store
 # CC/CXX set: meson then adds no ccache of its own, so the leg names it where it is installed.
@@ -123,7 +129,8 @@ $(TSAN_BUILD)/build.ninja: | deps
 	  -Dcpp_args='$(SAN_FLAGS)' -Dc_args='$(SAN_FLAGS)'
 
 build-tsan: $(TSAN_BUILD)/build.ninja
-	ninja -C $(TSAN_BUILD) $(addprefix tests/test_,$(TSAN_TESTS)) $(TSAN_TOOLS)
+	ninja -C $(TSAN_BUILD) $(addprefix tests/test_,$(filter-out sanitizer_report,$(TSAN_TESTS))) \
+	  $(TSAN_TOOLS) tests/sanitizers/racy_snippet
 
 test-tsan: build-tsan
 	$(SAN_ENV) scripts/run_tests.sh $(TSAN_BUILD) --only "$(TSAN_TESTS)" --timeout-multiplier 4
