@@ -530,10 +530,7 @@ bool Server::serve(Conn& c) {
     }
     // Budget before building: a request whose reply the connection cannot afford stays
     // buffered, and the connection is not read until replies drain or the budget frees.
-    std::size_t cost = reply_cost(q);
-    if (cost > options_.max_reply_bytes) {
-      cost = kSmallReply + 512;  // handle_request answers with a short too_large error
-    }
+    const std::size_t cost = priced_as_sent(reply_cost(q));
     const Afford a = afford(c, cost);
     if (a != Afford::yes) {
       block(c, a, cost);

@@ -77,7 +77,11 @@ class Server {
   Simple serve_simple(Conn& c, const SimpleRequest& s);
   // The error reply for a write that would take the table past max_stored_bytes, if it would.
   std::optional<Reply> refuse_if_full(const Request& q) const;
-  std::size_t reply_cost(const Request& q) const;
+  std::size_t reply_cost(const Request& q) const;         // the reply's would-be size
+  std::size_t parked_reply_bytes(const Parked& p) const;  // the values a parked read would return
+  // The budget a reply takes: its size, or a short error's where it would exceed
+  // max_reply_bytes (the error is what is sent).
+  std::size_t priced_as_sent(std::size_t reply_bytes) const;
   std::size_t parked_cost(const Parked& p) const;
   Afford afford(const Conn& c, std::size_t cost) const;
   void block(Conn& c, Afford why, std::size_t cost);

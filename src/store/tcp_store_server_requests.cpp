@@ -150,8 +150,8 @@ std::size_t Server::reply_cost(const Request& q) const {
   }
 }
 
-std::size_t Server::parked_cost(const Parked& p) const {
-  std::size_t n = kSmallReply;
+std::size_t Server::parked_reply_bytes(const Parked& p) const {
+  std::size_t n = 0;
   if (p.op != Op::wait) {
     for (const auto& k : p.keys) {
       const Bytes* v = table_.find(k);
@@ -159,6 +159,16 @@ std::size_t Server::parked_cost(const Parked& p) const {
     }
   }
   return n;
+}
+
+std::size_t Server::priced_as_sent(std::size_t reply_bytes) const {
+  // Over the limit, the reply that goes out is a short too_large error (handle_request,
+  // deliver): priced at the would-be size, it would wait for budget it never uses.
+  return reply_bytes > options_.max_reply_bytes ? kSmallReply + 512 : reply_bytes;
+}
+
+std::size_t Server::parked_cost(const Parked& p) const {
+  return priced_as_sent(kSmallReply + parked_reply_bytes(p));
 }
 
 void Server::reply(Conn& c, Op op, const Reply& r) {
@@ -182,11 +192,7 @@ void Server::deliver(Conn& c, const Parked& p) {
   Reply r;
   r.id = p.request_id;
   if (p.op != Op::wait) {
-    std::size_t bytes = 0;
-    for (const auto& k : p.keys) {
-      const Bytes* v = table_.find(k);
-      bytes += 4 + (v != nullptr ? v->size() : 0);
-    }
+    const std::size_t bytes = parked_reply_bytes(p);
     if (bytes > options_.max_reply_bytes) {
       r.status = ReplyStatus::error;
       r.error = ErrorKind::too_large;

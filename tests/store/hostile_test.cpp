@@ -155,6 +155,22 @@ void require_peak_rss_under(const test::StoreServerProcess& server, std::size_t 
   REQUIRE(peak < baseline_kib + budget / 1024);
 }
 
+// Reads one reply frame for a request of `op` from a blocking fd (bounded by its SO_RCVTIMEO);
+// false on a timeout, EOF or a frame that does not decode.
+bool read_reply(int fd, store::Op op, store::Reply& reply) {
+  std::uint8_t header[4];
+  if (::recv(fd, header, sizeof(header), MSG_WAITALL) != static_cast<ssize_t>(sizeof(header))) {
+    return false;
+  }
+  std::vector<std::uint8_t> payload(net::get_u32(header));
+  if (!payload.empty() && ::recv(fd, payload.data(), payload.size(), MSG_WAITALL) !=
+                              static_cast<ssize_t>(payload.size())) {
+    return false;
+  }
+  store::DecodeError error;
+  return store::decode_reply(op, payload, reply, error);
+}
+
 }  // namespace
 
 TEST_CASE("hostile: 500 connections announcing ~2 MiB frames cost nothing until bytes come",
@@ -222,6 +238,90 @@ TEST_CASE("hostile: pipelined big gets that are never read stay within the budge
   }
   INFO("RSS after the attackers left: " << proc_status_kib(server.pid(), "VmRSS") / 1024 << " MiB");
   REQUIRE(proc_status_kib(server.pid(), "VmRSS") <= baseline + 16 * 1024);
+}
+
+// A get_with parks on a missing key while the keys it reads with it are small; they then grow
+// past max_reply_bytes, and a flood of unread replies fills the server's budget. When the key
+// comes, the reply that goes out is a short too_large error, priced as such: it is served from
+// the connection's reserve at once, not held until the flood's connections stall out.
+TEST_CASE(
+    "hostile: a parked get_with grown past the reply limit is refused at once while a "
+    "flood holds the budget",
+    "[store][hostile]") {
+  TcpStoreServerOptions options = hostile_options();
+  options.stall_timeout = 120s;  // the flood holds the budget for the whole test
+  test::StoreServerProcess server(options);
+  TcpStore setup = client_of(server.port());
+  setup.set("big", Bytes(1 * kMiB, 7));
+
+  Fds waiter;
+  waiter.fds.push_back(raw_connect(server.port()));
+  const int fd = waiter.fds.front();
+  REQUIRE(fd >= 0);
+  auto bytes = hello_bytes();
+  store::Request q;
+  q.op = store::Op::get_with;
+  q.id = 1;
+  q.keys = {"go", "grows0", "grows1", "grows2"};
+  q.timeout_ms = 60'000;
+  auto r = request_bytes(q);
+  bytes.insert(bytes.end(), r.begin(), r.end());
+  // Requests on one connection are served in order: the answer to this check means the
+  // get_with before it is parked.
+  store::Request c;
+  c.op = store::Op::check;
+  c.id = 2;
+  c.keys = {"go"};
+  r = request_bytes(c);
+  bytes.insert(bytes.end(), r.begin(), r.end());
+  REQUIRE(send_bytes(fd, bytes));
+  std::uint8_t hello[store::kHelloBytes];
+  REQUIRE(::recv(fd, hello, sizeof(hello), MSG_WAITALL) == sizeof(hello));
+  store::Reply checked;
+  REQUIRE(read_reply(fd, store::Op::check, checked));
+  REQUIRE(checked.id == 2);
+
+  for (int k = 0; k < 3; ++k) {
+    setup.set("grows" + std::to_string(k), Bytes(1 * kMiB, 1));  // 3 MiB: over the 2 MiB limit
+  }
+  const std::size_t baseline = proc_status_kib(server.pid(), "VmRSS");
+  Fds flood;
+  for (int f = 0; f < 16; ++f) {
+    const int ffd = raw_connect(server.port());
+    REQUIRE(ffd >= 0);
+    flood.fds.push_back(ffd);
+    const int small = 4096;
+    ::setsockopt(ffd, SOL_SOCKET, SO_RCVBUF, &small, sizeof(small));
+    auto fb = hello_bytes();
+    for (std::uint32_t i = 0; i < 60; ++i) {
+      store::Request g;
+      g.op = store::Op::get;
+      g.id = i + 1;
+      g.keys = {"big"};
+      auto gb = request_bytes(g);
+      fb.insert(fb.end(), gb.begin(), gb.end());
+    }
+    REQUIRE(send_bytes(ffd, fb));
+  }
+  // The flood holds most of the 32 MiB budget (observable through the server's RSS).
+  const Deadline full = Deadline::after(20s);
+  while (proc_status_kib(server.pid(), "VmRSS") < baseline + 24 * 1024 && !full.expired()) {
+    std::this_thread::sleep_for(20ms);  // polling an observable condition
+  }
+  INFO("server RSS grew by " << (proc_status_kib(server.pid(), "VmRSS") - baseline) / 1024
+                             << " MiB under the flood");
+  REQUIRE_FALSE(full.expired());
+
+  setup.set("go", std::string_view("1"));
+  // Within the fd's 10 s receive bound; priced at the would-be 3 MiB it would wait for the
+  // flood's 120 s stall timeout.
+  store::Reply answer;
+  REQUIRE(read_reply(fd, store::Op::get_with, answer));
+  REQUIRE(answer.id == 1);
+  REQUIRE(answer.status == store::ReplyStatus::error);
+  REQUIRE(answer.error == store::ErrorKind::too_large);
+  INFO(answer.message);
+  REQUIRE(answer.message.find("max_reply_bytes") != std::string::npos);
 }
 
 TEST_CASE("hostile: a client filling the store is refused at max_stored_bytes; deletes make room",
