@@ -7,7 +7,13 @@ ASAN_BUILD ?= build-asan
 TSAN_BUILD ?= build-tsan
 MESON_OPTS ?=
 DEB_PACKAGES := meson ninja-build pkg-config g++ libfmt-dev libssl-dev nlohmann-json3-dev catch2 libdlpack-dev iproute2 iperf3 openmpi-bin openssh-client \
-  clang libclang-rt-14-dev clang-format
+  clang libclang-rt-14-dev clang-format ccache
+# ccache: a later `make test` compiles only what changed, from any clone. base_dir makes the
+# paths in a compile command relative to the checkout, and nohashdir leaves the working
+# directory out of the hash (-g would put it in), so that a fresh clone in another folder finds
+# the objects the last one made (CI clones anew each run).
+export CCACHE_BASEDIR := $(CURDIR)
+export CCACHE_NOHASHDIR := true
 # Only the tests need these: torch 1.13 with its C++ headers (about 830 MB) for the torch
 # backend, debootstrap for the torch 2.6 root, nftables for the liveness test's drop rule.
 # `make bench` does without them.
@@ -79,10 +85,10 @@ test-unit: build-unit
 # The test files themselves are compiled at -O0 in these legs (tests/meson.build: almost half
 # of a test file's compile time under the sanitizers is optimizing Catch2's assertions).
 # library_unity: the library as unity files of about 8 sources (src/meson.build): under ASan
-# 175 CPU s instead of 364 (docs/results.md, "`make test` on 2 cores"), where no compiler cache
-# is installed (or CCACHE_DISABLE is set). With ccache, the library's files one by one: meson's unity files include their
-# sources by absolute path, so the cache never matches them in another checkout, while a
-# file's own object is found again from any clone (ccache's base_dir).
+# 175 CPU s instead of 364 (docs/results.md, "`make test` on 2 cores"), where ccache is absent
+# (`make deps` installs it) or CCACHE_DISABLE is set. With ccache, the library's files one by
+# one: meson's unity files include their sources by absolute path, so the cache never matches
+# them in another checkout, while a file's own object is found again from any clone (base_dir).
 CCACHE := $(if $(CCACHE_DISABLE),,$(shell command -v ccache 2>/dev/null))
 SAN_UNITY := $(if $(CCACHE),false,true)
 SAN_MESON_OPTS := -Dbench=false -Dexamples=false -Db_lundef=false -Dtorch=disabled \
