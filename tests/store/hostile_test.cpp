@@ -155,6 +155,29 @@ void require_peak_rss_under(const test::StoreServerProcess& server, std::size_t 
   REQUIRE(peak < baseline_kib + budget / 1024);
 }
 
+// 16 connections that pipeline 60 gets of `key` each and never read a reply (16 x 60 replies of
+// a 1 MiB value: 960 MiB if every reply were built), added to `fds`.
+void flood_with_unread_gets(std::uint16_t port, const std::string& key, Fds& fds) {
+  for (int c = 0; c < 16; ++c) {
+    const int fd = raw_connect(port);
+    REQUIRE(fd >= 0);
+    fds.fds.push_back(fd);
+    // Small receive buffer: the kernel absorbs little, the server must hold the rest back.
+    const int small = 4096;
+    ::setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &small, sizeof(small));
+    auto bytes = hello_bytes();
+    for (std::uint32_t i = 0; i < 60; ++i) {
+      store::Request q;
+      q.op = store::Op::get;
+      q.id = i + 1;
+      q.keys = {key};
+      auto r = request_bytes(q);
+      bytes.insert(bytes.end(), r.begin(), r.end());
+    }
+    REQUIRE(send_bytes(fd, bytes));
+  }
+}
+
 // Reads one reply frame for a request of `op` from a blocking fd (bounded by its SO_RCVTIMEO);
 // false on a timeout, EOF or a frame that does not decode.
 bool read_reply(int fd, store::Op op, store::Reply& reply) {
@@ -209,24 +232,7 @@ TEST_CASE("hostile: pipelined big gets that are never read stay within the budge
   const std::size_t baseline = proc_status_kib(server.pid(), "VmRSS");
   {
     Fds attack;
-    for (int c = 0; c < 16; ++c) {
-      const int fd = raw_connect(server.port());
-      REQUIRE(fd >= 0);
-      attack.fds.push_back(fd);
-      // Small receive buffer: the kernel absorbs little, the server must hold the rest back.
-      const int small = 4096;
-      ::setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &small, sizeof(small));
-      auto bytes = hello_bytes();
-      for (std::uint32_t i = 0; i < 60; ++i) {
-        store::Request q;
-        q.op = store::Op::get;
-        q.id = i + 1;
-        q.keys = {"big"};
-        auto r = request_bytes(q);
-        bytes.insert(bytes.end(), r.begin(), r.end());
-      }
-      REQUIRE(send_bytes(fd, bytes));
-    }
+    flood_with_unread_gets(server.port(), "big", attack);
     // 16 x 60 x 1 MiB = 960 MiB if every reply were built.
     require_good_client_served(server.port());
     require_peak_rss_under(server, baseline, 96 * kMiB);
@@ -286,23 +292,7 @@ TEST_CASE(
   }
   const std::size_t baseline = proc_status_kib(server.pid(), "VmRSS");
   Fds flood;
-  for (int f = 0; f < 16; ++f) {
-    const int ffd = raw_connect(server.port());
-    REQUIRE(ffd >= 0);
-    flood.fds.push_back(ffd);
-    const int small = 4096;
-    ::setsockopt(ffd, SOL_SOCKET, SO_RCVBUF, &small, sizeof(small));
-    auto fb = hello_bytes();
-    for (std::uint32_t i = 0; i < 60; ++i) {
-      store::Request g;
-      g.op = store::Op::get;
-      g.id = i + 1;
-      g.keys = {"big"};
-      auto gb = request_bytes(g);
-      fb.insert(fb.end(), gb.begin(), gb.end());
-    }
-    REQUIRE(send_bytes(ffd, fb));
-  }
+  flood_with_unread_gets(server.port(), "big", flood);
   // The flood holds most of the 32 MiB budget (observable through the server's RSS).
   const Deadline full = Deadline::after(20s);
   while (proc_status_kib(server.pid(), "VmRSS") < baseline + 24 * 1024 && !full.expired()) {
