@@ -162,6 +162,19 @@ Seat wait_for_seat(Store& lobby, const std::string& lobby_name, Duration wait) {
   return out;
 }
 
+void give_up_grown(Store& lobby, std::int64_t epoch, const std::string& why) noexcept {
+  try {
+    lobby.compare_set(grown_group_namespace(epoch) + "/given_up", Bytes{}, to_bytes(why));
+  } catch (...) {
+    // The store is gone too: the joiners find out at their join_timeout.
+  }
+}
+
+std::string grown_given_up(Store& lobby, std::int64_t epoch) {
+  const std::string key = grown_group_namespace(epoch) + "/given_up";
+  return lobby.check({key}) ? to_string(lobby.get(key)) : std::string();
+}
+
 void close_lobby(Store& lobby, const std::string& reason) {
   lobby.set(kClosed, to_bytes(reason.empty() ? std::string("no reason given") : reason));
   // Every ticket not yet handled: its joiner is waiting on its seat.
