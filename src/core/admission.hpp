@@ -9,7 +9,9 @@
 //   admitted       a counter: the tickets handled so far (only the admitter moves it);
 //   seat/<t>       ticket t's fate, written once (compare_set) by whoever gets there first:
 //                  "<epoch> <rank>" by the admitter, "withdrawn" by a joiner that gave up,
-//                  "closed" by stop_admitting();
+//                  "closed" by stop_admitting(), "unarrived" by the admitter for a ticket
+//                  whose arrived/<t> was missing (taken by no joiner, or by one that then
+//                  takes a new ticket);
 //   epochs         a counter: each admission that lets someone in gets the next epoch;
 //   grow<e>/info   "<size> <timeout ms> <name>": the larger group of epoch e;
 //   grow<e>/group  that group's own namespace;

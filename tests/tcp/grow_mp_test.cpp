@@ -273,8 +273,8 @@ TEST_CASE(
 TEST_CASE("grow: a phantom joiner (a ticket taken, never formed) costs one join_timeout, once",
           "[tcp][mp][grow]") {
   // The phantom holds its seat and never forms (it waits for the end). The members' first
-  // grow fails after join_timeout; the ticket is never admitted again, and a real joiner after
-  // it is let in by the next grow.
+  // grow fails after join_timeout; the ticket is never admitted again, a ticket taken by hand
+  // (never arrived) is skipped at once, and a real joiner after them is let in.
   constexpr int members = 2;
   StoreServerProcess server;
   const auto results = run_processes(
@@ -305,6 +305,16 @@ TEST_CASE("grow: a phantom joiner (a ticket taken, never formed) costs one join_
         CHILD_CHECK(e.code() == ErrorCode::timeout);
         CHILD_CHECK(contains(e.what(), "GrowOptions::join_timeout, 1000 ms"));
         CHILD_CHECK(!pg->is_aborted());
+        // A ticket taken by hand (no joiner, no arrival record) is skipped without a wait.
+        pg->barrier()->wait();
+        if (id == 0) {
+          store->add("elastic/world/tickets", 1);
+        }
+        pg->barrier()->wait();
+        start = Clock::now();
+        CHILD_CHECK(pg->grow() == nullptr);
+        std::fprintf(stderr, "grow: a ticket taken by hand was skipped after %.1f ms\n",
+                     seconds_since(start) * 1000);
         pg->barrier()->wait();
         if (id == 0) {
           store->set("phantom_failed", "1");
