@@ -356,3 +356,32 @@ TEST_CASE(
   CHECK(grown_at > 2);
   check_final(job.output);
 }
+
+TEST_CASE(
+    "elastic_train started by hand with no token, a wrong token or no store exits 1 with "
+    "its message, never through std::terminate",
+    "[.elastic]") {
+  const std::string train = std::string(std::getenv("EXAMPLES_DIR")) + "/elastic_train";
+  const std::string port = free_loopback_port();
+  const std::string address = "127.0.0.1:" + port;
+  const std::vector<std::string> joiner{"CHORUS_STORE_ADDR=" + address, "CHORUS_RUN_ID=setup",
+                                        "CHORUS_ELASTIC_JOIN=1", "CHORUS_TIMEOUT=2s"};
+  Process store = start({binary("CHORUS_STORE_BIN"), "--host", "127.0.0.1", "--port", port},
+                        {"CHORUS_STORE_TOKEN=setup-error-test-token-0123456789"}, launcher_vars());
+  REQUIRE(read_until(store, "listening", 1, Seconds(30)));
+  auto check_setup_error = [&](const std::vector<std::string>& env, const char* says) {
+    const Process p = run({train, "--steps", "3"}, Seconds(60), env, launcher_vars());
+    INFO(p.output);
+    CHECK(shell_status(p) == 1);
+    CHECK_THAT(p.output, Catch::Contains("elastic_train: ") && Catch::Contains(says));
+    CHECK_THAT(p.output, !Catch::Contains("terminate called"));
+  };
+  std::vector<std::string> no_token = joiner;
+  check_setup_error(no_token, "requires a job token");
+  std::vector<std::string> wrong_token = joiner;
+  wrong_token.push_back("CHORUS_STORE_TOKEN=not-the-job-token-0123456789");
+  check_setup_error(wrong_token, "refused this process's job token");
+  ::kill(store.pid, SIGTERM);
+  REQUIRE(finish(store, Seconds(30)));
+  check_setup_error(no_token, "could not connect to the store server");
+}
