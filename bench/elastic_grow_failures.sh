@@ -24,13 +24,18 @@ chorusrun=$build/tools/chorusrun
 store=$build/tools/chorus-store
 train=$build/examples/elastic_train
 for b in "$chorusrun" "$store" "$train"; do
-  [ -x "$b" ] || { echo "missing $b: ninja -C $build tools/chorusrun tools/chorus-store examples/elastic_train" >&2; exit 2; }
+  [ -x "$b" ] || {
+    echo "missing $b: ninja -C $build tools/chorusrun tools/chorus-store examples/elastic_train" >&2
+    exit 2
+  }
 done
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 export CHORUS_STORE_TOKEN=grow-failures-token-0123456789abcdef
 
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
+free_port() {
+  python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
+}
 
 one_run() { # $1: deadmember or phantom, $2: run index
   local case=$1 port job rank2 c start end

@@ -388,7 +388,8 @@ def case_elastic_printed():
     for steps, train_args in runs:
         cmd = [os.environ["CHORUS_CHORUSRUN"], "--elastic", "--standalone", "-n", "3",
                sys.executable, ELASTIC, "--steps", str(steps), *train_args]
-        run = launch.command(cmd, launch.base_env(None), 180, "chorusrun --elastic torch_elastic.py")
+        run = launch.command(cmd, launch.base_env(None), 180,
+                             "chorusrun --elastic torch_elastic.py")
         run.wait_all()
         out = run.outputs[0]
         if run.codes[0] != 0:
