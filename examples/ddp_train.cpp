@@ -18,6 +18,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
+#include <exception>
 #include <filesystem>
 #include <string>
 #include <vector>
@@ -180,7 +181,7 @@ int main(int argc, char** argv) try {
                 static_cast<double>(diff), uneven_ok ? "OK" : "MISMATCH");
   }
   return ok ? 0 : 1;
-} catch (const chorus::Error& e) {
+} catch (const std::exception& e) {  // chorus::Error included
   std::fprintf(stderr, "ddp_train: %s\n", e.what());
   return 1;
 }

@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <exception>
 #include <iostream>
 #include <optional>
 #include <string>
@@ -213,7 +214,7 @@ int client(const std::string& address, double timeout_s, const std::vector<std::
 
 }  // namespace
 
-int main(int argc, char** argv) {
+int main(int argc, char** argv) try {
   chorus::TcpStoreServerOptions server;
   std::string connect;
   double timeout_s = 10;
@@ -315,4 +316,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "chorus-store: %s\n", e.what());
     return 4;
   }
+} catch (const std::exception& e) {  // outside the command itself (reading the token file)
+  std::fprintf(stderr, "chorus-store: %s\n", e.what());
+  return 4;
 }

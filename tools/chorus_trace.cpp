@@ -3,6 +3,7 @@
 // dump (CHORUS_TRACE_DIR; collect each host's files into one folder first).
 #include <cstdio>
 #include <cstdlib>
+#include <exception>
 #include <filesystem>
 #include <iostream>
 #include <string>
@@ -24,7 +25,7 @@ constexpr const char* kUsage =
 
 }  // namespace
 
-int main(int argc, char** argv) {
+int main(int argc, char** argv) try {
   std::size_t last_ops = 8;
   std::uint64_t max_dump_bytes = chorus::trace_tool::kDefaultMaxDumpBytes;
   std::string dir;
@@ -82,4 +83,7 @@ int main(int argc, char** argv) {
   }
   std::cout << chorus::trace_tool::report(views, last_ops);
   return 0;
+} catch (const std::exception& e) {
+  std::cerr << "chorus-trace: " << e.what() << "\n";
+  return 1;
 }

@@ -18,6 +18,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <exception>
 #include <memory>
 #include <random>
 #include <string>
@@ -211,7 +212,9 @@ void print_help_env() {
 
 }  // namespace
 
-int main(int argc, char** argv) {
+// Anything thrown outside the launch's own handling (a store that cannot start, a full disk)
+// ends chorusrun with its message and status 1, never through std::terminate.
+int main(int argc, char** argv) try {
   using namespace chorusrun;
   LaunchPlan plan;
   try {
@@ -387,4 +390,7 @@ int main(int argc, char** argv) {
                  args.max_restarts > 0 ? " and no restarts are left" : "", status);
     return status;
   }
+} catch (const std::exception& e) {
+  std::fprintf(stderr, "chorusrun: %s\n", e.what());
+  return 1;
 }

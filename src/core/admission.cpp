@@ -4,6 +4,7 @@
 
 #include <charconv>
 #include <optional>
+#include <vector>
 
 #include <fmt/format.h>
 
@@ -19,6 +20,7 @@ constexpr const char* kAdmitted = "admitted";
 constexpr const char* kEpochs = "epochs";
 constexpr const char* kClosed = "closed";
 constexpr const char* kWithdrawn = "withdrawn";
+constexpr const char* kUnarrived = "unarrived";
 
 std::string seat_key(std::int64_t ticket) { return fmt::format("seat/{}", ticket); }
 std::string arrived_key(std::int64_t ticket) { return fmt::format("arrived/{}", ticket); }
@@ -101,11 +103,20 @@ GrownGroup admit_joiners(Store& lobby, const std::string& lobby_name, int member
     return none;
   }
   const std::int64_t epoch = lobby.add(kEpochs, 1);
+  std::vector<std::string> arrivals;
+  for (std::int64_t t = admitted + 1; t <= tickets; ++t) {
+    arrivals.push_back(arrived_key(t));
+  }
+  const bool all_arrived = lobby.check(arrivals);  // usually: one round trip for them all
   int size = members;
   for (std::int64_t t = admitted + 1; t <= tickets; ++t) {
-    const std::string seat = fmt::format("{} {}", epoch, size);
+    // A ticket without its arrival record was taken by no joiner (by hand, or by a process that
+    // died before writing it): seating it would cost the members join_timeout. A joiner caught
+    // between its two writes finds "unarrived" and takes a new ticket.
+    const bool arrived = all_arrived || lobby.check({arrived_key(t)});
+    const std::string seat = arrived ? fmt::format("{} {}", epoch, size) : kUnarrived;
     // A joiner that gave up (or a closed lobby) wrote its seat first: skip it.
-    if (to_string(lobby.compare_set(seat_key(t), Bytes{}, to_bytes(seat))) == seat) {
+    if (to_string(lobby.compare_set(seat_key(t), Bytes{}, to_bytes(seat))) == seat && arrived) {
       ++size;
     }
   }
@@ -123,15 +134,20 @@ GrownGroup admit_joiners(Store& lobby, const std::string& lobby_name, int member
 }
 
 Seat wait_for_seat(Store& lobby, const std::string& lobby_name, Duration wait) {
-  const std::int64_t ticket = lobby.add(kTickets, 1);
-  lobby.set(arrived_key(ticket), to_bytes("1"));
-  const std::string key = seat_key(ticket);
-  std::string seat;
-  if (lobby.check({kClosed})) {
-    seat = to_string(lobby.compare_set(key, Bytes{}, to_bytes(kClosed)));
-  } else {
+  const Deadline deadline = Deadline::after(wait);
+  std::int64_t ticket = 0;
+  std::string key;
+  std::string seat = kUnarrived;
+  while (seat == kUnarrived) {  // admitted between the ticket and its arrival: again
+    ticket = lobby.add(kTickets, 1);
+    lobby.set(arrived_key(ticket), to_bytes("1"));
+    key = seat_key(ticket);
+    if (lobby.check({kClosed})) {
+      seat = to_string(lobby.compare_set(key, Bytes{}, to_bytes(kClosed)));
+      continue;
+    }
     try {
-      lobby.wait({key}, wait);
+      lobby.wait({key}, deadline.remaining());
       seat = to_string(lobby.get(key));
     } catch (const TimeoutError&) {
       seat = to_string(lobby.compare_set(key, Bytes{}, to_bytes(kWithdrawn)));
@@ -160,6 +176,19 @@ Seat wait_for_seat(Store& lobby, const std::string& lobby_name, Duration wait) {
     throw malformed(lobby_name, key, seat);
   }
   return out;
+}
+
+void give_up_grown(Store& lobby, std::int64_t epoch, const std::string& why) noexcept {
+  try {
+    lobby.compare_set(grown_group_namespace(epoch) + "/given_up", Bytes{}, to_bytes(why));
+  } catch (...) {
+    // The store is gone too: the joiners find out at their join_timeout.
+  }
+}
+
+std::string grown_given_up(Store& lobby, std::int64_t epoch) {
+  const std::string key = grown_group_namespace(epoch) + "/given_up";
+  return lobby.check({key}) ? to_string(lobby.get(key)) : std::string();
 }
 
 void close_lobby(Store& lobby, const std::string& reason) {

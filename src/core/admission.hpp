@@ -9,10 +9,14 @@
 //   admitted       a counter: the tickets handled so far (only the admitter moves it);
 //   seat/<t>       ticket t's fate, written once (compare_set) by whoever gets there first:
 //                  "<epoch> <rank>" by the admitter, "withdrawn" by a joiner that gave up,
-//                  "closed" by stop_admitting();
+//                  "closed" by stop_admitting(), "unarrived" by the admitter for a ticket
+//                  whose arrived/<t> was missing (taken by no joiner, or by one that then
+//                  takes a new ticket);
 //   epochs         a counter: each admission that lets someone in gets the next epoch;
 //   grow<e>/info   "<size> <timeout ms> <name>": the larger group of epoch e;
 //   grow<e>/group  that group's own namespace;
+//   grow<e>/given_up  why the members gave that group up before it formed (its joiners, still
+//                  forming it, then take a new ticket);
 //   closed         why the members stopped admitting.
 // Because a seat is written once, a joiner that gave up is never counted in a group, and one
 // that was admitted at the moment it gave up takes its seat.
@@ -51,6 +55,11 @@ struct Seat {
   int rank = 0;
 };
 Seat wait_for_seat(Store& lobby, const std::string& lobby_name, Duration wait);
+
+// Records that the members gave up the larger group of `epoch` (best effort: never throws), and
+// why; "" from given_up_grown() while they have not.
+void give_up_grown(Store& lobby, std::int64_t epoch, const std::string& why) noexcept;
+std::string grown_given_up(Store& lobby, std::int64_t epoch);
 
 // Refuses every joiner waiting now or later, with `reason`.
 void close_lobby(Store& lobby, const std::string& reason);

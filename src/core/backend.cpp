@@ -103,7 +103,7 @@ std::unique_ptr<Backend> Backend::grow(GrowOptions) {
 
 void Backend::stop_admitting(const std::string&) {}
 
-std::unique_ptr<Backend> Backend::form_grown(std::int64_t, int, int, GroupOptions, Deadline) {
+std::unique_ptr<Backend> Backend::form_grown(std::int64_t, int, int, GroupOptions, Formation) {
   throw InvalidArgument(fmt::format("grow on rank {}/{} [{}]: the {} backend cannot form a group",
                                     rank_, size_, name_, backend_name()));
 }

@@ -10,6 +10,7 @@
 #include <atomic>
 #include <cstddef>
 #include <exception>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -28,6 +29,14 @@ class FlightRecorder;  // core/flight_recorder.hpp
 struct TraceEntry;
 
 namespace detail {
+
+// How a group forms: within `bound` (what its errors name as waited), and, when `give_up` is
+// set, given up as soon as it returns a reason (asked between the formation's waiting slices).
+// grow() gives up when the old group has failed: a member it knows is dead will not come.
+struct Formation {
+  Duration bound{};
+  std::function<std::string()> give_up;
+};
 
 class Backend {
  public:
@@ -103,7 +112,7 @@ class Backend {
   // The larger group of grow()'s admission `epoch`, with these ranks, in the lobby's namespace
   // for it (core/admission.hpp); the joiners form theirs the same way. Default: InvalidArgument.
   virtual std::unique_ptr<Backend> form_grown(std::int64_t epoch, int rank, int size,
-                                              GroupOptions options, Deadline formation);
+                                              GroupOptions options, Formation formation);
   const std::shared_ptr<Store>& lobby() const noexcept { return lobby_; }
 
  private:

@@ -14,9 +14,33 @@
 #include "core/admission.hpp"
 #include "core/backend.hpp"
 #include "core/check.hpp"
+#include "core/format.hpp"
 #include "core/logging.hpp"
 
 namespace chorus::detail {
+namespace {
+
+std::string describe(const std::exception_ptr& error) {
+  try {
+    std::rethrow_exception(error);
+  } catch (const std::exception& e) {
+    return e.what();
+  } catch (...) {
+  }
+  return "(unknown error)";
+}
+
+// Rethrows `error`; a chorus Error as the subclass of its code (so that catch (TimeoutError&)
+// sees a wrapped timeout).
+[[noreturn]] void rethrow_as_its_kind(const std::exception_ptr& error) {
+  try {
+    std::rethrow_exception(error);
+  } catch (const Error& e) {
+    throw_error(e.code(), e.what(), e.context());
+  }
+}
+
+}  // namespace
 
 std::unique_ptr<Backend> Backend::grow_through_lobby(GrowOptions options) {
   check_arg(options.wait >= Duration::zero() && options.join_timeout > Duration::zero(),
@@ -52,7 +76,15 @@ std::unique_ptr<Backend> Backend::grow_through_lobby(GrowOptions options) {
   OpDescriptor tell;
   tell.type = OpType::broadcast;
   tell.in = tell.out = Tensor::of(admitted, 2);
-  issue(tell)->wait();
+  try {
+    issue(tell)->wait();
+  } catch (const std::exception& e) {
+    if (admitted[1] > 0) {  // rank 0 seated joiners that no member will form a group with
+      give_up_grown(*lobby_, admitted[0],
+                    fmt::format("grow failed on group [{}]: {}", name_, e.what()));
+    }
+    throw;
+  }
   if (admit_error) {
     std::rethrow_exception(admit_error);
   }
@@ -74,8 +106,30 @@ std::unique_ptr<Backend> Backend::grow_through_lobby(GrowOptions options) {
   }
   std::unique_ptr<Backend> larger;
   std::exception_ptr form_error;
+  // A member this group already knows is dead will not come: the formation is given up as
+  // soon as this group has failed, rather than at join_timeout.
+  Formation formation{.bound = options.join_timeout, .give_up = [this]() -> std::string {
+                        if (!is_aborted()) {
+                          return {};
+                        }
+                        return fmt::format("group [{}], which grows, failed: {}", name_,
+                                           describe(failure()));
+                      }};
   try {
-    larger = form_grown(epoch, rank_, new_size, group, Deadline::after(options.join_timeout));
+    larger = form_grown(epoch, rank_, new_size, group, std::move(formation));
+  } catch (const Error& e) {
+    // Says what was waited for, and for how long: the joiners, within join_timeout.
+    const std::string seats = joiners == 1 ? fmt::format("rank {}", size_)
+                                           : fmt::format("ranks {}-{}", size_, new_size - 1);
+    form_error = std::make_exception_ptr(Error(
+        e.code(),
+        fmt::format("grow on rank {}/{} [{}]: forming the larger group [{}] with the joiners as "
+                    "its {} failed (it waits GrowOptions::join_timeout, {}, at most); {}: {}",
+                    rank_, size_, name_, group.name, seats, format_duration(options.join_timeout),
+                    is_aborted() ? "this group has failed too (shrink it)"
+                                 : "this group goes on without them",
+                    e.what()),
+        e.context()));
   } catch (...) {
     form_error = std::current_exception();
   }
@@ -85,9 +139,19 @@ std::unique_ptr<Backend> Backend::grow_through_lobby(GrowOptions options) {
   confirm.type = OpType::allreduce;
   confirm.op = ReduceOp::min;
   confirm.in = confirm.out = Tensor::of(&formed, 1);
-  issue(confirm)->wait();
+  try {
+    issue(confirm)->wait();
+  } catch (const std::exception& e) {
+    give_up_grown(*lobby_, epoch, fmt::format("grow failed on group [{}]: {}", name_, e.what()));
+    throw;
+  }
+  if (form_error || formed == 0) {
+    // The joiners still waiting in the formation take a new ticket.
+    give_up_grown(*lobby_, epoch,
+                  fmt::format("forming group [{}] failed on a member of [{}]", group.name, name_));
+  }
   if (form_error) {
-    std::rethrow_exception(form_error);
+    rethrow_as_its_kind(form_error);
   }
   if (formed == 0) {
     throw Error(ErrorCode::aborted,

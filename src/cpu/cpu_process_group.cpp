@@ -73,10 +73,10 @@ std::shared_ptr<Store> grown_group_store(const std::shared_ptr<Store>& lobby, st
 
 class CpuProcessGroup final : public detail::Backend {
  public:
-  // `formation`: the bound on forming the group (connecting its links); by default the group's
-  // timeout from now.
+  // `formation`: the bound on forming the group (connecting its links), and when to give up
+  // early; by default the group's timeout from now.
   CpuProcessGroup(std::shared_ptr<Store> store, int rank, int size, const TcpGroupOptions& options,
-                  std::optional<Deadline> formation = {})
+                  std::optional<detail::Formation> formation = {})
       : Backend(rank, size, options.group), store_(std::move(store)), options_(options) {
     // Before any connection: a bad value fails every rank alike, at once.
     if (const auto algo = env::get("CHORUS_ALGO")) {
@@ -96,7 +96,11 @@ class CpuProcessGroup final : public detail::Backend {
     mo.interface = options.interface;
     mo.group_name = name();
     mo.timeout = timeout();
-    mo.deadline = formation ? *formation : Deadline::after(timeout());
+    mo.deadline = Deadline::after(formation ? formation->bound : timeout());
+    if (formation) {
+      mo.formation_bound = formation->bound;
+      mo.give_up = std::move(formation->give_up);
+    }
     mo.hello_timeout = options.hello_timeout;
     mo.peer_timeout = env::resolve_peer_timeout(options.peer_timeout);
     mo.host_id = local_host_id();
@@ -197,11 +201,11 @@ class CpuProcessGroup final : public detail::Backend {
 
  protected:
   std::unique_ptr<Backend> form_grown(std::int64_t epoch, int rank, int size, GroupOptions options,
-                                      Deadline formation) override {
+                                      detail::Formation formation) override {
     TcpGroupOptions larger = options_;
     larger.group = std::move(options);
     return std::make_unique<CpuProcessGroup>(grown_group_store(lobby(), epoch), rank, size, larger,
-                                             formation);
+                                             std::move(formation));
   }
 
   std::shared_ptr<Work> start(const OpDescriptor& op, const OpCall& call) override {
@@ -490,9 +494,9 @@ std::unique_ptr<detail::Backend> CpuProcessGroup::shrink(ShrinkOptions options) 
     const int new_rank =
         static_cast<int>(std::find(survivors.begin(), survivors.end(), rank()) - survivors.begin());
     try {
-      auto group = std::make_unique<CpuProcessGroup>(make_prefix_store("group", round_store),
-                                                     new_rank, static_cast<int>(survivors.size()),
-                                                     sub, Deadline::after(options.join_timeout));
+      auto group = std::make_unique<CpuProcessGroup>(
+          make_prefix_store("group", round_store), new_rank, static_cast<int>(survivors.size()),
+          sub, detail::Formation{.bound = options.join_timeout});
       CHORUS_INFO(init,
                   "tcp group [{}] shrunk to [{}]: rank {}/{} is now rank {}/{} (old ranks {})",
                   name(), sub.group.name, rank(), size(), new_rank, survivors.size(),
@@ -561,14 +565,38 @@ std::shared_ptr<ProcessGroup> join_tcp_group(std::shared_ptr<Store> store, TcpGr
   auto lobby = cpu::lobby_of(store, lobby_name);
   const Duration wait =
       options.wait.value_or(tcp.group.timeout.value_or(env::resolve_default_timeout()));
-  const detail::Seat seat = detail::wait_for_seat(*lobby, lobby_name, wait);
-  tcp.group.name = seat.group.name;
-  tcp.group.timeout = seat.group.timeout;
-  CHORUS_INFO(init, "joining group [{}] as rank {}/{} (admitted from the lobby of [{}])",
-              seat.group.name, seat.rank, seat.group.size, lobby_name);
-  auto group = std::make_unique<cpu::CpuProcessGroup>(
-      cpu::grown_group_store(lobby, seat.group.epoch), seat.rank, seat.group.size, tcp,
-      Deadline::after(options.join_timeout));
+  // A formation that fails because a member died or the members gave it up (grow() then fails
+  // on them and they shrink): the joiner takes a new ticket for their next grow(), while `wait`
+  // lasts.
+  const Deadline waiting = Deadline::after(wait);
+  std::unique_ptr<cpu::CpuProcessGroup> group;
+  for (Duration left = wait;; left = waiting.remaining()) {
+    const detail::Seat seat = detail::wait_for_seat(*lobby, lobby_name, left);
+    TcpGroupOptions joined = tcp;
+    joined.group.name = seat.group.name;
+    joined.group.timeout = seat.group.timeout;
+    CHORUS_INFO(init, "joining group [{}] as rank {}/{} (admitted from the lobby of [{}])",
+                seat.group.name, seat.rank, seat.group.size, lobby_name);
+    try {
+      group = std::make_unique<cpu::CpuProcessGroup>(
+          cpu::grown_group_store(lobby, seat.group.epoch), seat.rank, seat.group.size, joined,
+          detail::Formation{.bound = options.join_timeout,
+                            .give_up = [&lobby, epoch = seat.group.epoch] {
+                              return detail::grown_given_up(*lobby, epoch);
+                            }});
+      break;
+    } catch (const Error& e) {
+      // A member that died or gave the formation up (the members' grow() failed too): wait
+      // for their next one. A clash or a broken store is not retried.
+      const bool retry = e.code() == ErrorCode::aborted || e.code() == ErrorCode::network ||
+                         e.code() == ErrorCode::timeout;
+      if (!retry || waiting.expired()) {
+        throw;
+      }
+      CHORUS_WARN(init, "joining group [{}]: {}; waiting in the lobby of [{}] again",
+                  seat.group.name, e.what(), lobby_name);
+    }
+  }
   group->set_lobby(std::move(lobby), lobby_name);
   return detail::GroupAccess::wrap(std::move(group));
 }

@@ -12,6 +12,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <map>
+#include <random>
 #include <regex>
 #include <string>
 #include <vector>
@@ -102,6 +103,34 @@ void check_rejoined(const std::string& output) {
   check_final(output);
 }
 
+// What is wrong with the printed steps: each of 1..steps once, in order; "" if nothing.
+std::string step_sequence_problems(const std::string& output, int steps) {
+  std::vector<int> order;
+  const std::regex step_re("step ([0-9]+) world [0-9]+ loss ");
+  for (auto it = std::sregex_iterator(output.begin(), output.end(), step_re);
+       it != std::sregex_iterator(); ++it) {
+    order.push_back(std::stoi((*it)[1]));
+  }
+  std::string problems;
+  int want = 1;
+  for (int step : order) {
+    if (step != want) {
+      problems +=
+          "step " + std::to_string(step) + " printed where " + std::to_string(want) + " was due; ";
+    }
+    want = step + 1;
+  }
+  if (want != steps + 1) {
+    problems += "the last step printed is " + std::to_string(want - 1) + "; ";
+  }
+  return problems;
+}
+
+// `output` without its step lines (what a failed check shows).
+std::string without_steps(const std::string& output) {
+  return std::regex_replace(output, std::regex("[^\n]*step [0-9]+ world [0-9]+ loss [^\n]*\n"), "");
+}
+
 }  // namespace
 
 TEST_CASE("elastic_train under chorusrun --elastic: SIGKILLed ranks, the job goes on",
@@ -127,6 +156,73 @@ TEST_CASE("elastic_train under chorusrun --elastic: SIGKILLed ranks, the job goe
     CHECK(shell_status(p) == 0);
     check_run(p.output, 2);
   }
+}
+
+TEST_CASE(
+    "elastic_train under chorusrun --elastic: a rank SIGKILLed at a random moment loses "
+    "no step and prints none twice",
+    "[.elastic]") {
+  // Many fast steps (no --step-ms) and a kill from another thread of the victim, a seeded
+  // random time after its first step: wherever it lands (in an allreduce, between the op and
+  // the print, at the step boundary, in the recovery or the last barrier), every step is
+  // printed once, in order, and the final value is right. The printing rank is the victim in
+  // most runs.
+  constexpr int kRuns = 8;
+  constexpr int kFastSteps = 2000;
+  std::mt19937 random(50);
+  std::uniform_int_distribution<int> delay_us(0, 40000);
+  const double want = elastic::sum(elastic::reference(kFastSteps));
+  int changed_world = 0;
+  for (int run_index = 0; run_index < kRuns; ++run_index) {
+    const int victim = run_index % 4 == 3 ? 1 + run_index % 2 : 0;
+    const int delay = delay_us(random);
+    const std::vector<std::string> argv{binary("CHORUSRUN"),
+                                        "--elastic",
+                                        "--standalone",
+                                        "-n",
+                                        "3",
+                                        std::string(std::getenv("EXAMPLES_DIR")) + "/elastic_train",
+                                        "--steps",
+                                        std::to_string(kFastSteps),
+                                        "--grace-ms",
+                                        "3000",
+                                        "--kill-after-us",
+                                        std::to_string(victim) + ":" + std::to_string(delay)};
+    const Process p = run(argv, Seconds(60), {}, launcher_vars());
+    INFO("run " << run_index << ": rank " << victim << " killed " << delay << " us after step 1\n"
+                << without_steps(p.output));
+    CHECK(shell_status(p) == 0);
+    CHECK(step_sequence_problems(p.output, kFastSteps).empty());
+    std::smatch m;
+    REQUIRE(std::regex_search(p.output, m, std::regex("final ([-0-9.e+]+)")));
+    CHECK(std::abs(std::stod(m[1]) - want) <= 1e-6 * std::abs(want));
+    if (p.output.find("world 2 loss") != std::string::npos) {
+      ++changed_world;
+    }
+  }
+  // Most kills land before the job ends (the rest in its last barrier, or after it).
+  WARN(changed_world << " of " << kRuns << " runs went on in a world of 2");
+}
+
+TEST_CASE(
+    "elastic_train under chorusrun --elastic: the printing rank SIGKILLed between a step's "
+    "allreduce and its line",
+    "[.elastic]") {
+  // The others completed the step too (their allreduce had what it needed) and go on from the
+  // next one: the survivors' agreement prints the step, with the world that computed it.
+  const Process p = run(elastic_job({"--kill-after-op", "0:20", "--grace-ms", "10000"}),
+                        Seconds(60), {}, launcher_vars());
+  INFO(p.output);
+  CHECK(shell_status(p) == 0);
+  for (const auto& [step, world] : worlds_of(p.output)) {
+    INFO("step " << step);
+    if (step != kFailAt) {
+      CHECK(world == (step < kFailAt ? 4 : 3));
+    } else {  // 4 when the others completed it, 3 when they computed it again
+      CHECK((world == 4 || world == 3));
+    }
+  }
+  check_final(p.output);
 }
 
 TEST_CASE("elastic_train under chorusrun --elastic: a SIGSTOPped rank is fenced out",
@@ -259,4 +355,33 @@ TEST_CASE(
   }
   CHECK(grown_at > 2);
   check_final(job.output);
+}
+
+TEST_CASE(
+    "elastic_train started by hand with no token, a wrong token or no store exits 1 with "
+    "its message, never through std::terminate",
+    "[.elastic]") {
+  const std::string train = std::string(std::getenv("EXAMPLES_DIR")) + "/elastic_train";
+  const std::string port = free_loopback_port();
+  const std::string address = "127.0.0.1:" + port;
+  const std::vector<std::string> joiner{"CHORUS_STORE_ADDR=" + address, "CHORUS_RUN_ID=setup",
+                                        "CHORUS_ELASTIC_JOIN=1", "CHORUS_TIMEOUT=2s"};
+  Process store = start({binary("CHORUS_STORE_BIN"), "--host", "127.0.0.1", "--port", port},
+                        {"CHORUS_STORE_TOKEN=setup-error-test-token-0123456789"}, launcher_vars());
+  REQUIRE(read_until(store, "listening", 1, Seconds(30)));
+  auto check_setup_error = [&](const std::vector<std::string>& env, const char* says) {
+    const Process p = run({train, "--steps", "3"}, Seconds(60), env, launcher_vars());
+    INFO(p.output);
+    CHECK(shell_status(p) == 1);
+    CHECK_THAT(p.output, Catch::Contains("elastic_train: ") && Catch::Contains(says));
+    CHECK_THAT(p.output, !Catch::Contains("terminate called"));
+  };
+  std::vector<std::string> no_token = joiner;
+  check_setup_error(no_token, "requires a job token");
+  std::vector<std::string> wrong_token = joiner;
+  wrong_token.push_back("CHORUS_STORE_TOKEN=not-the-job-token-0123456789");
+  check_setup_error(wrong_token, "refused this process's job token");
+  ::kill(store.pid, SIGTERM);
+  REQUIRE(finish(store, Seconds(30)));
+  check_setup_error(no_token, "could not connect to the store server");
 }

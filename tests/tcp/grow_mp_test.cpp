@@ -12,6 +12,7 @@
 #include <cstdio>
 #include <set>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <catch2/catch.hpp>
@@ -177,11 +178,20 @@ TEST_CASE("grow: a joiner that dies after admission fails grow on every member; 
         GrowOptions grow;
         grow.wait = 30s;
         grow.join_timeout = 2s;
+        const Clock::time_point start = Clock::now();
         const Error e = expect_error([&] { pg->grow(grow); });
+        std::fprintf(stderr, "grow: a dead joiner failed grow on rank %d after %.1f ms: %s\n", id,
+                     seconds_since(start) * 1000, e.what());
         CHILD_CHECK(e.code() == ErrorCode::timeout || e.code() == ErrorCode::aborted);
+        // The message names the bound waited: join_timeout, not the op timeout (60 s here).
+        CHILD_CHECK(contains(e.what(), "GrowOptions::join_timeout, 2000 ms"));
+        CHILD_CHECK(!contains(e.what(), "60000 ms") && !contains(e.what(), "1 min"));
+        if (e.code() == ErrorCode::timeout) {
+          CHILD_CHECK(contains(e.what(), "never showed up within 2000 ms"));
+        }
         CHILD_CHECK(!pg->is_aborted());
         check_sum(*pg);
-        CHILD_CHECK(pg->grow() == nullptr);  // its seat was taken: nobody waits now
+        CHILD_CHECK(pg->grow() == nullptr);  // its seat was taken: it is not waited for again
       },
       90s);
   INFO(describe(results));
@@ -189,6 +199,141 @@ TEST_CASE("grow: a joiner that dies after admission fails grow on every member; 
     CHECK(results[static_cast<std::size_t>(r)].ok());
   }
   CHECK(results[members].signal == SIGKILL);
+}
+
+TEST_CASE(
+    "grow: a member killed as the joiner is seated fails grow at once, not after join_timeout; "
+    "the survivors shrink and the joiner comes back",
+    "[tcp][mp][grow]") {
+  // join_timeout is longer than this test's bound: only giving the formation up when the old
+  // group has failed lets it pass. The member dies as rank 0 seats the joiner (the others' grow
+  // fails in its broadcast; rank 0 tells the joiner) or as rank 0 starts forming the larger
+  // group (the others are forming it: they give it up when their group fails).
+  const std::string when = GENERATE(as<std::string>{}, "seated", "forming");
+  INFO("the member dies when the joiner is " << when);
+  constexpr int members = 3;
+  constexpr int dying = 2;
+  StoreServerProcess server;
+  const auto results = run_processes(
+      members + 1,
+      [&](int id) {
+        auto store = child_store(server.port());
+        if (id == members) {
+          JoinOptions join = join_within(60s);
+          join.join_timeout = 5min;
+          auto pg = join_tcp_group(store, loopback_options(60s), join);
+          CHILD_CHECK(pg->size() == members);  // the survivors' group, grown back to 3
+          CHILD_CHECK(pg->rank() == members - 1);
+          check_sum(*pg);
+          return;
+        }
+        auto pg = make_tcp_group(store, id, members, loopback_options(60s));
+        check_sum(*pg);
+        if (id == dying) {
+          const std::string key =
+              when == "seated" ? "elastic/world/seat/1" : "elastic/world/grow1/group/current";
+          if (when == "seated") {
+            store->wait({key}, 30s);
+            ::kill(::getpid(), SIGKILL);
+          }
+          std::thread([key, port = server.port()] {
+            child_store(port)->wait({key}, 30s);
+            ::kill(::getpid(), SIGKILL);
+          }).detach();
+        }
+        GrowOptions grow;
+        grow.wait = 30s;
+        grow.join_timeout = 5min;
+        const Clock::time_point start = Clock::now();
+        const Error e = expect_error([&] { pg->grow(grow); });
+        std::fprintf(stderr, "grow: a dead member failed grow on rank %d after %.1f ms: %s\n", id,
+                     seconds_since(start) * 1000, e.what());
+        CHILD_CHECK(pg->is_aborted());
+        ShrinkOptions shrink;
+        shrink.grace = 10s;
+        auto survivors = pg->shrink(shrink);
+        CHILD_CHECK(survivors->size() == members - 1);
+        GrowOptions again;
+        again.wait = 30s;
+        auto back = survivors->grow(again);
+        CHILD_CHECK(back != nullptr && back->size() == members);
+        check_sum(*back);
+      },
+      90s);
+  INFO(describe(results));
+  for (int r = 0; r <= members; ++r) {
+    if (r == dying) {
+      CHECK(results[static_cast<std::size_t>(r)].signal == SIGKILL);
+    } else {
+      CHECK(results[static_cast<std::size_t>(r)].ok());
+    }
+  }
+}
+
+TEST_CASE("grow: a phantom joiner (a ticket taken, never formed) costs one join_timeout, once",
+          "[tcp][mp][grow]") {
+  // The phantom holds its seat and never forms (it waits for the end). The members' first
+  // grow fails after join_timeout; the ticket is never admitted again, a ticket taken by hand
+  // (never arrived) is skipped at once, and a real joiner after them is let in.
+  constexpr int members = 2;
+  StoreServerProcess server;
+  const auto results = run_processes(
+      members + 2,
+      [&](int id) {
+        auto store = child_store(server.port());
+        if (id == members) {
+          auto lobby = make_prefix_store("elastic/world", store);
+          detail::wait_for_seat(*lobby, "world", 30s);
+          store->wait({"done"}, 60s);
+          return;
+        }
+        if (id == members + 1) {
+          store->wait({"phantom_failed"}, 30s);
+          auto pg = join_tcp_group(store, loopback_options(60s), join_within(30s));
+          CHILD_CHECK(pg->size() == members + 1);
+          check_sum(*pg);
+          return;
+        }
+        auto pg = make_tcp_group(store, id, members, loopback_options(60s));
+        GrowOptions grow;
+        grow.wait = 30s;
+        grow.join_timeout = 1s;
+        Clock::time_point start = Clock::now();
+        const Error e = expect_error([&] { pg->grow(grow); });
+        std::fprintf(stderr, "grow: a phantom joiner failed grow on rank %d after %.1f ms\n", id,
+                     seconds_since(start) * 1000);
+        CHILD_CHECK(e.code() == ErrorCode::timeout);
+        CHILD_CHECK(contains(e.what(), "GrowOptions::join_timeout, 1000 ms"));
+        CHILD_CHECK(!pg->is_aborted());
+        // A ticket taken by hand (no joiner, no arrival record) is skipped without a wait.
+        pg->barrier()->wait();
+        if (id == 0) {
+          store->add("elastic/world/tickets", 1);
+        }
+        pg->barrier()->wait();
+        start = Clock::now();
+        CHILD_CHECK(pg->grow() == nullptr);
+        std::fprintf(stderr, "grow: a ticket taken by hand was skipped after %.1f ms\n",
+                     seconds_since(start) * 1000);
+        pg->barrier()->wait();
+        if (id == 0) {
+          store->set("phantom_failed", "1");
+        }
+        start = Clock::now();
+        auto larger = pg->grow(grow);  // the real joiner only: the phantom is not waited for
+        std::fprintf(stderr, "grow: the next grow let the real joiner in after %.1f ms\n",
+                     seconds_since(start) * 1000);
+        CHILD_CHECK(larger != nullptr && larger->size() == members + 1);
+        check_sum(*larger);
+        if (id == 0) {
+          store->set("done", "1");
+        }
+      },
+      90s);
+  INFO(describe(results));
+  for (const auto& r : results) {
+    CHECK(r.ok());
+  }
 }
 
 TEST_CASE("grow after shrink: the survivors take a replacement back", "[tcp][mp][grow]") {

@@ -357,6 +357,54 @@ def case_elastic_rejoin(rank):
     return f"rank {rank} killed, back at step {back[0]}; {joined.split('torch_elastic: ')[-1]}"
 
 
+def elastic_sequence_problems(output, steps):
+    """What is wrong with the printed steps (each of 1..steps once, in order): "" if nothing."""
+    problems = []
+    due = 1
+    for step in (int(s) for s in re.findall(r"step (\d+) world \d+ loss ", output)):
+        if step != due:
+            problems.append(f"step {step} printed where {due} was due")
+        due = step + 1
+    if due != steps + 1:
+        problems.append(f"the last step printed is {due - 1}")
+    return "; ".join(problems)
+
+
+def case_elastic_printed():
+    """Each step printed exactly once, in order, when the printing rank dies: SIGKILLed between
+    a step's allreduce and its line (step 20 of 60), then at seeded random moments over many
+    fast steps (from a thread of its own, wherever the main thread is)."""
+    import random
+
+    sys.path.insert(0, os.path.dirname(ELASTIC))
+    import torch_elastic
+
+    rng = random.Random(50)
+    runs = [(60, ["--kill-after-op", f"0:{ELASTIC_FAIL_AT}", "--grace-ms", "10000"])]
+    for _ in range(2):
+        runs.append((400, ["--kill-after-us", f"0:{rng.randrange(0, 400000)}",
+                           "--grace-ms", "5000"]))
+    shrunk = 0
+    for steps, train_args in runs:
+        cmd = [os.environ["CHORUS_CHORUSRUN"], "--elastic", "--standalone", "-n", "3",
+               sys.executable, ELASTIC, "--steps", str(steps), *train_args]
+        run = launch.command(cmd, launch.base_env(None), 180,
+                             "chorusrun --elastic torch_elastic.py")
+        run.wait_all()
+        out = run.outputs[0]
+        if run.codes[0] != 0:
+            raise AssertionError(f"{train_args}:\n{run.report()}")
+        problems = elastic_sequence_problems(out, steps)
+        if problems:
+            raise AssertionError(f"{train_args}: {problems}\n{out[-6000:]}")
+        final = float(re.search(r"final ([-0-9.e+]+)", out).group(1))
+        want = torch_elastic.reference(steps)
+        if abs(final - want) > 1e-6 * abs(want):
+            raise AssertionError(f"{train_args}: final {final} but a single process ends at {want}")
+        shrunk += "world 2 loss" in out
+    return f"{len(runs)} runs, every step printed once in order, {shrunk} went on in a world of 2"
+
+
 def case_elastic_stopped():
     """SIGSTOPped at step 20: named by the peer timeout (3 s), fenced out when woken; exits 3."""
     run = elastic_job(["--stop-at", f"2:{ELASTIC_FAIL_AT}", "--grace-ms", "10000"],
@@ -443,6 +491,7 @@ CASES = {
     "elastic_killed_two": lambda: case_elastic_killed([1, 3]),
     "elastic_rejoin": lambda: case_elastic_rejoin(0),
     "elastic_stopped": case_elastic_stopped,
+    "elastic_printed": case_elastic_printed,
     "suite_subset": case_suite_subset,
 }
 

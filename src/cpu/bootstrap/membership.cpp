@@ -98,6 +98,28 @@ bool complete_formation(Store& store, const std::string& epoch, const Leader& le
 
 enum class Outcome { formed, superseded, timed_out, clashed };
 
+// The error of a formation given up (MembershipOptions::give_up), here or by another member.
+Error given_up(const MembershipOptions& o, const std::string& why) {
+  return Error(ErrorCode::aborted, fmt::format("{}: the formation was given up: {}", o.where, why),
+               setup_error_context(o.rank, o.size, o.group, o.timeout, {}));
+}
+
+// Gives the formation up if o.give_up says so: its state says why, which wakes every rank
+// waiting for that state, and this rank throws.
+void give_up_if_asked(Store& store, const std::string& epoch, const MembershipOptions& o) {
+  if (!o.give_up) {
+    return;
+  }
+  std::string why = o.give_up();
+  if (why.empty()) {
+    return;
+  }
+  if (!epoch.empty()) {
+    store.compare_set(epoch_key(epoch, "state"), {}, to_bytes("abandoned " + why));
+  }
+  throw given_up(o, why);
+}
+
 // Waits for the formation's state. Throws its clash; returns formed (host ids set),
 // superseded, timed_out (the deadline passed first), or clashed (`watch` gave up on the ranks
 // still missing: `clash_message` says why).
@@ -120,6 +142,7 @@ Outcome await_state(Store& store, Membership& m, const MembershipOptions& o,
       if (o.between_slices) {
         o.between_slices();
       }
+      give_up_if_asked(store, m.epoch, o);
       if (o.deadline.expired()) {
         return Outcome::timed_out;
       }
@@ -142,6 +165,9 @@ Outcome await_state(Store& store, Membership& m, const MembershipOptions& o,
     }
     if (state == "superseded") {
       return Outcome::superseded;
+    }
+    if (state.rfind("abandoned ", 0) == 0) {
+      throw given_up(o, state.substr(10));
     }
     if (state.rfind("formed ", 0) == 0 &&
         for_each_host_run(state.substr(7), o.size, [](long, long) {})) {
@@ -282,6 +308,7 @@ Membership follow(Store& store, const MembershipOptions& o) {
       leader = current.leader;
     }
     if (!leader) {
+      give_up_if_asked(store, {}, o);
       if (std::string why = watch.give_up(store); !why.empty()) {
         throw InvalidArgument(fmt::format(
             "{}: no live rank 0 started a formation within {} of a clash recorded for this "

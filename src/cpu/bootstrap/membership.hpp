@@ -71,7 +71,7 @@ struct MembershipOptions {
   int size = 1;
   std::string where;    // "tcp group setup on rank 1/4 [world]" for messages
   std::string group;    // group name, for error contexts
-  Duration timeout{0};  // the group timeout, for messages
+  Duration timeout{0};  // the bound the deadline was set from, for messages
   Deadline deadline = Deadline::never();
   std::string local_address;  // our "host:port"
   std::string host_id;        // which machine we run on (host_id.hpp): picks same-host peers
@@ -82,6 +82,10 @@ struct MembershipOptions {
   // Called between the slices of every wait (rank 0 drains its listener there, so that a
   // large group's liveness probes never fill its backlog).
   std::function<void()> between_slices;
+  // Also asked between the slices: a reason to give the formation up now ("": go on). The
+  // rank that gives up records it as the formation's state, which wakes every rank waiting in
+  // the formation at once; each throws Error{aborted} with the reason.
+  std::function<std::string()> give_up;
 };
 
 struct Membership {

@@ -211,8 +211,9 @@ Mesh build_mesh(Store& store, const MeshOptions& o) {
   mo.size = n;
   mo.where = where(o);
   mo.group = o.group_name;
-  mo.timeout = o.timeout;
+  mo.timeout = o.formation_bound > Duration::zero() ? o.formation_bound : o.timeout;
   mo.deadline = o.deadline;
+  mo.give_up = o.give_up;
   mo.local_address = mesh.local_address;
   mo.host_id = o.host_id;
   // With a job token the membership secret derives from it and never enters the store, which

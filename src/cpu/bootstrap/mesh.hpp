@@ -10,6 +10,7 @@
 #include "core/private.hpp"
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -55,6 +56,11 @@ struct MeshOptions {
   std::string host_id;  // published with the address (host_id.hpp)
   Duration timeout{0};
   Deadline deadline = Deadline::never();
+  // The bound the deadline was set from when it is not the group timeout (a grown or shrunk
+  // group's join_timeout): what a formation that times out says it waited. Zero: `timeout`.
+  Duration formation_bound{0};
+  // MembershipOptions::give_up.
+  std::function<std::string()> give_up;
   Duration hello_timeout = std::chrono::seconds(5);  // TcpGroupOptions::hello_timeout
   // A published peer whose address answers nothing for this long is named as gone (its host
   // is down) rather than waited for until the deadline. Zero: off.
