@@ -98,7 +98,7 @@ std::vector<std::size_t> numels(const std::vector<at::Tensor>& list) {
   return counts;
 }
 
-#if TORCH_VERSION_MAJOR >= 2
+#if CHORUS_TORCH_COALESCED_TENSOR_OPS
 // The list forms of the coalesced tensor ops: one dtype for all (they travel as one buffer),
 // and each output `factor` times its input's elements or the other way round.
 void require_coalesced_pairs(const std::vector<at::Tensor>& small,
@@ -171,7 +171,7 @@ ProcessGroupChorus::ProcessGroupChorus(const c10::intrusive_ptr<c10d::Store>& st
                                        const std::string& name)
     : TorchBackendBase(rank, size) {
   const auto group_timeout = chorus_timeout(timeout);
-  auto chorus_store = make_torch_store(store, group_timeout.value_or(kDefaultTimeout));
+  auto chorus_store = make_torch_store(store, group_timeout.value_or(kDefaultTimeout), size);
   TcpGroupOptions options;
   options.group.name = name;
   options.group.timeout = group_timeout;
@@ -328,7 +328,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupChorus::_allgather_base(
   return work;
 }
 
-#if TORCH_VERSION_MAJOR >= 2
+#if CHORUS_TORCH_COALESCED_TENSOR_OPS
 c10::intrusive_ptr<c10d::Work> ProcessGroupChorus::allgather_into_tensor_coalesced(
     std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
     const c10d::AllgatherOptions& opts) {

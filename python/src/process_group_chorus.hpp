@@ -66,7 +66,7 @@ class ProcessGroupChorus final : public TorchBackendBase {
                                                 const c10d::ReduceScatterOptions& opts) override;
   c10::intrusive_ptr<c10d::Work> _reduce_scatter_base(
       at::Tensor& output, at::Tensor& input, const c10d::ReduceScatterOptions& opts) override;
-#if TORCH_VERSION_MAJOR >= 2
+#if CHORUS_TORCH_COALESCED_TENSOR_OPS
   // torch 2.x's coalescing manager (several all_gather_into_tensor / reduce_scatter_tensor
   // calls in one `with dist._coalescing_manager()`): one chorus op for the whole list.
   c10::intrusive_ptr<c10d::Work> allgather_into_tensor_coalesced(
