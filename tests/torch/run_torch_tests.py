@@ -124,8 +124,8 @@ def case_backend_strings(n):
         outputs = launch.by_hand(BACKEND_STRING, n, args=[spec], deadline_s=180).expect_success()
         if ranks_reporting(outputs, f"OK backend {spec}") != n:
             raise AssertionError(f"not every rank finished {spec}:\n" + "\n".join(outputs))
-    return (f"allreduce_hook and bf16_wire_hook take the chorus path on {', '.join(specs)}, "
-            "= DDP on gloo; on gloo they average or refuse")
+    return (f"allreduce_hook and bf16_wire_hook take the chorus path on {' | '.join(specs)} "
+            "(= DDP on gloo); on gloo they average or refuse")
 
 
 def case_quiet(n):
