@@ -21,8 +21,16 @@ torch_version=$("$venv/bin/python" -c 'import torch; print(torch.__version__.spl
 echo "test-torch: torch $torch_version in $venv ($((SECONDS - start)) s)"
 build="build-torch-$torch_version"
 if [ ! -f "$build/build.ninja" ]; then
-  meson setup "$build" -Dpython="$venv/bin/python" -Dtorch=enabled -Dtests=false \
-    -Dbench=false -Dexamples=false -Dbuildtype=plain -Dtorch_unity=true >/dev/null
+  rm -rf "$build"
+  log=$(mktemp)
+  if ! meson setup "$build" -Dpython="$venv/bin/python" -Dtorch=enabled -Dtests=false \
+      -Dbench=false -Dexamples=false -Dbuildtype=plain -Dtorch_unity=true > "$log" 2>&1; then
+    grep ERROR "$log" >&2 || tail -20 "$log" >&2
+    rm -rf "$build" "$log"
+    echo "test-torch: meson setup of $build failed" >&2
+    exit 1
+  fi
+  rm -f "$log"
 fi
 ninja -C "$build" --quiet torch-package tools/chorusrun
 echo "test-torch: built $build ($((SECONDS - start)) s)"
