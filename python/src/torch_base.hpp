@@ -19,6 +19,9 @@
 #define CHORUS_TORCH_COALESCED_TENSOR_OPS CHORUS_TORCH_AT_LEAST(2, 0)
 // TCPStoreOptions has useLibUV (torch 2.x; 2.4 and later default to it).
 #define CHORUS_TORCH_STORE_LIBUV_OPTION CHORUS_TORCH_AT_LEAST(2, 0)
+// torch's destroy_process_group() calls Backend::shutdown() on every backend of the groups it
+// destroys (before 2.7: only on NCCL's).
+#define CHORUS_TORCH_BACKEND_SHUTDOWN CHORUS_TORCH_AT_LEAST(2, 7)
 // c10d::Store::clone() is pure virtual: every store says how to copy itself for another
 // thread.
 #define CHORUS_TORCH_STORE_CLONE CHORUS_TORCH_AT_LEAST(2, 8)

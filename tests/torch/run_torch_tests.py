@@ -131,8 +131,8 @@ def case_backend_strings(n):
 def case_quiet(n):
     """Group setup prints nothing: every rank's output from quiet_check.py on chorus, up to its
     "setup done" line, is empty, except lines that gloo's run of the same script prints as well
-    (torch's own, compared without their numbers: timestamps, pids, ports). Teardown is left
-    out (see quiet_check.py)."""
+    (torch's own, compared without their numbers: timestamps, pids, ports); at teardown chorus
+    warns of nothing (torch's own lines there are left out: see quiet_check.py)."""
     def lines(backend):
         # A job token, as chorusrun gives: without one chorus warns (by design, "Security" in
         # docs/torch.md) that the group's secret is kept in the store.
@@ -141,11 +141,15 @@ def case_quiet(n):
                                  deadline_s=120).expect_success()
         if ranks_reporting(outputs, f"OK quiet {backend}") != n:
             raise AssertionError("not every rank finished:\n" + "\n".join(outputs))
-        setup = [(out or "").split("quiet: setup done")[0] for out in outputs]
-        return [[ln for ln in part.splitlines() if ln.strip()] for part in setup]
+        parts = [(out or "").split("quiet: setup done") for out in outputs]
+        teardown.extend(ln for part in parts for ln in part[-1].splitlines()
+                        if " chorus " in ln and " WARN " in ln)
+        return [[ln for ln in part[0].splitlines() if ln.strip()] for part in parts]
 
     def shape(line):
         return re.sub(r"[0-9]+", "#", line)
+
+    teardown = []
 
     torch_own = {shape(ln) for out in lines("gloo") for ln in out}
     extra = [f"rank {r}: {ln}" for r, out in enumerate(lines("chorus")) for ln in out
@@ -153,6 +157,8 @@ def case_quiet(n):
     if extra:
         raise AssertionError("chorus's group setup printed (gloo's did not):\n" +
                              "\n".join(extra))
+    if teardown:
+        raise AssertionError("chorus warned at teardown:\n" + "\n".join(teardown))
     return (f"{n} staggered ranks: setup of the default group and a subgroup printed nothing"
             + (f" ({len(torch_own)} line(s) torch prints on gloo too)" if torch_own else ""))
 
