@@ -62,7 +62,6 @@ install() {  # requirement...: from wheels/ alone; what it lacks is downloaded t
     "${pip[@]}" install --quiet --no-index --find-links "$wheels" "$@" >&2
   fi
 }
-install --upgrade pip
 install "torch==$version" numpy "meson-python>=0.13" "meson>=1.1" ninja expecttest pytest
 got="$("$venv/bin/python" -c 'import torch; print(torch.__version__)')"
 case "$got" in
