@@ -28,7 +28,7 @@ SYMBOLIZER := /usr/lib/llvm-14/bin/llvm-symbolizer
 test test-asan build-asan test-tsan build-tsan: DEB_PACKAGES += llvm-14
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: all deps setup build test test-unit test-asan test-tsan test-torch26 test-torch-suite test-pip format-check format bench clean \
+.PHONY: all deps setup build test test-unit test-asan test-tsan test-torch26 test-torch test-torch-suite test-pip format-check format bench clean \
   build-unit build-asan build-tsan build-torch26
 
 all: build
@@ -150,6 +150,15 @@ build-torch26: | deps
 test-torch26: | deps
 	$(SUDO) scripts/test_torch26.sh
 
+# The torch tests on torch $(TORCH) from the package index (`make test-torch TORCH=2.15`), in
+# its cached virtual environment (scripts/torch_venv.sh: ~/.cache/chorus/torch-VERSION-cpXY,
+# made once, several GB) and build dir build-torch-VERSION (scripts/test_torch_venv.sh). Needs
+# python3-venv and the package index the first time; not a leg of `make test` (yet).
+TORCH ?= 2.15
+test-torch: DEB_PACKAGES += python3-venv
+test-torch: | deps
+	scripts/test_torch_venv.sh $(TORCH)
+
 # torch's own distributed test suite, whole, gloo and chorus side by side at 2 and 3 ranks, on
 # torch 1.13 and 2.6 (scripts/test_torch_suite.sh; 8 runs of 1-2 minutes on 2 cores, plus the
 # builds). `make test` runs a subset of it (case suite_subset of tests/torch/run_torch_tests.py,
@@ -179,4 +188,4 @@ bench: setup
 	PATH="$(CURDIR)/$(BUILD)/bench:$$PATH" $(BUILD)/tools/chorusrun --standalone -n 4 all_reduce_perf -b 8 -e 64M -f 4 -c 1
 
 clean:
-	rm -rf $(BUILD) $(ASAN_BUILD) $(TSAN_BUILD) build-torch26 $(TORCH26_ROOT_LOG) test-logs
+	rm -rf $(BUILD) $(ASAN_BUILD) $(TSAN_BUILD) build-torch26 build-torch-* $(TORCH26_ROOT_LOG) test-logs

@@ -38,6 +38,21 @@ def _group_name(opts):
 _adopted = None
 
 
+def _backend_for(group, device_type):
+    """The name of the backend that serves `group`'s tensors on `device_type` ("cpu", "cuda"),
+    or None if none does. torch 2.x accepts a backend per device: ``"chorus"`` (every device the
+    backend registered: chorus registers "cpu"), ``"cpu:chorus"``, ``"cpu:chorus,cuda:nccl"``;
+    ``dist.get_backend`` answers the string as given."""
+    name = str(_dist.get_backend(group)).lower()
+    if ":" not in name:
+        return name
+    for part in name.split(","):
+        device, _, backend = part.partition(":")
+        if device.strip() == device_type:
+            return backend.strip()
+    return None
+
+
 def _create(opts, backend_options=None):
     if _adopted is not None and (opts.group_rank, opts.group_size) == (_adopted.rank,
                                                                        _adopted.size):
@@ -103,7 +118,8 @@ def allreduce_hook(process_group, bucket):
     """
     group = process_group if process_group is not None else _dist.group.WORLD
     tensor = bucket.buffer()
-    if _dist.get_backend(group) != BACKEND:  # gloo has no AVG; SharedBuffers mean nothing there
+    # gloo has no AVG; SharedBuffers mean nothing there
+    if _backend_for(group, tensor.device.type) != BACKEND:
         tensor.div_(_dist.get_world_size(group))
         work = _dist.all_reduce(tensor, group=group, async_op=True)
         return work.get_future().then(lambda _: tensor)
@@ -153,11 +169,12 @@ def bf16_wire_hook(process_group, bucket):
     import torch
 
     group = process_group if process_group is not None else _dist.group.WORLD
-    if _dist.get_backend(group) != BACKEND:
-        raise ValueError(f"chorus.torch.bf16_wire_hook: the group's backend is "
-                         f"{_dist.get_backend(group)}, not chorus; on another backend use torch's "
-                         f"bf16_compress_hook")
     tensor = bucket.buffer()
+    backend = _backend_for(group, tensor.device.type)
+    if backend != BACKEND:
+        raise ValueError(f"chorus.torch.bf16_wire_hook: the group's {tensor.device.type} "
+                         f"tensors go to backend {backend} ({_dist.get_backend(group)!r}), not "
+                         f"chorus; on another backend use torch's bf16_compress_hook")
     wire = {torch.float32: torch.bfloat16, torch.float64: torch.float32}.get(tensor.dtype,
                                                                              tensor.dtype)
     with wire_dtype(wire):

@@ -5,6 +5,8 @@
 
 #include <pybind11/pybind11.h>
 
+#include "torch_base.hpp"
+
 namespace chorus::torch_bridge {
 namespace {
 
@@ -57,6 +59,12 @@ class ChorusC10dStore final : public c10d::Store {
     NoGil no_gil;
     return store_->num_keys();
   }
+#if CHORUS_TORCH_STORE_CLONE
+  // A copy for another thread, over the same store: chorus's stores are thread-safe.
+  c10::intrusive_ptr<c10d::Store> clone() override {
+    return c10::make_intrusive<ChorusC10dStore>(store_, timeout_);
+  }
+#endif
   void wait(const std::vector<std::string>& keys) override { wait(keys, timeout_); }
   void wait(const std::vector<std::string>& keys,
             const std::chrono::milliseconds& timeout) override {

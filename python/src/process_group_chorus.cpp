@@ -98,7 +98,7 @@ std::vector<std::size_t> numels(const std::vector<at::Tensor>& list) {
   return counts;
 }
 
-#if TORCH_VERSION_MAJOR >= 2
+#if CHORUS_TORCH_COALESCED_TENSOR_OPS
 // The list forms of the coalesced tensor ops: one dtype for all (they travel as one buffer),
 // and each output `factor` times its input's elements or the other way round.
 void require_coalesced_pairs(const std::vector<at::Tensor>& small,
@@ -171,7 +171,7 @@ ProcessGroupChorus::ProcessGroupChorus(const c10::intrusive_ptr<c10d::Store>& st
                                        const std::string& name)
     : TorchBackendBase(rank, size) {
   const auto group_timeout = chorus_timeout(timeout);
-  auto chorus_store = make_torch_store(store, group_timeout.value_or(kDefaultTimeout));
+  auto chorus_store = make_torch_store(store, group_timeout.value_or(kDefaultTimeout), size);
   TcpGroupOptions options;
   options.group.name = name;
   options.group.timeout = group_timeout;
@@ -181,16 +181,49 @@ ProcessGroupChorus::ProcessGroupChorus(const c10::intrusive_ptr<c10d::Store>& st
 ProcessGroupChorus::ProcessGroupChorus(std::shared_ptr<chorus::ProcessGroup> group)
     : TorchBackendBase(group->rank(), group->size()), group_(std::move(group)) {}
 
-ProcessGroupChorus::~ProcessGroupChorus() {
-  // Destroying the group joins the engine thread, which may be finishing an op's callback that
-  // drops the last reference to a tensor owned by Python (that needs the GIL). Python drops
-  // the group with the GIL held (destroy_process_group, interpreter exit): let go of it here,
-  // or the two threads wait for each other forever.
+namespace {
+
+// Destroying a group joins its engine thread, which may be finishing an op's callback that
+// drops the last reference to a tensor owned by Python (that needs the GIL). Python drops the
+// group with the GIL held (destroy_process_group, interpreter exit): let go of it here, or the
+// two threads wait for each other forever.
+void release(std::shared_ptr<chorus::ProcessGroup> group) {
   std::optional<pybind11::gil_scoped_release> no_gil;
   if (Py_IsInitialized() != 0 && PyGILState_Check() != 0) {
     no_gil.emplace();
   }
-  group_.reset();
+  group.reset();
+}
+
+}  // namespace
+
+ProcessGroupChorus::~ProcessGroupChorus() {
+  std::shared_ptr<chorus::ProcessGroup> group;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    group.swap(group_);
+  }
+  release(std::move(group));
+}
+
+#if CHORUS_TORCH_BACKEND_SHUTDOWN
+void ProcessGroupChorus::shutdown() {
+  std::shared_ptr<chorus::ProcessGroup> group;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    group.swap(group_);
+  }
+  release(std::move(group));
+}
+#endif
+
+std::shared_ptr<chorus::ProcessGroup> ProcessGroupChorus::chorus_group() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!group_) {
+    throw InvalidArgument(
+        "chorus: this group was shut down (torch's destroy_process_group); make a new one");
+  }
+  return group_;
 }
 
 c10::intrusive_ptr<ChorusWork> ProcessGroupChorus::make_work(c10d::OpType type, const char* name,
@@ -207,7 +240,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupChorus::broadcast(std::vector<at::Ten
   require_root(opts.rootRank, getSize(), op);
   Staged t = stage(tensors[0], op);
   auto work = make_work(c10d::OpType::BROADCAST, op, tensors);
-  Parts parts{group_->broadcast(t.view(), {.root = static_cast<int>(opts.rootRank),
+  Parts parts{chorus_group()->broadcast(t.view(), {.root = static_cast<int>(opts.rootRank),
                                            .timeout = chorus_timeout(opts.timeout)})};
   ChorusWork::start(work, std::move(parts), [t] { t.copy_back(); }, {t.buffer});
   return work;
@@ -224,7 +257,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupChorus::allreduce(std::vector<at::Ten
   Staged t = stage(tensors[0], op);
   const ReduceOp rop = chorus_reduce_op(opts.reduceOp, t.user.scalar_type(), op);
   auto work = make_work(c10d::OpType::ALLREDUCE, op, tensors);
-  Parts parts{group_->allreduce(t.view(), {.op = rop,
+  Parts parts{chorus_group()->allreduce(t.view(), {.op = rop,
                                            .timeout = chorus_timeout(opts.timeout),
                                            .wire_dtype = t_wire_dtype})};
   ChorusWork::start(work, std::move(parts), [t] { t.copy_back(); }, {t.buffer});
@@ -251,7 +284,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupChorus::allreduce_coalesced(
     c.add(t, t, op);
   }
   auto work = make_work(c10d::OpType::ALLREDUCE_COALESCED, op, tensors);
-  c.start(*group_, work);
+  c.start(*chorus_group(), work);
   return work;
 }
 
@@ -264,7 +297,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupChorus::reduce(std::vector<at::Tensor
   const ReduceOp rop = chorus_reduce_op(opts.reduceOp, t.user.scalar_type(), op);
   const bool root = opts.rootRank == getRank();
   auto work = make_work(c10d::OpType::REDUCE, op, tensors);
-  Parts parts{group_->reduce(t.view(), t.view(),
+  Parts parts{chorus_group()->reduce(t.view(), t.view(),
                              {.op = rop,
                               .root = static_cast<int>(opts.rootRank),
                               .timeout = chorus_timeout(opts.timeout),
@@ -303,9 +336,9 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupChorus::allgather(
   Staged f = stage(flat, op);
   auto work = make_work(c10d::OpType::ALLGATHER, op, list);
   Parts parts{
-      uneven ? group_->allgatherv(in.view(), f.view(), counts,
+      uneven ? chorus_group()->allgatherv(in.view(), f.view(), counts,
                                   {.timeout = chorus_timeout(opts.timeout)})
-             : group_->allgather(in.view(), f.view(), {.timeout = chorus_timeout(opts.timeout)})};
+             : chorus_group()->allgather(in.view(), f.view(), {.timeout = chorus_timeout(opts.timeout)})};
   ChorusWork::start(work, std::move(parts), [flat, list] { unflatten_into(flat, list); },
                     {in.buffer, flat});
   return work;
@@ -323,12 +356,12 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupChorus::_allgather_base(
                           " x input's " + std::to_string(input.numel()));
   }
   auto work = make_work(c10d::OpType::_ALLGATHER_BASE, op, {output});
-  Parts parts{group_->allgather(in.view(), out.view(), {.timeout = chorus_timeout(opts.timeout)})};
+  Parts parts{chorus_group()->allgather(in.view(), out.view(), {.timeout = chorus_timeout(opts.timeout)})};
   ChorusWork::start(work, std::move(parts), [out] { out.copy_back(); }, {in.buffer, out.buffer});
   return work;
 }
 
-#if TORCH_VERSION_MAJOR >= 2
+#if CHORUS_TORCH_COALESCED_TENSOR_OPS
 c10::intrusive_ptr<c10d::Work> ProcessGroupChorus::allgather_into_tensor_coalesced(
     std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
     const c10d::AllgatherOptions& opts) {
@@ -341,7 +374,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupChorus::allgather_into_tensor_coalesc
     c.add(inputs[i], outputs[i], op);
   }
   auto work = make_work(c10d::OpType::COALESCED, op, outputs);
-  c.start(*group_, work);
+  c.start(*chorus_group(), work);
   return work;
 }
 
@@ -361,7 +394,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupChorus::reduce_scatter_tensor_coalesc
     c.add(inputs[i], outputs[i], op);
   }
   auto work = make_work(c10d::OpType::COALESCED, op, outputs);
-  c.start(*group_, work);
+  c.start(*chorus_group(), work);
   return work;
 }
 #endif
@@ -404,7 +437,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupChorus::allgather_coalesced(
     all.insert(all.end(), list.begin(), list.end());
   }
   auto work = make_work(c10d::OpType::ALLGATHER_COALESCED, op, all);
-  c.start(*group_, work, [gathered, outputs] {
+  c.start(*chorus_group(), work, [gathered, outputs] {
     for (std::size_t r = 0; r < outputs.size(); ++r) {
       for (std::size_t i = 0; i < gathered.size(); ++i) {
         const at::Tensor& out = outputs[r][i];
@@ -444,7 +477,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupChorus::gather(
     throw InvalidArgument(prefix(op) + "gather_list must be empty on non-root ranks");
   }
   auto work = make_work(c10d::OpType::GATHER, op, list);
-  Parts parts{group_->gather(
+  Parts parts{chorus_group()->gather(
       in.view(), out_view,
       {.root = static_cast<int>(opts.rootRank), .timeout = chorus_timeout(opts.timeout)})};
   ChorusWork::start(work, std::move(parts),
@@ -484,7 +517,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupChorus::scatter(
     throw InvalidArgument(prefix(op) + "scatter_list must be empty on non-root ranks");
   }
   auto work = make_work(c10d::OpType::SCATTER, op, outputs);
-  Parts parts{group_->scatter(
+  Parts parts{chorus_group()->scatter(
       in_view, out.view(),
       {.root = static_cast<int>(opts.rootRank), .timeout = chorus_timeout(opts.timeout)})};
   ChorusWork::start(work, std::move(parts), [out] { out.copy_back(); }, {out.buffer, flat});
@@ -516,8 +549,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupChorus::reduce_scatter(
   auto work = make_work(c10d::OpType::REDUCE_SCATTER, op, outputs);
   const ReduceScatterOptions options{
       .op = rop, .timeout = chorus_timeout(opts.timeout), .wire_dtype = t_wire_dtype};
-  Parts parts{uneven ? group_->reduce_scatterv(in.view(), out.view(), counts, options)
-                     : group_->reduce_scatter(in.view(), out.view(), options)};
+  Parts parts{uneven ? chorus_group()->reduce_scatterv(in.view(), out.view(), counts, options)
+                     : chorus_group()->reduce_scatter(in.view(), out.view(), options)};
   ChorusWork::start(work, std::move(parts), [out] { out.copy_back(); }, {flat, out.buffer});
   return work;
 }
@@ -535,7 +568,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupChorus::_reduce_scatter_base(
   }
   const ReduceOp rop = chorus_reduce_op(opts.reduceOp, output.scalar_type(), op);
   auto work = make_work(c10d::OpType::_REDUCE_SCATTER_BASE, op, {output});
-  Parts parts{group_->reduce_scatter(
+  Parts parts{chorus_group()->reduce_scatter(
       in.view(), out.view(),
       {.op = rop, .timeout = chorus_timeout(opts.timeout), .wire_dtype = t_wire_dtype})};
   ChorusWork::start(work, std::move(parts), [out] { out.copy_back(); }, {in.buffer, out.buffer});
@@ -560,9 +593,9 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupChorus::alltoall_base(
                             std::to_string(output.numel()));
     }
     parts.push_back(
-        group_->all_to_all(in.view(), out.view(), {.timeout = chorus_timeout(opts.timeout)}));
+        chorus_group()->all_to_all(in.view(), out.view(), {.timeout = chorus_timeout(opts.timeout)}));
   } else {
-    parts.push_back(group_->all_to_allv(in.view(), out.view(),
+    parts.push_back(chorus_group()->all_to_allv(in.view(), out.view(),
                                         split_rows(in.buffer, input_splits, getSize(), "input"),
                                         split_rows(out.buffer, output_splits, getSize(), "output"),
                                         {.timeout = chorus_timeout(opts.timeout)}));
@@ -601,9 +634,9 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupChorus::alltoall(std::vector<at::Tens
   const Tensor out_view = stage(flat_out, op).view();
   if (even) {
     parts.push_back(
-        group_->all_to_all(in_view, out_view, {.timeout = chorus_timeout(opts.timeout)}));
+        chorus_group()->all_to_all(in_view, out_view, {.timeout = chorus_timeout(opts.timeout)}));
   } else {
-    parts.push_back(group_->all_to_allv(in_view, out_view, std::move(in_counts),
+    parts.push_back(chorus_group()->all_to_allv(in_view, out_view, std::move(in_counts),
                                         std::move(out_counts),
                                         {.timeout = chorus_timeout(opts.timeout)}));
   }
@@ -622,7 +655,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupChorus::send(std::vector<at::Tensor>&
   }
   Staged t = stage(tensors[0], op);
   auto work = make_work(c10d::OpType::SEND, op, tensors);
-  Parts parts{group_->send(t.view(), dst, static_cast<std::uint32_t>(tag))};
+  Parts parts{chorus_group()->send(t.view(), dst, static_cast<std::uint32_t>(tag))};
   ChorusWork::start(work, std::move(parts), nullptr, {t.buffer});
   return work;
 }
@@ -637,7 +670,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupChorus::recv(std::vector<at::Tensor>&
   Staged t = stage(tensors[0], op);
   // From any source, the Work's sourceRank() asks the chorus op who sent it.
   auto work = make_work(c10d::OpType::RECV, op, tensors, src == kAnySource ? -1 : src);
-  Parts parts{group_->recv(t.view(), src, static_cast<std::uint32_t>(tag))};
+  Parts parts{chorus_group()->recv(t.view(), src, static_cast<std::uint32_t>(tag))};
   ChorusWork::start(work, std::move(parts), [t] { t.copy_back(); }, {t.buffer});
   return work;
 }
@@ -649,14 +682,14 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupChorus::recvAnysource(std::vector<at:
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupChorus::barrier(const c10d::BarrierOptions& opts) {
   auto work = make_work(c10d::OpType::BARRIER, "barrier", {});
-  Parts parts{group_->barrier({.timeout = chorus_timeout(opts.timeout)})};
+  Parts parts{chorus_group()->barrier({.timeout = chorus_timeout(opts.timeout)})};
   ChorusWork::start(work, std::move(parts), nullptr, {});
   return work;
 }
 
 void ProcessGroupChorus::monitoredBarrier(const c10d::BarrierOptions& opts, bool) {
   // chorus's barrier already names the ranks that did not arrive when it times out.
-  group_->barrier({.timeout = chorus_timeout(opts.timeout)})->wait();
+  chorus_group()->barrier({.timeout = chorus_timeout(opts.timeout)})->wait();
 }
 
 }  // namespace chorus::torch_bridge

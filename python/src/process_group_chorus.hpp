@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
@@ -36,6 +37,11 @@ class ProcessGroupChorus final : public TorchBackendBase {
   // helper makes torch's default group of it). Connects nothing.
   explicit ProcessGroupChorus(std::shared_ptr<chorus::ProcessGroup> group);
   ~ProcessGroupChorus() override;
+#if CHORUS_TORCH_BACKEND_SHUTDOWN
+  // destroy_process_group(): the chorus group ends now (its peers see this rank leave), not
+  // when the last Python reference to the torch group goes; later ops on it throw.
+  void shutdown() override;
+#endif
 
   const std::string getBackendName() const override { return "chorus"; }
 
@@ -66,7 +72,7 @@ class ProcessGroupChorus final : public TorchBackendBase {
                                                 const c10d::ReduceScatterOptions& opts) override;
   c10::intrusive_ptr<c10d::Work> _reduce_scatter_base(
       at::Tensor& output, at::Tensor& input, const c10d::ReduceScatterOptions& opts) override;
-#if TORCH_VERSION_MAJOR >= 2
+#if CHORUS_TORCH_COALESCED_TENSOR_OPS
   // torch 2.x's coalescing manager (several all_gather_into_tensor / reduce_scatter_tensor
   // calls in one `with dist._coalescing_manager()`): one chorus op for the whole list.
   c10::intrusive_ptr<c10d::Work> allgather_into_tensor_coalesced(
@@ -91,14 +97,16 @@ class ProcessGroupChorus final : public TorchBackendBase {
   void setSequenceNumberForGroup() override {}
   std::uint64_t getSequenceNumberForGroup() override { return ops_issued_.load(); }
 
-  // The chorus group underneath (for tests and for reading its name in messages).
-  const std::shared_ptr<chorus::ProcessGroup>& chorus_group() const { return group_; }
+  // The chorus group underneath (for tests and for reading its name in messages). Throws
+  // InvalidArgument once the group was shut down.
+  std::shared_ptr<chorus::ProcessGroup> chorus_group() const;
 
  private:
   c10::intrusive_ptr<ChorusWork> make_work(c10d::OpType type, const char* name,
                                            std::vector<at::Tensor> outputs, int source = -1);
 
-  std::shared_ptr<chorus::ProcessGroup> group_;
+  mutable std::mutex mu_;
+  std::shared_ptr<chorus::ProcessGroup> group_;  // guarded by mu_; null once shut down
   std::atomic<std::uint64_t> ops_issued_{0};
 };
 

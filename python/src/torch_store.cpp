@@ -1,15 +1,18 @@
 // SPDX-License-Identifier: BSD-3-Clause
 #include "torch_store.hpp"
 
+#include <algorithm>
+#include <chrono>
 #include <mutex>
 #include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <chorus/errors.hpp>
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
-#include <torch/version.h>
+#include "torch_base.hpp"
 
 namespace chorus::torch_bridge {
 
@@ -64,7 +67,7 @@ c10::intrusive_ptr<c10d::Store> reconnect(const TcpChain& chain) {
   opts.isServer = false;
   opts.waitWorkers = false;
   opts.timeout = chain.timeout;
-#if TORCH_VERSION_MAJOR >= 2
+#if CHORUS_TORCH_STORE_LIBUV_OPTION
   opts.useLibUV = false;  // a client's protocol is the same; some builds (Debian's) lack libuv
 #endif
   c10::intrusive_ptr<c10d::Store> store = c10::make_intrusive<c10d::TCPStore>(chain.host, opts);
@@ -74,14 +77,27 @@ c10::intrusive_ptr<c10d::Store> reconnect(const TcpChain& chain) {
   return store;
 }
 
+// Waiting on a TCPStore by looking: the first look at once, then after pauses that grow by
+// half from kFirstPause up to the cap, which grows with the group (a millisecond per rank,
+// from kPauseCap up to kPauseCapMax): the whole group's looks stay under about a thousand a
+// second, as chorus's own waiting slices do (src/cpu/bootstrap/membership.cpp). A key that
+// arrives is seen at most half the time waited so far later, and at most the cap later.
+constexpr std::chrono::milliseconds kFirstPause{1};
+constexpr std::chrono::milliseconds kPauseCap{50};
+constexpr std::chrono::milliseconds kPauseCapMax{1000};
+
 class TorchStore final : public Store {
  public:
-  TorchStore(c10::intrusive_ptr<c10d::Store> store, Duration default_timeout)
-      : Store(default_timeout), store_(std::move(store)), chain_(tcp_chain(store_)) {
+  TorchStore(c10::intrusive_ptr<c10d::Store> store, Duration default_timeout, int group_size)
+      : Store(default_timeout),
+        store_(std::move(store)),
+        chain_(tcp_chain(store_)),
+        pause_cap_(
+            std::clamp<Duration>(std::chrono::milliseconds(group_size), kPauseCap, kPauseCapMax)) {
     if (chain_) {
-      // A connection of our own: a TCPStore wait leaves its timeout on the client's socket
-      // (torch 1.13 and 2.x), and a wait that ran out leaves the connection out of step, so
-      // our short waits must not touch the connection torch itself goes on using.
+      // A connection of our own, so that our looks never queue behind a wait of torch's on
+      // its connection (and on torch 1.13, whose client keeps the timeout of its last wait on
+      // the socket, never change it).
       store_ = reconnect(*chain_);
     }
     // torch 1.13's FileStore creates its file on the first write, and a check() before that
@@ -112,48 +128,69 @@ class TorchStore final : public Store {
     return value;
   }
 
+  // chorus waits in slices that often run out (a rank 0 waiting for late members looks at
+  // its listener every 100 ms). torch 2.x's TCPStore client logs a warning for every wait
+  // that runs out ("waitForInput ... timed out after 100ms"), and torch 1.13's leaves the
+  // connection out of step with its server: on a TCPStore chorus looks instead (check(),
+  // paced as above) and never lets a torch wait run out. Other stores (FileStore, HashStore,
+  // a Python store) take torch's wait, which they end quietly.
   void wait(const std::vector<std::string>& keys, std::optional<Duration> timeout) override {
     const Duration bound = resolve_timeout(timeout);
     const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(bound);
-    bool present = false;
-    guarded("store.check", [&] { present = current()->check(keys); });
-    if (present) {
-      return;  // the common case of a get with no wait, without a torch wait
+    if (check(keys)) {
+      return;  // the common case of a get with no wait
     }
-    c10::intrusive_ptr<c10d::Store> store = current();
-    try {
-      store->wait(keys, std::max(ms, std::chrono::milliseconds(1)));
-      if (chain_ && ms != chain_->timeout) {
-        replace_connection();  // its socket keeps this wait's timeout for every later request
-      }
-    } catch (const std::exception& e) {
-      // torch says "Socket Timeout" or "Wait timeout" for a wait that ran out; tell that
-      // apart from a store that went away by asking which keys are still missing.
-      std::vector<std::string> missing;
+    if (chain_) {
+      const auto deadline = std::chrono::steady_clock::now() + bound;
+      std::chrono::microseconds pause = kFirstPause;
       try {
-        replace_connection();  // out of step with its server (see replace_connection)
-        store = current();
-        for (const auto& k : keys) {
-          if (!store->check({k})) {
-            missing.push_back(k);
+        for (;;) {
+          const auto now = std::chrono::steady_clock::now();
+          if (now >= deadline) {
+            break;
           }
+          std::this_thread::sleep_for(
+              std::min<std::chrono::steady_clock::duration>(pause, deadline - now));
+          if (check(keys)) {
+            return;
+          }
+          pause = std::min<std::chrono::microseconds>(pause + pause / 2, pause_cap_);
         }
-      } catch (const std::exception&) {
-        throw StoreError(std::string("torch's store failed while waiting for ") + join(keys) +
-                         ": " + e.what() +
+      } catch (const StoreError& e) {
+        throw StoreError(std::string(e.what()) + " while waiting for " + join(keys) +
                          "; check that the process hosting torch's store (rank 0, or the "
                          "launcher's store at MASTER_ADDR:MASTER_PORT) is still running");
       }
-      if (missing.empty()) {
-        return;  // they arrived just as the wait gave up
+    } else {
+      try {
+        current()->wait(keys, std::max(ms, std::chrono::milliseconds(1)));
+        return;
+      } catch (const std::exception& e) {
+        // torch says "Wait timeout" for a wait that ran out; tell that apart from a store that
+        // went away by asking which keys are still missing (below).
+        try {
+          static_cast<void>(check(keys));
+        } catch (const std::exception&) {
+          throw StoreError(std::string("torch's store failed while waiting for ") + join(keys) +
+                           ": " + e.what());
+        }
       }
-      ErrorContext context;
-      context.op = "store.wait";
-      context.timeout = bound;
-      throw TimeoutError("timed out after " + std::to_string(ms.count()) +
-                             " ms waiting for keys in torch's store: " + join(missing),
-                         context);
     }
+    std::vector<std::string> missing;
+    for (const auto& k : keys) {
+      if (!check({k})) {
+        missing.push_back(k);
+      }
+    }
+    if (missing.empty()) {
+      return;  // they arrived just as the wait gave up
+    }
+    ErrorContext context;
+    context.op = "store.wait";
+    context.timeout = bound;
+    throw TimeoutError("timed out after " + std::to_string(ms.count()) +
+                           " ms waiting for keys in torch's store: " + join(missing),
+                       context);
   }
 
   bool check(const std::vector<std::string>& keys) override {
@@ -192,38 +229,22 @@ class TorchStore final : public Store {
     }
   }
 
-  // torch's store, over a fresh connection if the last one was given up.
   c10::intrusive_ptr<c10d::Store> current() {
     std::lock_guard<std::mutex> lock(mu_);
-    if (dirty_) {
-      store_ = reconnect(*chain_);
-      dirty_ = false;
-    }
     return store_;
-  }
-
-  // The next call goes over a new connection to the same TCPStore server (other stores keep
-  // theirs). Needed after a wait: its timeout stays on the socket, and a TCPStore client whose
-  // wait ran out is out of step with its server, which still answers that wait when the keys
-  // arrive; torch 1.13 reads that late answer as the reply to the next request.
-  void replace_connection() {
-    if (chain_) {
-      std::lock_guard<std::mutex> lock(mu_);
-      dirty_ = true;
-    }
   }
 
   std::mutex mu_;
   c10::intrusive_ptr<c10d::Store> store_;  // guarded by mu_
-  bool dirty_ = false;                     // guarded by mu_: store_ must be replaced (TCP only)
   const std::optional<TcpChain> chain_;
+  const Duration pause_cap_;
 };
 
 }  // namespace
 
 std::shared_ptr<Store> make_torch_store(c10::intrusive_ptr<c10d::Store> store,
-                                        Duration default_timeout) {
-  return std::make_shared<TorchStore>(std::move(store), default_timeout);
+                                        Duration default_timeout, int group_size) {
+  return std::make_shared<TorchStore>(std::move(store), default_timeout, group_size);
 }
 
 }  // namespace chorus::torch_bridge

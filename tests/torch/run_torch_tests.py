@@ -32,6 +32,8 @@ SECRET = os.path.join(HERE, "secret_check.py")
 STRANGER = os.path.join(HERE, "stranger.py")
 WIRE = os.path.join(HERE, "wire_check.py")
 PACKAGE = os.path.join(HERE, "package_check.py")
+BACKEND_STRING = os.path.join(HERE, "backend_string_check.py")
+QUIET = os.path.join(HERE, "quiet_check.py")
 SUITE = os.path.join(HERE, "suite", "run_suite.py")
 SUITE_SUBSET = os.path.join(HERE, "suite", "ci_subset.txt")
 SUITE_SUBSET_TORCH2 = os.path.join(HERE, "suite", "ci_subset_torch2.txt")
@@ -108,6 +110,57 @@ def case_init(method):
     if ranks_reporting(outputs, f"OK init {method}") != 3:
         raise AssertionError("not every rank finished:\n" + "\n".join(outputs))
     return f"3 ranks formed through {method}, allreduce/broadcast/subgroup exact"
+
+
+def case_backend_strings(n):
+    """chorus.torch's hooks on groups made with every backend string torch accepts: "chorus",
+    and on torch 2.x "cpu:chorus" and "cpu:chorus,cuda:gloo" (a backend per device)."""
+    import torch
+
+    specs = ["chorus"]
+    if int(torch.__version__.split(".")[0]) >= 2:
+        specs += ["cpu:chorus", "cpu:chorus,cuda:gloo"]
+    for spec in specs:  # a launch each: see backend_string_check.py
+        outputs = launch.by_hand(BACKEND_STRING, n, args=[spec], deadline_s=180).expect_success()
+        if ranks_reporting(outputs, f"OK backend {spec}") != n:
+            raise AssertionError(f"not every rank finished {spec}:\n" + "\n".join(outputs))
+    return (f"allreduce_hook and bf16_wire_hook take the chorus path on {' | '.join(specs)} "
+            "(= DDP on gloo); on gloo they average or refuse")
+
+
+def case_quiet(n):
+    """Group setup prints nothing: every rank's output from quiet_check.py on chorus, up to its
+    "setup done" line, is empty, except lines that gloo's run of the same script prints as well
+    (torch's own, compared without their numbers: timestamps, pids, ports); at teardown chorus
+    warns of nothing (torch's own lines there are left out: see quiet_check.py)."""
+    def lines(backend):
+        # A job token, as chorusrun gives: without one chorus warns (by design, "Security" in
+        # docs/torch.md) that the group's secret is kept in the store.
+        env = {"CHORUS_STORE_TOKEN": "quiet-check-token"}
+        outputs = launch.by_hand(QUIET, n, args=[backend], env=env,
+                                 deadline_s=120).expect_success()
+        if ranks_reporting(outputs, f"OK quiet {backend}") != n:
+            raise AssertionError("not every rank finished:\n" + "\n".join(outputs))
+        parts = [(out or "").split("quiet: setup done") for out in outputs]
+        teardown.extend(ln for part in parts for ln in part[-1].splitlines()
+                        if " chorus " in ln and " WARN " in ln)
+        return [[ln for ln in part[0].splitlines() if ln.strip()] for part in parts]
+
+    def shape(line):
+        return re.sub(r"[0-9]+", "#", line)
+
+    teardown = []
+
+    torch_own = {shape(ln) for out in lines("gloo") for ln in out}
+    extra = [f"rank {r}: {ln}" for r, out in enumerate(lines("chorus")) for ln in out
+             if shape(ln) not in torch_own]
+    if extra:
+        raise AssertionError("chorus's group setup printed (gloo's did not):\n" +
+                             "\n".join(extra))
+    if teardown:
+        raise AssertionError("chorus warned at teardown:\n" + "\n".join(teardown))
+    return (f"{n} staggered ranks: setup of the default group and a subgroup printed nothing"
+            + (f" ({len(torch_own)} line(s) torch prints on gloo too)" if torch_own else ""))
 
 
 def run_ddp(launcher, n):
@@ -472,6 +525,10 @@ CASES = {
     "init_file": lambda: case_init("file"),
     "init_store": lambda: case_init("store"),
     "package": case_package,
+    "backend_strings_2": lambda: case_backend_strings(2),
+    "backend_strings_4": lambda: case_backend_strings(4),
+    "quiet_2": lambda: case_quiet(2),
+    "quiet_4": lambda: case_quiet(4),
     "wire": case_wire,
     "ddp_torchrun_2": lambda: run_ddp("torchrun", 2),
     "ddp_torchrun_4": lambda: run_ddp("torchrun", 4),
@@ -503,7 +560,8 @@ NOT_IN_ALL = ("elastic_killed", "elastic_killed_rank0", "elastic_killed_two", "e
 # "torch26" (the torch 2.6 leg of `make test`): "all" without the 2-rank variants of cases that
 # also run at 4 ranks. That leg checks torch 2.x's API and behaviour, which the rank count does
 # not change; the default leg runs both counts on its torch.
-TWO_RANK_TWINS = ("ops_2", "work_2", "shared_2", "ddp_torchrun_2", "ddp_chorusrun_2")
+TWO_RANK_TWINS = ("ops_2", "work_2", "shared_2", "ddp_torchrun_2", "ddp_chorusrun_2",
+                  "backend_strings_2", "quiet_2")
 SELECTIONS = {
     "all": [n for n in CASES if n not in NOT_IN_ALL],
     "torch26": [n for n in CASES if n not in NOT_IN_ALL + TWO_RANK_TWINS],
