@@ -28,8 +28,8 @@ SYMBOLIZER := /usr/lib/llvm-14/bin/llvm-symbolizer
 test test-asan build-asan test-tsan build-tsan: DEB_PACKAGES += llvm-14
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: all deps setup build test test-unit test-asan test-tsan test-torch26 test-torch test-torch-suite test-pip format-check format bench clean \
-  build-unit build-asan build-tsan build-torch26
+.PHONY: all deps setup build test test-unit test-asan test-tsan test-torch26 test-torch test-torchnew test-torch-suite test-pip format-check format bench clean \
+  build-unit build-asan build-tsan build-torch26 build-torchnew
 
 all: build
 
@@ -60,8 +60,10 @@ build: setup
 # leg (minutes of downloads and unpacking, once) is made in the background from the start;
 # build-torch26 waits for it (scripts/torch26_root.sh takes a lock) or makes it itself.
 TORCH26_ROOT_LOG := build-torch26-root.log
+TORCH_VENV_LOG := build-torchnew-venv.log
 test: | deps
 	@($(SUDO) scripts/torch26_root.sh >/dev/null 2>$(TORCH26_ROOT_LOG) &); \
+	(scripts/torch_venv.sh $(TORCH_NEWEST) >/dev/null 2>$(TORCH_VENV_LOG) &); \
 	MAKE="$(MAKE)" scripts/test_legs.sh
 
 # The normal suite: every test, default build (debugoptimized, werror). The leg builds
@@ -153,11 +155,23 @@ test-torch26: | deps
 # The torch tests on torch $(TORCH) from the package index (`make test-torch TORCH=2.15`), in
 # its cached virtual environment (scripts/torch_venv.sh: ~/.cache/chorus/torch-VERSION-cpXY,
 # made once, several GB) and build dir build-torch-VERSION (scripts/test_torch_venv.sh). Needs
-# python3-venv and the package index the first time; not a leg of `make test` (yet).
+# python3-venv and the package index the first time.
 TORCH ?= 2.15
 test-torch: DEB_PACKAGES += python3-venv
 test-torch: | deps
 	scripts/test_torch_venv.sh $(TORCH)
+
+# The torchnew leg of `make test`: the same on the newest torch from the package index, the
+# newest release chorus supports (the torch26 leg is the oldest, the unit leg Debian 12's 1.13).
+# `make test` starts making its environment in the background at its beginning (a download of
+# about 3 GB the first time on a machine; then cached); build-torchnew waits for it.
+TORCH_NEWEST := 2.15
+test build-torchnew test-torchnew: DEB_PACKAGES += python3-venv
+build-torchnew: | deps
+	scripts/test_torch_venv.sh $(TORCH_NEWEST) true
+
+test-torchnew: | deps
+	scripts/test_torch_venv.sh $(TORCH_NEWEST)
 
 # torch's own distributed test suite, whole, gloo and chorus side by side at 2 and 3 ranks, on
 # torch 1.13 and 2.6 (scripts/test_torch_suite.sh; 8 runs of 1-2 minutes on 2 cores, plus the
@@ -188,4 +202,4 @@ bench: setup
 	PATH="$(CURDIR)/$(BUILD)/bench:$$PATH" $(BUILD)/tools/chorusrun --standalone -n 4 all_reduce_perf -b 8 -e 64M -f 4 -c 1
 
 clean:
-	rm -rf $(BUILD) $(ASAN_BUILD) $(TSAN_BUILD) build-torch26 build-torch-* $(TORCH26_ROOT_LOG) test-logs
+	rm -rf $(BUILD) $(ASAN_BUILD) $(TSAN_BUILD) build-torch26 build-torch-* $(TORCH26_ROOT_LOG) $(TORCH_VENV_LOG) test-logs

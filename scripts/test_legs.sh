@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: BSD-3-Clause
-# `make test`: the five legs (unit, asan, tsan, torch26, format), scheduled for a 2-core machine.
+# `make test`: the six legs (unit, torch26, torchnew, asan, tsan, format), scheduled for a 2-core
+# machine.
 # Compiling is most of the CPU time and a test run is mostly waiting (sockets, timeouts, forked
 # ranks), so the builds run one after another, each on both cores, and each leg's tests start
 # as soon as its own build is done, alongside the next build. The builds are not niced: the
 # tests must pass beside other builds and two CPU hogs anyway, and a niced build on a busy
-# machine (a tenth of a hog's share) starved every leg behind it. Order: unit (the
-# longest test run, so it overlaps the most), then torch26, asan, tsan (the shortest test run
-# last: nothing overlaps it).
+# machine (a tenth of a hog's share) starved every leg behind it. Order: unit (the longest
+# test run, so it overlaps the most), then torch26, torchnew, asan, tsan (the shortest test
+# run last: nothing overlaps it).
 #
 # Each step's output goes to test-logs/LEG-STEP.log and is printed whole when the step ends, so
 # legs never interleave; a failed step is named in the table at the end, which gives every step's
@@ -75,7 +76,7 @@ start_tests() {
 run_step format 0 format-check &
 pending+=(format)
 
-for leg in unit torch26 asan tsan; do
+for leg in unit torch26 torchnew asan tsan; do
   echo "----- $leg: building (at $((SECONDS - start)) s)"
   run_step "$leg-build" 0 "build-$leg"
   show_finished
@@ -97,8 +98,8 @@ echo
 echo "make test: every leg, in $((SECONDS - start)) s"
 printf '%-14s %-22s %8s %8s\n' step result "wall s" "CPU s"
 failed=0
-for step in format unit-build unit-tests torch26-build torch26-tests asan-build asan-tests \
-  tsan-build tsan-tests; do
+for step in format unit-build unit-tests torch26-build torch26-tests torchnew-build torchnew-tests \
+  asan-build asan-tests tsan-build tsan-tests; do
   if [ ! -f "$logs/$step.log.result" ]; then
     # Tests are not started after a failed build (already counted); anything else lost its result.
     build_status=1
