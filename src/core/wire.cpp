@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <cstring>
 #include <limits>
+#include <type_traits>
 
 #include "core/check.hpp"
 #include "core/half.hpp"
@@ -47,6 +48,10 @@ T pow2(int k) noexcept {
   return std::bit_cast<T>(static_cast<typename B::U>(k + B::kBias) << B::kMantissa);
 }
 
+// All ones where c holds: a select the vectorizer takes (a ternary with a float operation in
+// one arm stays a branch).
+inline std::uint32_t all_if(bool c) noexcept { return 0u - static_cast<std::uint32_t>(c); }
+
 // T: the data's type; W: its wire type; S: the scale word (k, signed, as wide as W).
 // kPrecision: the wire's significand bits; kTop: the exponent of the wire's top binade.
 struct Bf16Wire {
@@ -55,8 +60,14 @@ struct Bf16Wire {
   using S = std::int16_t;
   static constexpr int kPrecision = 8;
   static constexpr int kTop = 127;
-  static W narrow(T v) noexcept { return float_to_bfloat16(v); }
-  static T widen(W v) noexcept { return bfloat16_to_float(v); }
+  // float_to_bfloat16 without a branch, so that the kernels' loops vectorize.
+  [[gnu::always_inline]] static W narrow(T v) noexcept {
+    const auto x = std::bit_cast<std::uint32_t>(v);
+    const std::uint32_t rounded = (x + 0x7fffu + ((x >> 16) & 1u)) >> 16;
+    const std::uint32_t quiet = (x >> 16) | 0x40u;  // NaN stays a quiet NaN
+    return static_cast<W>((x & 0x7fffffffu) > 0x7f800000u ? quiet : rounded);
+  }
+  [[gnu::always_inline]] static T widen(W v) noexcept { return bfloat16_to_float(v); }
 };
 struct F16Wire {
   using T = float;
@@ -64,8 +75,23 @@ struct F16Wire {
   using S = std::int16_t;
   static constexpr int kPrecision = 11;
   static constexpr int kTop = 15;
-  static W narrow(T v) noexcept { return float_to_half(v); }
-  static T widen(W v) noexcept { return half_to_float(v); }
+  // float_to_half with its three cases computed and selected by masks, so that the kernels'
+  // loops vectorize (the same bits: tcp_kernels compares them).
+  [[gnu::always_inline]] static W narrow(T v) noexcept {
+    std::uint32_t x = std::bit_cast<std::uint32_t>(v);
+    const std::uint32_t sign = (x >> 16) & 0x8000u;
+    x &= 0x7fffffffu;
+    const std::uint32_t tiny =
+        std::bit_cast<std::uint32_t>(std::bit_cast<float>(x) + 0.5f) - 0x3f000000u;
+    const std::uint32_t normal = (x + 0xc8000fffu + ((x >> 13) & 1u)) >> 13;
+    const std::uint32_t huge =
+        0x7c00u | (all_if(x > 0x7f800000u) & (0x200u | ((x >> 13) & 0x3ffu)));
+    const std::uint32_t is_tiny = all_if(x < 0x38800000u);
+    const std::uint32_t is_huge = all_if(x >= 0x47800000u);
+    return static_cast<W>(((tiny & is_tiny) | (huge & is_huge) | (normal & ~(is_tiny | is_huge))) |
+                          sign);
+  }
+  [[gnu::always_inline]] static T widen(W v) noexcept { return half_to_float(v); }
 };
 struct F32Wire {
   using T = double;
@@ -73,8 +99,8 @@ struct F32Wire {
   using S = std::int32_t;
   static constexpr int kPrecision = 24;
   static constexpr int kTop = 127;
-  static W narrow(T v) noexcept { return static_cast<float>(v); }
-  static T widen(W v) noexcept { return static_cast<double>(v); }
+  [[gnu::always_inline]] static W narrow(T v) noexcept { return static_cast<float>(v); }
+  [[gnu::always_inline]] static T widen(W v) noexcept { return static_cast<double>(v); }
 };
 
 // How a slice is sent: multiplied by up = 2^k, clamped to +-limit, rounded; received: widened
@@ -110,12 +136,24 @@ Scale<C> choose_scale(const typename C::T* x, std::size_t n) noexcept {
   using U = typename B::U;
   constexpr U kMagnitude = ~U{0} >> 1;
   constexpr U kExpAllOnes = (U{1} << (8 * sizeof(U) - 1 - B::kMantissa)) - 1;
-  U largest = 0;
-  for (std::size_t i = 0; i < n; ++i) {
-    U bits;
-    std::memcpy(&bits, x + i, sizeof bits);
-    largest = std::max(largest, static_cast<U>(bits & kMagnitude));
+  // Signed: the magnitudes are non-negative, and SSE2 compares signed integers only.
+  using I = std::make_signed_t<U>;
+  auto magnitude = [&](std::size_t i) {
+    return static_cast<I>(std::bit_cast<U>(x[i]) & kMagnitude);
+  };
+  I most = 0;
+  std::size_t i = 0;
+  for (; i + kWireBlock <= n; i += kWireBlock) {
+    I block = 0;  // a fixed trip count: g++ -O2 vectorizes it
+    for (std::size_t j = 0; j < kWireBlock; ++j) {
+      block = std::max(block, magnitude(i + j));
+    }
+    most = std::max(most, block);
   }
+  for (; i < n; ++i) {
+    most = std::max(most, magnitude(i));
+  }
+  const auto largest = static_cast<U>(most);
   if ((largest >> B::kMantissa) == kExpAllOnes) {
     return scale_for<C>(0);  // inf or NaN: unscaled, so that they arrive as they left
   }
@@ -135,9 +173,25 @@ Scale<C> choose_scale(const typename C::T* x, std::size_t n) noexcept {
   return s;
 }
 
+// Element i of a slice on the wire: scaled, clamped (a saturated slice), rounded.
+// Inlined into the block loops, or they do not vectorize (float16's conversion is long).
 template <class C>
-typename C::W narrow_one(typename C::T v, const Scale<C>& s) noexcept {
-  return C::narrow(std::min(std::max(v * s.up, -s.limit), s.limit));
+[[gnu::always_inline]] inline typename C::W narrow_one(typename C::T v, typename C::T up,
+                                                       typename C::T limit) noexcept {
+  return C::narrow(std::min(std::max(v * up, -limit), limit));
+}
+
+// Calls fn(i, kWireBlock) for each whole block of n elements, then fn(i, rest) for the rest:
+// loops over the fixed count vectorize at -O2, the rest runs element by element.
+template <class Fn>
+void by_blocks(std::size_t n, const Fn& fn) {
+  std::size_t i = 0;
+  for (; i + kWireBlock <= n; i += kWireBlock) {
+    fn(i, std::integral_constant<std::size_t, kWireBlock>{});
+  }
+  if (i < n) {
+    fn(i, n - i);
+  }
 }
 
 template <class C>
@@ -166,22 +220,41 @@ typename C::W* elements(void* message) noexcept {
 
 template <class C>
 void narrow_kernel(void* dst, const void* src, std::size_t n) {
-  const auto* s = static_cast<const typename C::T*>(src);
+  using T = typename C::T;
+  const T* __restrict s = static_cast<const T*>(src);
   const Scale<C> scale = choose_scale<C>(s, n);
   put_scale<C>(dst, scale);
-  auto* d = elements<C>(dst);
-  for (std::size_t i = 0; i < n; ++i) {
-    d[i] = narrow_one<C>(s[i], scale);
+  typename C::W* __restrict d = elements<C>(dst);
+  const T up = scale.up;
+  const T limit = scale.limit;
+  if (limit == std::numeric_limits<T>::infinity()) {  // not saturated: no clamp to pay for
+    by_blocks(n, [&](std::size_t i, auto m) {
+      for (std::size_t j = 0; j < m; ++j) {
+        d[i + j] = C::narrow(s[i + j] * up);
+      }
+    });
+    return;
   }
+  by_blocks(n, [&](std::size_t i, auto m) {
+    for (std::size_t j = 0; j < m; ++j) {
+      d[i + j] = narrow_one<C>(s[i + j], up, limit);
+    }
+  });
 }
 
 template <class C>
 void round_kernel(void* data, std::size_t n) {
-  auto* d = static_cast<typename C::T*>(data);
+  using T = typename C::T;
+  T* __restrict d = static_cast<T*>(data);
   const Scale<C> scale = choose_scale<C>(d, n);
-  for (std::size_t i = 0; i < n; ++i) {
-    d[i] = C::widen(narrow_one<C>(d[i], scale)) * scale.down;
-  }
+  const T up = scale.up;
+  const T down = scale.down;
+  const T limit = scale.limit;
+  by_blocks(n, [&](std::size_t i, auto m) {
+    for (std::size_t j = 0; j < m; ++j) {
+      d[i + j] = C::widen(narrow_one<C>(d[i + j], up, limit)) * down;
+    }
+  });
 }
 
 // The message starts (sizeof(T) - sizeof(W)) * n - sizeof(W) bytes into data, its elements
@@ -219,15 +292,14 @@ void reduce_kernel(void* dst, const void* local, const void* received, std::size
   const auto* l = static_cast<const T*>(local);
   const T down = read_scale<C>(received).down;
   const auto* w = elements<C>(received);
-  T sum[kWireBlock];
-  for (std::size_t i = 0; i < n; i += kWireBlock) {
-    const std::size_t m = std::min(kWireBlock, n - i);
+  by_blocks(n, [&](std::size_t i, auto m) {
+    T sum[kWireBlock];  // dst may be local: the block's loads finish before its stores
     for (std::size_t j = 0; j < m; ++j) {
       const T v = l[i + j] + C::widen(w[i + j]) * down;
       sum[j] = kDiv ? v / div : v;
     }
-    std::copy(sum, sum + m, d + i);
-  }
+    std::copy(sum, sum + static_cast<std::size_t>(m), d + i);
+  });
 }
 
 // Calls fn.template operator()<Codec>() for the (dtype, wire) pair.

@@ -2,6 +2,7 @@
 // float16/bfloat16 conversions, the reduction kernels (every dtype x op x aliasing x length)
 // and OpSignature encoding and mismatch messages.
 #include <algorithm>
+#include <bit>
 #include <cfloat>
 #include <cmath>
 #include <cstdint>
@@ -441,6 +442,31 @@ TEST_CASE("wire kernels: narrow, round, widen in place from the tail, reduce fro
     const auto back = through_wire(d, DataType::float64, DataType::float32);
     for (std::size_t i = 0; i < n; ++i) {
       CHECK(back[i] == static_cast<double>(static_cast<float>(d[i])));
+    }
+  }
+}
+
+TEST_CASE("wire kernels round as float_to_half and float_to_bfloat16 do, every exponent",
+          "[tcp][kernels][wire]") {
+  // A slice holding inf travels unscaled, so its elements are the plain conversions: every
+  // exponent field with mantissas at and around the rounding ties, both signs, NaNs.
+  std::vector<float> x = {INFINITY};
+  for (std::uint32_t e = 0; e < 256; ++e) {
+    for (std::uint32_t m : {0x0u, 0x1u, 0xfffu, 0x1000u, 0x1001u, 0x2000u, 0x3000u, 0x7fffu,
+                            0x8000u, 0x8001u, 0x18000u, 0x7fffffu, 0x123456u}) {
+      for (std::uint32_t sign : {0u, 0x80000000u}) {
+        x.push_back(std::bit_cast<float>(sign | (e << 23) | m));
+      }
+    }
+  }
+  for (DataType wire : {DataType::bfloat16, DataType::float16}) {
+    INFO(to_string(wire));
+    const auto r = through_wire(x, DataType::float32, wire);
+    for (std::size_t i = 0; i < x.size(); ++i) {
+      const float want = wire == DataType::bfloat16 ? bfloat16_to_float(float_to_bfloat16(x[i]))
+                                                    : half_to_float(float_to_half(x[i]));
+      INFO(std::bit_cast<std::uint32_t>(x[i]));
+      CHECK(std::bit_cast<std::uint32_t>(r[i]) == std::bit_cast<std::uint32_t>(want));
     }
   }
 }
