@@ -67,6 +67,11 @@ struct Bf16Wire {
     const std::uint32_t quiet = (x >> 16) | 0x40u;  // NaN stays a quiet NaN
     return static_cast<W>((x & 0x7fffffffu) > 0x7f800000u ? quiet : rounded);
   }
+  // For a slice without inf or NaN.
+  [[gnu::always_inline]] static W narrow_finite(T v) noexcept {
+    const auto x = std::bit_cast<std::uint32_t>(v);
+    return static_cast<W>((x + 0x7fffu + ((x >> 16) & 1u)) >> 16);
+  }
   [[gnu::always_inline]] static T widen(W v) noexcept { return bfloat16_to_float(v); }
 };
 struct F16Wire {
@@ -91,6 +96,17 @@ struct F16Wire {
     return static_cast<W>(((tiny & is_tiny) | (huge & is_huge) | (normal & ~(is_tiny | is_huge))) |
                           sign);
   }
+  // For a scaled slice without inf or NaN: below 65536, so never the overflow case.
+  [[gnu::always_inline]] static W narrow_finite(T v) noexcept {
+    std::uint32_t x = std::bit_cast<std::uint32_t>(v);
+    const std::uint32_t sign = (x >> 16) & 0x8000u;
+    x &= 0x7fffffffu;
+    const std::uint32_t tiny =
+        std::bit_cast<std::uint32_t>(std::bit_cast<float>(x) + 0.5f) - 0x3f000000u;
+    const std::uint32_t normal = (x + 0xc8000fffu + ((x >> 13) & 1u)) >> 13;
+    const std::uint32_t is_tiny = all_if(x < 0x38800000u);
+    return static_cast<W>(((tiny & is_tiny) | (normal & ~is_tiny)) | sign);
+  }
   [[gnu::always_inline]] static T widen(W v) noexcept { return half_to_float(v); }
 };
 struct F32Wire {
@@ -100,6 +116,7 @@ struct F32Wire {
   static constexpr int kPrecision = 24;
   static constexpr int kTop = 127;
   [[gnu::always_inline]] static W narrow(T v) noexcept { return static_cast<float>(v); }
+  [[gnu::always_inline]] static W narrow_finite(T v) noexcept { return static_cast<float>(v); }
   [[gnu::always_inline]] static T widen(W v) noexcept { return static_cast<double>(v); }
 };
 
@@ -112,6 +129,7 @@ struct Scale {
   T up = 1;
   T down = 1;
   T limit = std::numeric_limits<T>::infinity();
+  bool finite = true;  // no inf or NaN in the slice
 };
 
 // k's range: the smallest is a slice whose largest magnitude rounds to 2^(emax + 1).
@@ -155,7 +173,9 @@ Scale<C> choose_scale(const typename C::T* x, std::size_t n) noexcept {
   }
   const auto largest = static_cast<U>(most);
   if ((largest >> B::kMantissa) == kExpAllOnes) {
-    return scale_for<C>(0);  // inf or NaN: unscaled, so that they arrive as they left
+    Scale<C> s = scale_for<C>(0);  // inf or NaN: unscaled, so that they arrive as they left
+    s.finite = false;
+    return s;
   }
   // Round the largest magnitude to the wire's precision (nearest even: the same carry the
   // conversion makes), then read its exponent; a denormal reads as -kBias or 1 - kBias, which
@@ -227,10 +247,11 @@ void narrow_kernel(void* dst, const void* src, std::size_t n) {
   typename C::W* __restrict d = elements<C>(dst);
   const T up = scale.up;
   const T limit = scale.limit;
-  if (limit == std::numeric_limits<T>::infinity()) {  // not saturated: no clamp to pay for
+  if (scale.finite && limit == std::numeric_limits<T>::infinity()) {
+    // The common slice: no clamp, and no inf, NaN or overflow for the conversion to handle.
     by_blocks(n, [&](std::size_t i, auto m) {
       for (std::size_t j = 0; j < m; ++j) {
-        d[i + j] = C::narrow(s[i + j] * up);
+        d[i + j] = C::narrow_finite(s[i + j] * up);
       }
     });
     return;
