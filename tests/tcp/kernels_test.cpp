@@ -1,6 +1,9 @@
 // SPDX-License-Identifier: BSD-3-Clause
 // float16/bfloat16 conversions, the reduction kernels (every dtype x op x aliasing x length)
 // and OpSignature encoding and mismatch messages.
+#include <algorithm>
+#include <bit>
+#include <cfloat>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -348,6 +351,53 @@ TEST_CASE("OpSignature round-trips and describes mismatches", "[tcp][kernels]") 
   CHECK(describe_mismatch(wired, 0, a, 1).find("different wire dtype") != std::string::npos);
 }
 
+namespace {
+
+// Sends x through the wire's kernels the way the executor does and checks that every path gives
+// the same values: narrow into a message, widened in place from the tail of a buffer of the
+// data's type (a receive), reduced onto a local value, and rounded in place (the owner's copy).
+// Returns the rounded values.
+template <class T>
+std::vector<T> through_wire(const std::vector<T>& x, DataType dtype, DataType wire) {
+  const std::size_t n = x.size();
+  const std::size_t message = wire_message_bytes(n, wire);
+  CHECK(message == (n == 0 ? 0 : (n + 1) * element_size(wire)));
+  CHECK(message <= n * sizeof(T));
+  std::vector<std::byte> narrowed(message);
+  narrow(narrowed.data(), x.data(), n, dtype, wire);
+  std::vector<T> rounded = x;
+  round_through_wire(rounded.data(), n, dtype, wire);
+  // A receive's layout: the message in the last bytes of the buffer.
+  std::vector<T> widened(n, T{-1});
+  if (n > 0) {
+    std::memcpy(reinterpret_cast<std::byte*>(widened.data()) + n * sizeof(T) - message,
+                narrowed.data(), message);
+  }
+  widen_from_tail(widened.data(), n, dtype, wire);
+  std::vector<T> local(n, T{0.25});
+  std::vector<T> sum(n);
+  reduce_from_wire(sum.data(), local.data(), narrowed.data(), n, dtype, wire, 0);
+  std::vector<T> avg = local;  // in place, with the divisor
+  reduce_from_wire(avg.data(), avg.data(), narrowed.data(), n, dtype, wire, 4);
+  for (std::size_t i = 0; i < n; ++i) {
+    if (std::isnan(x[i])) {
+      CHECK(std::isnan(rounded[i]));
+      CHECK(std::isnan(widened[i]));
+      continue;
+    }
+    CHECK(std::memcmp(&widened[i], &rounded[i], sizeof(T)) == 0);
+    CHECK(sum[i] == T{0.25} + rounded[i]);
+    CHECK(avg[i] == (T{0.25} + rounded[i]) / 4);
+  }
+  return rounded;
+}
+
+double wire_u(DataType wire) {
+  return wire == DataType::bfloat16 ? 0x1p-8 : wire == DataType::float16 ? 0x1p-11 : 0x1p-24;
+}
+
+}  // namespace
+
 TEST_CASE("wire kernels: narrow, round, widen in place from the tail, reduce from the wire",
           "[tcp][kernels][wire]") {
   std::mt19937 rng(7);
@@ -358,43 +408,30 @@ TEST_CASE("wire kernels: narrow, round, widen in place from the tail, reduce fro
     for (float& v : x) {
       v = dist(rng);
     }
-    if (n > 3) {
-      x[0] = INFINITY;
-      x[1] = -0.0f;
-      x[2] = std::nanf("");
-    }
     for (DataType wire : {DataType::bfloat16, DataType::float16}) {
       INFO(to_string(wire));
       auto one = [&](float v) {
         return wire == DataType::bfloat16 ? bfloat16_to_float(float_to_bfloat16(v))
                                           : half_to_float(float_to_half(v));
       };
-      std::vector<std::uint16_t> narrowed(n);
-      narrow(narrowed.data(), x.data(), n, DataType::float32, wire);
-      std::vector<float> rounded = x;
-      round_through_wire(rounded.data(), n, DataType::float32, wire);
-      // A receive's layout: the narrow elements in the last half of the float buffer.
-      std::vector<float> widened(n, -1.0f);
-      if (n > 0) {
-        std::memcpy(reinterpret_cast<std::byte*>(widened.data()) + 2 * n, narrowed.data(), 2 * n);
-      }
-      widen_from_tail(widened.data(), n, DataType::float32, wire);
-      std::vector<float> local(n, 0.25f);
-      std::vector<float> sum(n);
-      reduce_from_wire(sum.data(), local.data(), narrowed.data(), n, DataType::float32, wire, 0);
-      std::vector<float> avg = local;  // in place, with the divisor
-      reduce_from_wire(avg.data(), avg.data(), narrowed.data(), n, DataType::float32, wire, 4);
+      // In the wire's normal range a power-of-two scale changes no rounding.
+      const auto rounded = through_wire(x, DataType::float32, wire);
       for (std::size_t i = 0; i < n; ++i) {
-        const float want = one(x[i]);
-        if (std::isnan(x[i])) {
-          CHECK(std::isnan(rounded[i]));
-          CHECK(std::isnan(widened[i]));
-          continue;
+        CHECK(rounded[i] == one(x[i]));
+      }
+      // A slice holding inf or NaN travels unscaled: they arrive as they left.
+      if (n > 3) {
+        auto y = x;
+        y[0] = INFINITY;
+        y[1] = -0.0f;
+        y[2] = std::nanf("");
+        const auto r = through_wire(y, DataType::float32, wire);
+        CHECK(r[0] == INFINITY);
+        CHECK(std::signbit(r[1]));
+        CHECK(r[1] == 0.0f);
+        for (std::size_t i = 3; i < n; ++i) {
+          CHECK(r[i] == one(y[i]));
         }
-        CHECK(std::memcmp(&rounded[i], &want, 4) == 0);
-        CHECK(std::memcmp(&widened[i], &want, 4) == 0);
-        CHECK(sum[i] == 0.25f + want);
-        CHECK(avg[i] == (0.25f + want) / 4);
       }
     }
     // float64 data on a float32 wire.
@@ -402,17 +439,104 @@ TEST_CASE("wire kernels: narrow, round, widen in place from the tail, reduce fro
     for (std::size_t i = 0; i < n; ++i) {
       d[i] = static_cast<double>(dist(rng)) / 3.0;
     }
-    std::vector<double> back(n, -1.0);
-    std::vector<float> f(n);
-    narrow(f.data(), d.data(), n, DataType::float64, DataType::float32);
-    if (n > 0) {
-      std::memcpy(reinterpret_cast<std::byte*>(back.data()) + 4 * n, f.data(), 4 * n);
-    }
-    widen_from_tail(back.data(), n, DataType::float64, DataType::float32);
+    const auto back = through_wire(d, DataType::float64, DataType::float32);
     for (std::size_t i = 0; i < n; ++i) {
       CHECK(back[i] == static_cast<double>(static_cast<float>(d[i])));
     }
   }
+}
+
+TEST_CASE("wire kernels round as float_to_half and float_to_bfloat16 do, every exponent",
+          "[tcp][kernels][wire]") {
+  // A slice holding inf travels unscaled, so its elements are the plain conversions: every
+  // exponent field with mantissas at and around the rounding ties, both signs, NaNs.
+  std::vector<float> x = {INFINITY};
+  for (std::uint32_t e = 0; e < 256; ++e) {
+    for (std::uint32_t m : {0x0u, 0x1u, 0xfffu, 0x1000u, 0x1001u, 0x2000u, 0x3000u, 0x7fffu,
+                            0x8000u, 0x8001u, 0x18000u, 0x7fffffu, 0x123456u}) {
+      for (std::uint32_t sign : {0u, 0x80000000u}) {
+        x.push_back(std::bit_cast<float>(sign | (e << 23) | m));
+      }
+    }
+  }
+  for (DataType wire : {DataType::bfloat16, DataType::float16}) {
+    INFO(to_string(wire));
+    const auto r = through_wire(x, DataType::float32, wire);
+    for (std::size_t i = 0; i < x.size(); ++i) {
+      const float want = wire == DataType::bfloat16 ? bfloat16_to_float(float_to_bfloat16(x[i]))
+                                                    : half_to_float(float_to_half(x[i]));
+      INFO(std::bit_cast<std::uint32_t>(x[i]));
+      CHECK(std::bit_cast<std::uint32_t>(r[i]) == std::bit_cast<std::uint32_t>(want));
+    }
+  }
+}
+
+TEST_CASE("wire kernels keep the range: every magnitude of float32 and float64, no inf, no flush",
+          "[tcp][kernels][wire]") {
+  std::mt19937 rng(11);
+  std::uniform_real_distribution<double> unit(1.0, 2.0);
+  // Slices of one binade each, from float32's smallest denormal to its largest value: every
+  // element within u of itself (relative), finite, never flushed; rounding what the wire
+  // rounded changes nothing, neither for the slice nor for a part of it (a send of a part of a
+  // block its owner rounded).
+  for (DataType wire : {DataType::bfloat16, DataType::float16}) {
+    INFO(to_string(wire));
+    const double u = wire_u(wire);
+    for (int e = -149; e <= 127; ++e) {
+      INFO(e);
+      std::vector<float> x(37);
+      for (std::size_t i = 0; i < x.size(); ++i) {
+        const double v = std::ldexp(unit(rng), e);
+        x[i] = static_cast<float>(std::min<double>(v, FLT_MAX)) * (i % 2 == 0 ? 1.0f : -1.0f);
+      }
+      x[5] = e == 127 ? FLT_MAX : x[5];  // rounds past float32's largest at any precision
+      const auto r = through_wire(x, DataType::float32, wire);
+      for (std::size_t i = 0; i < x.size(); ++i) {
+        CHECK(std::isfinite(r[i]));
+        CHECK(std::abs(static_cast<double>(r[i]) - x[i]) <= u * std::abs(x[i]));
+      }
+      auto again = r;
+      round_through_wire(again.data(), again.size(), DataType::float32, wire);
+      CHECK(again == r);
+      std::vector<float> part(r.begin() + 7, r.begin() + 20);
+      round_through_wire(part.data(), part.size(), DataType::float32, wire);
+      CHECK(part == std::vector<float>(r.begin() + 7, r.begin() + 20));
+    }
+    // One slice from 2^100 down to float32's denormals: every element keeps u relative or is
+    // off by at most eta times the slice's largest (float16: 2^-40 (1 + u)).
+    const double eta = wire == DataType::float16 ? 0x1p-40 * (1 + u) : 0x1p-260;
+    std::vector<float> wide;
+    for (int e = 100; e >= -149; --e) {
+      wide.push_back(static_cast<float>(std::ldexp(unit(rng), e)));
+    }
+    const auto r = through_wire(wide, DataType::float32, wire);
+    const double largest = wide.front();
+    for (std::size_t i = 0; i < wide.size(); ++i) {
+      CHECK(std::abs(static_cast<double>(r[i]) - wide[i]) <= u * wide[i] + eta * largest);
+    }
+  }
+  // float64 over float32: every binade from the smallest denormal to DBL_MAX.
+  std::vector<int> binades;
+  for (int e = -1074; e < 1023; e += 7) {
+    binades.push_back(e);
+  }
+  binades.push_back(1023);
+  for (int e : binades) {
+    INFO(e);
+    std::vector<double> x(9);
+    for (std::size_t i = 0; i < x.size(); ++i) {
+      x[i] = std::min(std::ldexp(unit(rng), e), DBL_MAX) * (i % 2 == 0 ? 1.0 : -1.0);
+    }
+    x[4] = e == 1023 ? DBL_MAX : x[4];
+    const auto r = through_wire(x, DataType::float64, DataType::float32);
+    for (std::size_t i = 0; i < x.size(); ++i) {
+      CHECK(std::isfinite(r[i]));
+      CHECK(std::abs(r[i] - x[i]) <= 0x1p-24 * std::abs(x[i]));
+    }
+  }
+}
+
+TEST_CASE("wire kernels: the wire's arguments", "[tcp][kernels][wire]") {
   CHECK(wire_narrows(DataType::float32, DataType::bfloat16));
   CHECK(wire_narrows(DataType::float64, DataType::float32));
   CHECK_FALSE(wire_narrows(DataType::float32, DataType::float32));

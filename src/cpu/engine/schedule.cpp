@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "core/check.hpp"
+#include "core/wire.hpp"
 
 namespace chorus::cpu {
 
@@ -242,7 +243,7 @@ std::size_t Schedule::wire_bytes(const Task& t) const noexcept {
   const std::size_t es = element_size(dtype_);
   const std::size_t count = t.kind == TaskKind::recv_reduce ? t.size : t.size / es;
   if (t.wire) {
-    return count * element_size(*wire_);
+    return wire_message_bytes(count, *wire_);
   }
   return t.kind == TaskKind::recv_reduce ? count * es : t.size;
 }

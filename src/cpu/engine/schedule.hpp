@@ -192,7 +192,7 @@ class Schedule {
     const Staging& st = staging_[static_cast<std::size_t>(peer)];
     return st.base + k * st.slot_bytes;
   }
-  // Bytes a transfer task moves on its stream.
+  // Bytes a transfer task moves on its stream (a wire transfer: its message, core/wire.hpp).
   std::size_t wire_bytes(const Task& t) const noexcept;
 
   // Runs `work` on the progress thread once `deps` are done (algorithms that move data
