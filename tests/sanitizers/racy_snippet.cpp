@@ -17,7 +17,7 @@ void bump() {
 }  // namespace
 
 int main() {
-#if defined(__SANITIZE_THREAD__) || (defined(__has_feature) && __has_feature(thread_sanitizer))
+#if RACY_SNIPPET_THREAD  // set by meson.build in a ThreadSanitizer build
   std::thread a(bump);
   std::thread b(bump);
   a.join();
