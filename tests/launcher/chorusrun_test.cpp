@@ -636,13 +636,20 @@ TEST_CASE("with --nnodes 2 a rank failure restarts every node's ranks; the job r
   CHECK(shell_status(second) == 0);
   CHECK_THAT(second.output,
              Catch::Contains("[rank 3] rank 3: crashing on purpose at the start of epoch 2"));
-  for (const Process* p : {&first, &second}) {
-    CHECK_THAT(p->output, Catch::Contains("restarting every node's ranks (restart 1 of 1): node 1: "
-                                          "rank 3 (local rank 1, pid "));
-    CHECK_THAT(p->output, Catch::Contains(") exited with code 17"));
-  }
-  // (Node 0's ranks either failed on the lost peer or were stopped by node 1's verdict: the
-  // first verdict wins, and it names node 1's rank 3 on both nodes.)
+  // Both nodes restart on one verdict, the first posted: node 1's (rank 3 exited with code 17),
+  // or, where node 1's launcher is slower to see its rank go than a rank of node 0 is to fail
+  // on the lost peer and exit (a loaded machine), node 0's naming that rank (code 1). Either
+  // way both nodes name the same rank and exit.
+  const std::regex verdict(R"(restarting every node's ranks \(restart 1 of 1\): node (\d+): rank )"
+                           R"((\d+) \(local rank \d+, pid \d+\) exited with code (\d+))");
+  std::smatch on_first;
+  std::smatch on_second;
+  REQUIRE(std::regex_search(first.output, on_first, verdict));
+  REQUIRE(std::regex_search(second.output, on_second, verdict));
+  CHECK(on_first.str() == on_second.str());
+  const std::string named = on_first[1].str() + ":" + on_first[2].str() + ":" + on_first[3].str();
+  INFO("the verdict names node:rank:code " << named);
+  CHECK((named == "1:3:17" || named == "0:0:1" || named == "0:1:1"));
   CHECK_THAT(first.output, Catch::Contains("resuming from " + dir +
                                            "/ddp_train.ckpt: 2 epoch(s) done (restart 1)"));
   // Every rank ends with the weights of an uninterrupted single-process run.
