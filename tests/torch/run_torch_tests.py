@@ -225,7 +225,7 @@ def case_workloads(counts, selection, deadline_s):
     summary = "".join(f"\n  skipped {k}: {v}" for k, v in skips.items())
     if not lines:
         raise Skip(f"no workload runs on torch {torch.__version__}:{summary}")
-    return (f"{len(lines)} workload runs on torch {torch.__version__} equal to gloo or the "
+    return (f"{len(lines)} workload runs on torch {torch.__version__} equal to gloo and the "
             "reference:\n  " + "\n  ".join(lines) + summary)
 
 
@@ -602,9 +602,9 @@ CASES = {
     "elastic_printed": case_elastic_printed,
     "suite_subset": case_suite_subset,
     # one workload of each kind at 2 ranks (every torch leg of make test)
-    "workloads": lambda: case_workloads((2,), "subset", 240),
+    "workloads": lambda: case_workloads((2,), "subset", 180),
     # every workload at 2 and 4 ranks: for the torch matrix
-    "workloads_all": lambda: case_workloads((2, 4), "all", 420),
+    "workloads_all": lambda: case_workloads((2, 4), "all", 240),
 }
 
 
