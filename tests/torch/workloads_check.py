@@ -623,10 +623,10 @@ VS_GLOO = {"ddp_fp16_hook": 1e-3}
 # GLOO_AVG names a fault (FSDP2 reduce-scatters its gradients with AVG). functional_collectives
 # leaves its AVG ops out of gloo's run instead, and compares the rest.
 AVG_THROUGHOUT = ("fsdp2",)
-# One of each kind, for every `make test` torch leg (about a minute at 2 ranks on 2 cores, all
-# told); "all" is for the torch matrix.
-SUBSET = ("ddp_no_sync", "ddp_many_buckets", "zero_checkpoint", "fsdp1_full_shard", "fsdp2",
-          "tensor_parallel", "dcp_sharded", "functional_collectives")
+# One of each kind, for every `make test` torch leg (at 2 ranks, a few seconds of work beside
+# starting torch); "all" is for the torch matrix.
+SUBSET = ("ddp_no_sync", "ddp_many_buckets", "ddp_powersgd", "zero_checkpoint",
+          "fsdp1_full_shard", "fsdp2", "tensor_parallel", "dcp_sharded", "functional_collectives")
 GLOO_AVG = {}  # gloo_avg_faults()
 
 
