@@ -29,8 +29,8 @@
 #include "cpu/algorithms/algorithms.hpp"
 #include "cpu/bootstrap/host_id.hpp"
 #include "cpu/bootstrap/link_costs.hpp"
-#include "cpu/bootstrap/mesh.hpp"
 #include "cpu/engine/engine.hpp"
+#include "cpu/transports/socket/mesh.hpp"
 #include "cpu/transports/transport_stack.hpp"
 
 namespace chorus {
@@ -125,7 +125,7 @@ class CpuProcessGroup final : public detail::Backend {
     // The single-copy algorithms and the shared-memory transport's small-op path need every
     // rank of the group on this host.
     TransportStack stack = make_transport(
-        rank, size, std::move(mesh),
+        rank, size, mesh,
         hosts_.members[static_cast<std::size_t>(hosts_.host_of[static_cast<std::size_t>(rank)])],
         mo.deadline, hosts_.members.size() == 1);
     // The capability lives in the transport the engine owns, which outlives every op.

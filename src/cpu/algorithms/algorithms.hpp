@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: BSD-3-Clause
 // The collective algorithms: each builds a Schedule for one rank. They see only the
-// Schedule (and through it the Transport contract), never sockets.
+// Schedule and the rest of the plan (plan/), never a transport.
 #pragma once
 
 #include "core/private.hpp"
@@ -16,10 +16,10 @@
 #include <chorus/shared_buffer.hpp>
 
 #include "core/signature.hpp"
-#include "cpu/algorithms/cost_model.hpp"
 #include "cpu/algorithms/registry.hpp"
-#include "cpu/engine/schedule.hpp"
-#include "cpu/transports/transport.hpp"
+#include "cpu/plan/cost_model.hpp"
+#include "cpu/plan/one_sided.hpp"
+#include "cpu/plan/schedule.hpp"
 
 namespace chorus::cpu {
 

@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "core/signature.hpp"
-#include "cpu/engine/schedule.hpp"
+#include "cpu/plan/schedule.hpp"
 #include "cpu/transports/transport.hpp"
 
 namespace chorus::cpu {

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: BSD-3-Clause
 // Schedule construction: tasks, edges, per-peer FIFOs, signature headers.
-#include "cpu/engine/schedule.hpp"
+#include "cpu/plan/schedule.hpp"
 
 #include <algorithm>
 #include <cstring>
