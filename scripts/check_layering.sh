@@ -116,6 +116,12 @@ while IFS= read -r line; do
       status=1 ;;
   esac
 done < <(grep -rHE '^#include "cpu/transports/' src/cpu/engine --include='*.hpp' --include='*.cpp' --include='*.h' || true)
+# No algorithm posts a transfer itself: it adds tasks, which the executor posts and completes by
+# token (a one-sided read or write too: read and write tasks, so that a transport whose transfers
+# complete later fits).
+while IFS= read -r line; do
+  echo "layering: $line: src/cpu/algorithms may not post transfers (post_send/post_recv/post_read/post_write): add a task to the Schedule (send, recv, read, write)"; status=1
+done < <(grep -rHnE '(->|\.)post_(send|recv|recv_reduce|read|write)\(' src/cpu/algorithms 2>/dev/null || true)
 # Nor the SharedBuffer registry: the algorithms learn whether a peer's memory maps from the
 # one-sided capability's keys (OneSided::mappable).
 while IFS= read -r line; do

@@ -44,15 +44,36 @@ cpu::CollectiveArgs args_for(const Case& c, const RankBuffers& rb, const Variant
   return a;
 }
 
-// Starts every rank's executor and moves messages until none can move.
-void start_and_run(LoopbackFabric& fabric, std::vector<std::unique_ptr<cpu::Executor>>& execs) {
-  for (auto& e : execs) {
-    e->start();
+// Starts every rank's executor and moves messages until none can move. A rank whose op is
+// built in two phases (Schedule::then(): direct forced builds its work once the peers' keys
+// arrived) runs the rest as the engine does, once its first phase is done; every token of that
+// phase has completed then, so the rest keeps the executor's token base.
+void start_and_run(LoopbackFabric& fabric, std::vector<std::unique_ptr<cpu::Executor>>& execs,
+                   std::vector<std::unique_ptr<cpu::Schedule>>& scheds,
+                   const std::vector<OpSignature>& sigs, std::uint64_t token_base) {
+  const auto go_on = [&](std::size_t r) {
+    cpu::Schedule& s = *scheds[r];
+    while (execs[r]->done()) {
+      cpu::Schedule::Continuation next = s.take_continuation();
+      if (!next) {
+        return;
+      }
+      s.clear(s.dtype(), s.op());
+      next(s);
+      s.finalize_continuation(sigs[r]);
+      execs[r]->restart(token_base);
+      execs[r]->start();
+    }
+  };
+  for (std::size_t r = 0; r < execs.size(); ++r) {
+    execs[r]->start();
+    go_on(r);
   }
   std::vector<LoopbackFabric::Completion> done;
   while (fabric.step(done)) {
     for (auto& d : done) {
       execs[static_cast<std::size_t>(d.rank)]->complete(d.token);
+      go_on(static_cast<std::size_t>(d.rank));
     }
     done.clear();
   }
@@ -66,6 +87,7 @@ std::string run_case(const Case& c, const Variant& v, std::uint32_t seed,
                      cpu::AlgorithmId forced = cpu::AlgorithmId::automatic) {
   LoopbackFabric fabric(c.n, seed);
   std::vector<RankBuffers> bufs;
+  std::vector<OpSignature> rank_sigs;
   std::vector<cpu::ScratchArena> arenas(static_cast<std::size_t>(c.n));
   std::vector<std::unique_ptr<cpu::Schedule>> scheds;
   std::vector<std::unique_ptr<cpu::Executor>> execs;
@@ -82,12 +104,13 @@ std::string run_case(const Case& c, const Variant& v, std::uint32_t seed,
     args.peer_memory = forced == cpu::AlgorithmId::direct;
     args.one_sided = fabric.endpoint(r).one_sided();
     cpu::build_schedule(*s, args);
-    s->finalize(sigs ? (*sigs)[static_cast<std::size_t>(r)] : header_of(c, 7));
+    rank_sigs.push_back(sigs ? (*sigs)[static_cast<std::size_t>(r)] : header_of(c, 7));
+    s->finalize(rank_sigs.back());
     scheds.push_back(std::move(s));
     execs.push_back(
         std::make_unique<cpu::Executor>(fabric.endpoint(r), *scheds.back(), 1ull << 32));
   }
-  start_and_run(fabric, execs);
+  start_and_run(fabric, execs, scheds, rank_sigs, 1ull << 32);
   if (!fabric.errors().empty()) {
     return c.describe() + ": " + fabric.errors().front();
   }
@@ -249,7 +272,8 @@ TEST_CASE("a schedule and executor run op after op when cleared and restarted",
           CHECK(execs[i]->owns(epoch << 32));
         }
       }
-      start_and_run(fabric, execs);
+      const std::vector<OpSignature> sigs(static_cast<std::size_t>(n), header_of(c, epoch));
+      start_and_run(fabric, execs, scheds, sigs, epoch << 32);
       REQUIRE(fabric.errors().empty());
       for (int r = 0; r < n; ++r) {
         INFO("rank " << r);

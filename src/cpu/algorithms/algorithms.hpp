@@ -81,8 +81,7 @@ struct CollectiveArgs {
   // The transport's one-sided capability (Transport::one_sided()), offered by every rank of
   // the group or by none; the single-copy "direct" algorithms need it.
   OneSided* one_sided = nullptr;
-  // one_sided is there and completes inline (a direct op's call task waits for nothing else):
-  // the direct algorithms run. A group-wide fact, like the next.
+  // one_sided is there: the direct algorithms run. A group-wide fact, like the next.
   bool peer_memory = false;
   // Every rank of the group runs on this host and the streams go through shared memory
   // (shm_transport.hpp), not sockets.

@@ -1,8 +1,10 @@
 // SPDX-License-Identifier: BSD-3-Clause
 // The one-sided capability (Transport::one_sided()): how a rank names its memory to its peers
 // (MemoryKey) and reaches theirs. Vocabulary of the plan: the algorithms name peers' memory by
-// key and reach it through this interface, a transport implements it (transports/cma/), so both
-// sides include it from here and neither includes the other.
+// key, map it where it can be mapped and add read and write tasks (schedule.hpp), which the
+// Executor posts here and completes by token; a transport implements it (transports/cma/). So
+// both sides include it from here, and neither includes the other. No algorithm posts a transfer
+// itself (scripts/check_layering.sh).
 #pragma once
 
 #include "core/private.hpp"
@@ -31,9 +33,10 @@ struct PeerView {
   std::shared_ptr<const void> hold;
 };
 
-// How a one-sided transfer went. CMA's complete before the call returns (completes_inline());
-// a transport that completes later (RDMA) sets `pending` and reports `token` through poll()'s
-// completed list, as sends and receives do.
+// How a one-sided transfer went. CMA's complete before the call returns; a transport that
+// completes later (RDMA) sets `pending` and reports `token` through poll()'s completed list, as
+// sends and receives do, in any order (a failure then comes as an event: peer_failed or
+// local_failure).
 struct OneSidedResult {
   bool pending = false;
   std::string error;  // completed and failed: why (the caller names the peer, as LocalFailure)
@@ -51,9 +54,6 @@ class OneSided {
   // Whether map() can give direct load/store access to the memory `key` names (it lies in a
   // SharedBuffer). Depends on the key alone, so every rank that holds the key agrees.
   virtual bool mappable(const MemoryKey& key) const noexcept = 0;
-  // Whether post_read/post_write always complete before they return (never `pending`).
-  virtual bool completes_inline() const noexcept = 0;
-
   // Copies `bytes` at byte `offset` of the memory `key` names (registered by `peer`) to `dst`.
   virtual OneSidedResult post_read(int peer, const MemoryKey& key, std::size_t offset, void* dst,
                                    std::size_t bytes, std::uint64_t token) = 0;
@@ -61,8 +61,8 @@ class OneSided {
   virtual OneSidedResult post_write(int peer, const MemoryKey& key, std::size_t offset,
                                     const void* src, std::size_t bytes, std::uint64_t token) = 0;
   // The peer's memory mapped here, or `at` null with the reason in `why` where it cannot be
-  // (not mappable(), the peer exited, the kernel refuses): the caller then uses post_read and
-  // post_write, which reach that memory all the same, more slowly.
+  // (not mappable(), the peer exited, the kernel refuses): the caller then uses read and write
+  // tasks, which reach that memory all the same, more slowly.
   virtual PeerView map(int peer, const MemoryKey& key, std::string& why) = 0;
 };
 
