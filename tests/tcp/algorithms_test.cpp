@@ -84,8 +84,9 @@ std::string run_case(const Case& c, const Variant& v, std::uint32_t seed,
                      const std::vector<OpSignature>* sigs = nullptr,
                      std::vector<std::optional<cpu::SignatureMismatch>>* mismatches = nullptr,
                      const cpu::HostMap* hosts = nullptr,
-                     cpu::AlgorithmId forced = cpu::AlgorithmId::automatic) {
-  LoopbackFabric fabric(c.n, seed);
+                     cpu::AlgorithmId forced = cpu::AlgorithmId::automatic,
+                     bool defer_one_sided = false) {
+  LoopbackFabric fabric(c.n, seed, defer_one_sided);
   std::vector<RankBuffers> bufs;
   std::vector<OpSignature> rank_sigs;
   std::vector<cpu::ScratchArena> arenas(static_cast<std::size_t>(c.n));
@@ -138,11 +139,13 @@ std::string run_case(const Case& c, const Variant& v, std::uint32_t seed,
   return {};
 }
 
-// forced: the algorithm CHORUS_ALGO would force (automatic: the default choice).
-void run_matrix(OpType kind, bool reduces, cpu::AlgorithmId forced = cpu::AlgorithmId::automatic) {
+// forced: the algorithm CHORUS_ALGO would force (automatic: the default choice). World sizes
+// from_n..to_n; defer_one_sided: one-sided transfers complete later, out of order.
+void run_matrix(OpType kind, bool reduces, cpu::AlgorithmId forced = cpu::AlgorithmId::automatic,
+                int from_n = 1, int to_n = 8, bool defer_one_sided = false) {
   std::uint32_t seed = 1;
   int cases = 0;
-  for (int n = 1; n <= 8; ++n) {
+  for (int n = from_n; n <= to_n; ++n) {
     for (std::size_t count : kCounts) {
       for (DataType dt : kAllTypes) {
         for (ReduceOp op : kAllOps) {
@@ -160,7 +163,8 @@ void run_matrix(OpType kind, bool reduces, cpu::AlgorithmId forced = cpu::Algori
                   kind == OpType::scatter) {
                 c.root = static_cast<int>(seed % static_cast<std::uint32_t>(n));
               }
-              const std::string err = run_case(c, v, seed++, nullptr, nullptr, nullptr, forced);
+              const std::string err =
+                  run_case(c, v, seed++, nullptr, nullptr, nullptr, forced, defer_one_sided);
               if (!err.empty()) {
                 FAIL(err << " (small_bytes " << v.small_bytes << ", slice_bytes " << v.slice_bytes
                          << ")");
@@ -198,6 +202,32 @@ TEST_CASE("loopback direct (single-copy) collectives: world sizes, counts, dtype
   run_matrix(OpType::reduce_scatter, true, cpu::AlgorithmId::direct);
   run_matrix(OpType::allgather, false, cpu::AlgorithmId::direct);
   run_matrix(OpType::broadcast, false, cpu::AlgorithmId::direct);
+}
+
+// The direct algorithms over a one-sided capability whose reads and writes complete later, in
+// an order the fabric picks at random (deferred_one_sided.hpp), as an RDMA transport's would:
+// the executor posts them and completes them by token, and only the schedule's dependencies
+// order them.
+TEST_CASE("loopback direct collectives over one-sided transfers that complete later, out of order",
+          "[tcp][algorithms]") {
+  const auto direct = cpu::AlgorithmId::direct;
+  run_matrix(OpType::allreduce, true, direct, 2, 4, true);
+  run_matrix(OpType::reduce_scatter, true, direct, 2, 4, true);
+  run_matrix(OpType::allgather, false, direct, 2, 4, true);
+  run_matrix(OpType::broadcast, false, direct, 2, 4, true);
+  // Chunks of several pieces (direct.cpp's kPieceBytes), so that a scratch slot is read into
+  // again while an earlier read into it may still be in flight.
+  std::uint32_t seed = 1;
+  for (int n = 2; n <= 4; ++n) {
+    for (OpType kind : {OpType::allreduce, OpType::reduce_scatter}) {
+      for (ReduceOp op : {ReduceOp::sum, ReduceOp::avg}) {
+        for (bool in_place : {false, true}) {
+          const Case c{kind, n, 300007, DataType::float32, op, 0, in_place};
+          CHECK(run_case(c, kVariants[0], seed++, nullptr, nullptr, nullptr, direct, true) == "");
+        }
+      }
+    }
+  }
 }
 
 // The engine keeps each rank's last Schedule and Executor and runs the next op in them
