@@ -29,8 +29,8 @@
 #include "cpu/algorithms/algorithms.hpp"
 #include "cpu/bootstrap/host_id.hpp"
 #include "cpu/bootstrap/link_costs.hpp"
-#include "cpu/bootstrap/mesh.hpp"
 #include "cpu/engine/engine.hpp"
+#include "cpu/transports/socket/mesh.hpp"
 #include "cpu/transports/transport_stack.hpp"
 
 namespace chorus {
@@ -125,12 +125,12 @@ class CpuProcessGroup final : public detail::Backend {
     // The single-copy algorithms and the shared-memory transport's small-op path need every
     // rank of the group on this host.
     TransportStack stack = make_transport(
-        rank, size, std::move(mesh),
+        rank, size, mesh,
         hosts_.members[static_cast<std::size_t>(hosts_.host_of[static_cast<std::size_t>(rank)])],
         mo.deadline, hosts_.members.size() == 1);
     // The capability lives in the transport the engine owns, which outlives every op.
     one_sided_ = stack.transport->one_sided();
-    peer_memory_ = one_sided_ != nullptr && one_sided_->completes_inline();
+    peer_memory_ = one_sided_ != nullptr;
     shared_memory_ = stack.shared_memory;
     engine_ = std::make_unique<Engine>(std::move(ec), std::move(stack.transport));
     if (const SmallOps* small = engine_->small_ops()) {
@@ -396,7 +396,7 @@ class CpuProcessGroup final : public detail::Backend {
   std::optional<DataType> wire_default_;
   LinkCosts link_costs_;           // the α/β figures every rank of the group chooses by
   OneSided* one_sided_ = nullptr;  // the transport's capability (engine_ owns the transport)
-  bool peer_memory_ = false;       // every rank on this host, in reach: one_sided_ runs inline
+  bool peer_memory_ = false;       // every rank on this host, in reach: one_sided_ offered
   bool shared_memory_ = false;     // every rank on this host, streams through shared memory
   // The last collective handed to the engine (the issue lock guards it): once it is complete,
   // the engine has no collective queued or running.

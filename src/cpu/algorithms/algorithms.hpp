@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: BSD-3-Clause
 // The collective algorithms: each builds a Schedule for one rank. They see only the
-// Schedule (and through it the Transport contract), never sockets.
+// Schedule and the rest of the plan (plan/), never a transport.
 #pragma once
 
 #include "core/private.hpp"
@@ -16,10 +16,10 @@
 #include <chorus/shared_buffer.hpp>
 
 #include "core/signature.hpp"
-#include "cpu/algorithms/cost_model.hpp"
 #include "cpu/algorithms/registry.hpp"
-#include "cpu/engine/schedule.hpp"
-#include "cpu/transports/transport.hpp"
+#include "cpu/plan/cost_model.hpp"
+#include "cpu/plan/one_sided.hpp"
+#include "cpu/plan/schedule.hpp"
 
 namespace chorus::cpu {
 
@@ -81,8 +81,7 @@ struct CollectiveArgs {
   // The transport's one-sided capability (Transport::one_sided()), offered by every rank of
   // the group or by none; the single-copy "direct" algorithms need it.
   OneSided* one_sided = nullptr;
-  // one_sided is there and completes inline (a direct op's call task waits for nothing else):
-  // the direct algorithms run. A group-wide fact, like the next.
+  // one_sided is there: the direct algorithms run. A group-wide fact, like the next.
   bool peer_memory = false;
   // Every rank of the group runs on this host and the streams go through shared memory
   // (shm_transport.hpp), not sockets.

@@ -10,7 +10,7 @@
 #include <string_view>
 
 #include "core/signature.hpp"
-#include "cpu/algorithms/cost_model.hpp"
+#include "cpu/plan/cost_model.hpp"
 
 namespace chorus::cpu {
 

@@ -144,8 +144,8 @@ const char* choose_algorithm(int size, const CollectiveArgs& a) {
 }
 
 bool needs_memory_agreement(int size, const CollectiveArgs& a) noexcept {
-  // Forced, the algorithm is known (direct maps what it can and reaches the rest by post_read
-  // and post_write); in a second phase, it was agreed.
+  // Forced, the algorithm is known (direct maps what it can and reaches the rest by read and
+  // write tasks); in a second phase, it was agreed.
   return size > 1 && a.peer_memory && a.keys == nullptr && a.forced == AlgorithmId::automatic &&
          maps_shared_buffers(a.kind) && a.count * element_size(a.dtype) >= kSharedBufferMinBytes;
 }

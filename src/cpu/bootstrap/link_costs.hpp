@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: BSD-3-Clause
-// The α/β figures a group chooses its algorithms by (algorithms/cost_model.hpp), the same on
+// The α/β figures a group chooses its algorithms by (plan/cost_model.hpp), the same on
 // every rank: rank 0 measures its host's links once (a probe of about 0.1 s, cached per host) or
 // reads them from the cache, and publishes what it uses under the group's formation epoch; every
 // other rank reads that. CHORUS_LINK_COSTS (read on rank 0): unset or "cached" (the cache, else
@@ -14,7 +14,7 @@
 #include <chorus/deadline.hpp>
 #include <chorus/store.hpp>
 
-#include "cpu/algorithms/cost_model.hpp"
+#include "cpu/plan/cost_model.hpp"
 
 namespace chorus::cpu {
 

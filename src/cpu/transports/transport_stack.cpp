@@ -46,7 +46,7 @@ TransportStack build_stack(const std::vector<TransportLayer>& layers, StackConte
   return out;
 }
 
-TransportStack make_transport(int rank, int size, Mesh mesh, const std::vector<int>& host_ranks,
+TransportStack make_transport(int rank, int size, Mesh& mesh, const std::vector<int>& host_ranks,
                               Deadline deadline, bool whole_group) {
   StackContext ctx;
   ctx.rank = rank;

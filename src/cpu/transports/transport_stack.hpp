@@ -25,10 +25,14 @@
 
 #include <chorus/deadline.hpp>
 
-#include "cpu/bootstrap/mesh.hpp"
 #include "cpu/transports/transport.hpp"
 
 namespace chorus::cpu {
+
+// The group's socket links (socket/mesh.hpp), which the stack hands to the layers without
+// looking inside: named here, not included, so that this file, which every transport includes
+// for its table entry, does not include one of them.
+struct Mesh;
 
 // What the layers of one rank's stack see while it is built, and what they report back.
 struct StackContext {
@@ -89,13 +93,13 @@ const std::vector<TransportLayer>& transport_layers();
 // then builds them from the bottom up. The first layer must apply and build (the bottom).
 TransportStack build_stack(const std::vector<TransportLayer>& layers, StackContext& ctx);
 
-// build_stack(transport_layers()) over `mesh`: collective over the group (ranks on one host
-// agree on shared memory over their control sockets before the sockets are handed over).
-// Throws InvalidArgument when CHORUS_TRANSPORT=shm and shared memory cannot be set up.
-// `host_ranks`: the sorted group ranks on this rank's host, this one included
+// build_stack(transport_layers()) over `mesh` (the socket layer takes its links): collective over
+// the group (ranks on one host agree on shared memory over their control sockets before the sockets
+// are handed over). Throws InvalidArgument when CHORUS_TRANSPORT=shm and shared memory cannot be
+// set up. `host_ranks`: the sorted group ranks on this rank's host, this one included
 // (HostMap::members of its host). `whole_group`: every rank of the group is on this host;
 // other groups skip the peer memory probe and get no small-op board.
-TransportStack make_transport(int rank, int size, Mesh mesh, const std::vector<int>& host_ranks,
+TransportStack make_transport(int rank, int size, Mesh& mesh, const std::vector<int>& host_ranks,
                               Deadline deadline, bool whole_group);
 
 }  // namespace chorus::cpu

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: BSD-3-Clause
-#include "cpu/algorithms/cost_model.hpp"
+#include "cpu/plan/cost_model.hpp"
 
 namespace chorus::cpu {
 
