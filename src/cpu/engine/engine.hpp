@@ -3,7 +3,7 @@
 //
 // User threads submit() ops and wait on their Work. The engine thread owns the transport, the
 // event loop and every op (a caller waiting for a small op may run the loop for it meanwhile:
-// caller-driven progress, below): it runs collectives one at a time in issue order
+// caller-driven progress, loop_runner.hpp): it runs collectives one at a time in issue order
 // (tagged send/recv run alongside, they never block the collective queue), sleeps in
 // epoll_wait until the nearest deadline (with a small collective in flight or just finished,
 // after looking for up to kSpin without sleeping), and is woken through the loop's eventfd on
@@ -29,7 +29,9 @@
 // Two concurrency protocols, each in its own class with its invariants at its top: SubmitQueue
 // (submit_queue.hpp: what user threads hand to the loop, the failure they see) and LoopRunner
 // (loop_runner.hpp: who runs the loop, the engine thread or a driving caller). Everything else
-// in Engine is the loop's own state, touched only by the thread running the loop now.
+// in Engine is the loop's own state, touched only by the thread running the loop now, or set
+// before the loop starts and constant after; run_small_op(), on the issuing caller's thread,
+// touches only the SmallOps capability (safe across threads by its contract) and SubmitQueue.
 //
 // Where things are: engine.cpp runs ops (submit, one turn of the loop, the op queue, events);
 // engine_small_ops.cpp runs ops through the transport's SmallOps capability; engine_failure.cpp
