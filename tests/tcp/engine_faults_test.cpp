@@ -65,7 +65,7 @@ struct Group {
   std::vector<std::unique_ptr<Engine>> ranks;
 };
 
-// driven: the Work lends its waiting thread to the engine's loop (Engine::drive), as a small
+// driven: the Work lends its waiting thread to the engine's loop (LoopRunner::drive), as a small
 // op of a CpuProcessGroup does. direct_through: the direct algorithm, forced, through this
 // one-sided capability.
 std::shared_ptr<WorkState> allreduce(Engine& e, float* data, std::size_t count, std::uint64_t seq,

@@ -129,7 +129,7 @@ TEST_CASE("idle ranks and ranks waiting for a late peer do not burn a core", "[t
 }
 
 // A caller waiting for a small op runs the engine's loop itself while the engine thread parks
-// (Engine::drive). Work that no caller drives must still move: an op nobody waits on (only
+// (LoopRunner::drive). Work that no caller drives must still move: an op nobody waits on (only
 // polled, or with a then() callback), tagged messages, and another thread's ops while the
 // driving caller waits for a late peer.
 TEST_CASE("ops nobody waits on complete while callers drive the loop", "[tcp][mp]") {
