@@ -112,7 +112,8 @@ class CpuProcessGroup final : public detail::Backend {
     Mesh mesh = build_mesh(*store_, mo);
     membership_ = mesh.membership;
     hosts_ = make_host_map(host_ids(membership_));
-    link_costs_ = agree_on_link_costs(*store_, membership_.epoch, rank, mo.deadline);
+    prices_ = agree_on_prices(*store_, membership_.epoch, rank, mo.deadline,
+                              host_probes(transport_layers()));
     EngineConfig ec;
     ec.rank = rank;
     ec.size = size;
@@ -127,18 +128,18 @@ class CpuProcessGroup final : public detail::Backend {
     TransportStack stack = make_transport(
         rank, size, mesh,
         hosts_.members[static_cast<std::size_t>(hosts_.host_of[static_cast<std::size_t>(rank)])],
-        mo.deadline, hosts_.members.size() == 1);
+        mo.deadline, hosts_.members.size() == 1, prices_);
     // The capability lives in the transport the engine owns, which outlives every op.
     one_sided_ = stack.transport->one_sided();
     peer_memory_ = one_sided_ != nullptr;
-    shared_memory_ = stack.shared_memory;
+    link_costs_ = stack.costs;
     engine_ = std::make_unique<Engine>(std::move(ec), std::move(stack.transport));
     if (const SmallOps* small = engine_->small_ops()) {
       record_small_allreduces_late(small->max_bytes());  // start(): the caller-run small path
     }
     if (rank == 0 && env::get("CHORUS_ALGO_SHOW")) {  // the choice table, for experiments
-      fmt::print(stderr, "chorus: tcp group [{}] of {}: {}\n{}", name(), size,
-                 format_link_costs(link_costs_),
+      fmt::print(stderr, "chorus: tcp group [{}] of {}: prices {}\npriced by the stack: {}\n{}",
+                 name(), size, format_prices(prices_), format_link_costs(link_costs_),
                  describe_choices(size, group_args(), kChoiceTableSizes));
     }
   }
@@ -355,7 +356,6 @@ class CpuProcessGroup final : public detail::Backend {
     a.hosts = &hosts_;
     a.one_sided = one_sided_;
     a.peer_memory = peer_memory_;
-    a.shared_memory = shared_memory_;
     a.costs = &link_costs_;
     return a;
   }
@@ -394,10 +394,10 @@ class CpuProcessGroup final : public detail::Backend {
   AlgorithmOverrides forced_{};  // CHORUS_ALGO
   // TcpGroupOptions::wire_dtype, else CHORUS_WIRE_DTYPE: the wire of ops that set none.
   std::optional<DataType> wire_default_;
-  LinkCosts link_costs_;           // the α/β figures every rank of the group chooses by
+  PriceList prices_;               // what the group measured, agreed by every rank
+  LinkCosts link_costs_;           // the α/β figures every rank chooses by, priced by the stack
   OneSided* one_sided_ = nullptr;  // the transport's capability (engine_ owns the transport)
   bool peer_memory_ = false;       // every rank on this host, in reach: one_sided_ offered
-  bool shared_memory_ = false;     // every rank on this host, streams through shared memory
   // The last collective handed to the engine (the issue lock guards it): once it is complete,
   // the engine has no collective queued or running.
   std::shared_ptr<WorkState> last_engine_collective_;
