@@ -31,6 +31,7 @@
 #include "cpu/bootstrap/link_costs.hpp"
 #include "cpu/engine/engine.hpp"
 #include "cpu/transports/socket/mesh.hpp"
+#include "cpu/transports/socket/network_probe.hpp"
 #include "cpu/transports/transport_stack.hpp"
 
 namespace chorus {
@@ -112,8 +113,13 @@ class CpuProcessGroup final : public detail::Backend {
     Mesh mesh = build_mesh(*store_, mo);
     membership_ = mesh.membership;
     hosts_ = make_host_map(host_ids(membership_));
+    // The network between hosts, timed between ring neighbours over their setup links before
+    // the socket transport takes them; every rank then prices it alike.
+    NetworkSamples network;
+    network.probers = network_probers(size, hosts_.host_of);
+    network.mine = probe_ring_network(mesh, rank, size, hosts_.host_of, mo.deadline);
     prices_ = agree_on_prices(*store_, membership_.epoch, rank, mo.deadline,
-                              host_probes(transport_layers()));
+                              host_probes(transport_layers()), network);
     EngineConfig ec;
     ec.rank = rank;
     ec.size = size;

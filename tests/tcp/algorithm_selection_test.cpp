@@ -15,6 +15,7 @@
 
 #include "cpu/algorithms/algorithms.hpp"
 #include "cpu/bootstrap/link_costs.hpp"
+#include "cpu/transports/socket/network_probe.hpp"
 #include "cpu/transports/transport_stack.hpp"
 
 namespace chorus::test {
@@ -404,6 +405,60 @@ TEST_CASE("the probes measure every figure within bounds", "[tcp][selection]") {
   CHECK(m.links.at("shm").alpha_us > 0);
   CHECK(m.links.at("socket").alpha_us > 0);
   CHECK(cpu::parse_prices(cpu::format_prices(m)));
+}
+
+TEST_CASE("the network: every rank holds the slowest link the probers measured",
+          "[tcp][selection]") {
+  CHECK_FALSE(cpu::slowest_link({}));
+  CHECK_FALSE(cpu::slowest_link({std::nullopt}));
+  const auto slowest =
+      cpu::slowest_link({cpu::LinkCost{30.0, 1.0}, std::nullopt, cpu::LinkCost{50.0, 2.0}});
+  REQUIRE(slowest);
+  CHECK(same(*slowest, {50.0, 1.0}));
+  // Four ranks on four hosts, each probing its next neighbour and measuring something else
+  // (rank 2 had no figure): all of them hold rank 0's list, with the slowest link.
+  ::setenv("CHORUS_LINK_COSTS", "default", 1);
+  const std::vector<cpu::LinkProbe> probes = cpu::host_probes(cpu::transport_layers());
+  const std::vector<std::optional<cpu::LinkCost>> local = {cpu::LinkCost{40.0, 0.5},
+                                                           cpu::LinkCost{45.5, 0.125}, std::nullopt,
+                                                           cpu::LinkCost{60.25, 1.1}};
+  auto store = make_hash_store();
+  std::vector<std::string> seen(4);
+  std::vector<cpu::LinkCosts> costs(4);
+  std::vector<std::thread> ranks;
+  for (int r : {3, 1, 0, 2}) {  // rank 0 before one prober: it waits for every sample
+    ranks.emplace_back([&, r] {
+      cpu::NetworkSamples net;
+      net.probers = {0, 1, 2, 3};
+      net.mine = local[static_cast<std::size_t>(r)];
+      const cpu::PriceList p = cpu::agree_on_prices(
+          *store, "epoch2", r, Deadline::after(std::chrono::seconds(10)), probes, net);
+      seen[static_cast<std::size_t>(r)] = cpu::format_prices(p);
+      costs[static_cast<std::size_t>(r)] = priced(p, false, false);
+    });
+  }
+  for (auto& t : ranks) {
+    t.join();
+  }
+  ::unsetenv("CHORUS_LINK_COSTS");
+  for (int r = 0; r < 4; ++r) {
+    INFO("rank " << r);
+    CHECK(seen[static_cast<std::size_t>(r)] == seen[0]);
+    CHECK(same(costs[static_cast<std::size_t>(r)].other_host, {60.25, 0.125}));
+  }
+  // The samples were removed once read: only the list is left.
+  CHECK(store->num_keys() == 1);
+}
+
+TEST_CASE("the network probers: ring neighbours on other hosts, one per link", "[tcp][selection]") {
+  CHECK(cpu::network_probers(1, {0}).empty());
+  CHECK(cpu::network_probers(4, {0, 0, 0, 0}).empty());
+  // Two ranks share one link: only the lower one probes it.
+  CHECK(cpu::network_probers(2, {0, 1}) == std::vector<int>{0});
+  // 0 and 2 on one host, 1 and 3 on the other: every ring step crosses.
+  CHECK(cpu::network_probers(4, {0, 1, 0, 1}) == std::vector<int>{0, 1, 2, 3});
+  // Two hosts of two: the ring crosses twice.
+  CHECK(cpu::network_probers(4, {0, 0, 1, 1}) == std::vector<int>{1, 3});
 }
 
 }  // namespace

@@ -214,22 +214,80 @@ std::optional<LinkCost> parse_link_cost(std::string_view text) {
   return p->links.begin()->second;
 }
 
+std::optional<LinkCost> slowest_link(const std::vector<std::optional<LinkCost>>& samples) {
+  std::optional<LinkCost> out;
+  for (const auto& s : samples) {
+    if (!s) {
+      continue;
+    }
+    if (!out) {
+      out = *s;
+    } else {
+      out->alpha_us = std::max(out->alpha_us, s->alpha_us);
+      out->gbps = std::min(out->gbps, s->gbps);
+    }
+  }
+  return out;
+}
+
+namespace {
+
+std::string sample_key(const std::string& epoch, int rank) {
+  return epoch_key(epoch, fmt::format("network_sample/{}", rank));
+}
+
+// Rank 0: every prober's sample (its own without the store), waiting up to `deadline`.
+std::vector<std::optional<LinkCost>> gather_samples(Store& store, const std::string& epoch,
+                                                    Deadline deadline,
+                                                    const NetworkSamples& network) {
+  std::vector<std::string> keys;
+  std::vector<std::optional<LinkCost>> samples;
+  for (int r : network.probers) {
+    if (r == 0) {
+      samples.push_back(network.mine);
+    } else {
+      keys.push_back(sample_key(epoch, r));
+    }
+  }
+  if (keys.empty()) {
+    return samples;
+  }
+  for (const Bytes& value : store.multi_get(keys, deadline.remaining())) {
+    samples.push_back(parse_link_cost(to_string(value)));  // "-": the prober had no figure
+  }
+  return samples;
+}
+
+}  // namespace
+
 PriceList agree_on_prices(Store& store, const std::string& epoch, int rank, Deadline deadline,
-                          const std::vector<LinkProbe>& probes) {
+                          const std::vector<LinkProbe>& probes, const NetworkSamples& network) {
   if (epoch.empty()) {
     return fallback_prices(probes);  // one rank: nothing to choose, nothing to measure
   }
   // One of the formation's records: the last member out removes it with the others
   // (leave_group), so no key outlives its group.
   const std::string key = epoch_key(epoch, kLinkCostsRecord);
+  const bool probed =
+      std::find(network.probers.begin(), network.probers.end(), rank) != network.probers.end();
   if (rank == 0) {
+    PriceList prices = local_choice(probes);
+    if (const auto net = slowest_link(gather_samples(store, epoch, deadline, network))) {
+      prices.links[kNetworkPriceName] = *net;
+    }
     // What the others will parse, to the digit: a figure that differed in its last bit could
     // tip a choice at a crossover.
-    const std::string line = format_prices(local_choice(probes));
+    const std::string line = format_prices(prices);
     store.set(key, line);
     return parse_prices(line).value_or(fallback_prices(probes));
   }
+  if (probed) {
+    store.set(sample_key(epoch, rank), network.mine ? format_link_cost(*network.mine) : "-");
+  }
   const std::string text = to_string(store.get(key, deadline.remaining()));
+  if (probed) {
+    store.delete_key(sample_key(epoch, rank));  // rank 0 has read it: the list is out
+  }
   const auto prices = parse_prices(text);
   if (!prices) {
     // Same build on every rank, so only a foreign writer gets here: use what every rank can.

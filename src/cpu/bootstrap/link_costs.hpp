@@ -36,10 +36,25 @@ void cache_network(const std::string& from_host, const std::string& to_host, Lin
 std::string format_link_cost(LinkCost link);
 std::optional<LinkCost> parse_link_cost(std::string_view text);
 
-// The price list this group uses. One store round trip per rank (rank 0 a set, the others a
-// get that waits up to `deadline`); a group of one rank (no epoch) takes the fallbacks: it runs
-// no algorithm that needs a choice.
+// What the ranks of a group measured of the network between their hosts
+// (transports/socket/network_probe.hpp): which ranks probed a link, and this rank's figure
+// (nullopt where it has none).
+struct NetworkSamples {
+  std::vector<int> probers;
+  std::optional<LinkCost> mine;
+};
+
+// The figure that prices the network for the whole group: the slowest link (the largest round,
+// the lowest rate, each on its own), since a flat algorithm's steps wait for the slowest. nullopt
+// where no sample has a figure.
+std::optional<LinkCost> slowest_link(const std::vector<std::optional<LinkCost>>& samples);
+
+// The price list this group uses: rank 0's host prices, and the network ("network") priced by
+// the probers' samples. One store round trip per rank (rank 0 a set, the others a get that
+// waits up to `deadline`); in a group over several hosts, each prober other than rank 0 first
+// sets its sample, which rank 0 waits for (and removes once it has read the list). A group of
+// one rank (no epoch) takes the fallbacks: it runs no algorithm that needs a choice.
 PriceList agree_on_prices(Store& store, const std::string& epoch, int rank, Deadline deadline,
-                          const std::vector<LinkProbe>& probes);
+                          const std::vector<LinkProbe>& probes, const NetworkSamples& network = {});
 
 }  // namespace chorus::cpu

@@ -70,6 +70,9 @@ struct PriceList {
   LinkCost link(std::string_view name, LinkCost fallback) const;
 };
 
+// The network between hosts in the price list: measured when a group forms, not on a host.
+inline constexpr const char* kNetworkPriceName = "network";
+
 // One figure a transport measures on a host, declared in its table entry
 // (TransportLayer::probes): its name in the price list, its value where measuring is off or
 // fails, and the probe. A probe is bounded (fixed iterations, every wait with a timeout) and

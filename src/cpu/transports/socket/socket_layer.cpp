@@ -29,7 +29,7 @@ TransportLayer socket_layer() {
   // ring neighbours when the group forms, network_probe.hpp). Layers above take over classes.
   layer.price = [](const StackContext&, const PriceList& prices, LinkCosts& costs) {
     costs.same_host = prices.link("socket", kSocketFallback);
-    costs.other_host = prices.link(kNetworkPrice, kNetworkFallback);
+    costs.other_host = prices.link(kNetworkPriceName, kNetworkFallback);
   };
   return layer;
 }

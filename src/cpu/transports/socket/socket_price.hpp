@@ -14,7 +14,6 @@ namespace chorus::cpu {
 // is developed on, and 10 Gbit/s Ethernet between hosts.
 inline constexpr LinkCost kSocketFallback{9.6, 7.5};
 inline constexpr LinkCost kNetworkFallback{25.0, 1.25};
-inline constexpr const char* kNetworkPrice = "network";
 
 // Half a 1-byte round trip (median of 30 per batch, median of three batches), and the
 // throughput of a 1 MiB stream (the fastest), over a loopback tcp pair this process makes.
