@@ -10,11 +10,12 @@
 namespace chorus::cpu {
 
 const std::vector<TransportLayer>& transport_layers() {
-  // Bottom first. A new transport for the collective streams goes above socket (which keeps
-  // the control channel, tagged messages and failure detection); a decorator that must see
-  // every call (fault) stays on top.
-  static const std::vector<TransportLayer> table = {socket_layer(), shm_layer(), cma_layer(),
-                                                    fault_layer()};
+  // Bottom first, as transport_table.def lists them.
+  static const std::vector<TransportLayer> table = {
+#define CHORUS_TRANSPORT_LAYER(name) name##_layer(),
+#include "cpu/transports/transport_table.def"
+#undef CHORUS_TRANSPORT_LAYER
+  };
   return table;
 }
 

@@ -13,9 +13,10 @@
 // Each layer also declares what it measures on a host (its probes) and prices the peer classes
 // it serves (same host, other hosts) for the algorithm choice: a transport prices itself.
 // Each transport defines its own entry next to its code (socket_layer(), shm_layer(),
-// cma_layer(), fault_layer()); this table is the one place that lists them. Tests build stacks from
-// their own tables through the same build_stack() (tests/tcp/memory_fabric.hpp's layer() as the
-// bottom, fault_layer() above it). docs/adding-a-transport.md says how to add an entry.
+// cma_layer(), fault_layer()); transport_table.def is the one place that lists them. Tests build
+// stacks from their own tables through the same build_stack() (tests/tcp/memory_fabric.hpp's
+// layer() as the bottom, fault_layer() above it). docs/adding-a-transport.md says how to add an
+// entry.
 #pragma once
 
 #include "core/private.hpp"
@@ -96,12 +97,11 @@ struct TransportStack {
   LinkCosts costs;             // the figures the algorithm choice reads (price_stack())
 };
 
-// The entries of the production table, each defined in its transport's folder
-// (<name>/<name>_layer.cpp).
-TransportLayer socket_layer();
-TransportLayer shm_layer();
-TransportLayer cma_layer();
-TransportLayer fault_layer();
+// The entries of the production table (transport_table.def), each defined in its transport's
+// folder (<name>/<name>_layer.cpp): socket_layer(), shm_layer(), cma_layer(), fault_layer().
+#define CHORUS_TRANSPORT_LAYER(name) TransportLayer name##_layer();
+#include "cpu/transports/transport_table.def"
+#undef CHORUS_TRANSPORT_LAYER
 
 // The production table, bottom first: socket, shm, cma, fault.
 const std::vector<TransportLayer>& transport_layers();

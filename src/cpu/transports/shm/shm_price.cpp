@@ -15,11 +15,11 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-double seconds_since(Clock::time_point t0) {
+double seconds_from(Clock::time_point t0) {
   return std::chrono::duration<double>(Clock::now() - t0).count();
 }
 
-double median(std::vector<double> v) {
+double middle_of(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   return v[v.size() / 2];
 }
@@ -48,21 +48,21 @@ double futex_round_us() {
       turn.wait(seen);
       seen = turn.load();
     }
-    trips.push_back(seconds_since(t0));
+    trips.push_back(seconds_from(t0));
   }
   helper.join();
-  return median(trips) / 2 * 1e6;
+  return middle_of(trips) / 2 * 1e6;
 }
 
 // The fastest of eight copies of 1 MiB (the machine is shared: the least disturbed one).
-double memcpy_gbps() {
+double copy_gbps() {
   constexpr std::size_t kBytes = 1 << 20;
   std::vector<std::byte> a(kBytes, std::byte{1}), b(kBytes);
   double best = 1e9;
   for (int i = 0; i < 8; ++i) {
     const auto t0 = Clock::now();
     std::memcpy(b.data(), a.data(), kBytes);
-    best = std::min(best, seconds_since(t0));
+    best = std::min(best, seconds_from(t0));
   }
   return kBytes / best / 1e9;
 }
@@ -77,10 +77,10 @@ std::optional<LinkCost> measure_shm_rings() {
   std::vector<double> rounds{futex_round_us()};
   double copy = 0;
   for (int batch = 0; batch < 4; ++batch) {
-    copy = std::max(copy, memcpy_gbps());
+    copy = std::max(copy, copy_gbps());
     rounds.push_back(futex_round_us());
   }
-  return LinkCost{median(rounds), copy / 2};
+  return LinkCost{middle_of(rounds), copy / 2};
 }
 
 }  // namespace chorus::cpu

@@ -50,8 +50,8 @@ class ProbeFailed : public std::exception {
 
 // Reads or writes exactly `bytes` on a non-blocking socket; throws ProbeFailed when the link
 // fails, `deadline` passes or `stop` is set (the other direction failed).
-void move_all(int fd, std::byte* data, std::size_t bytes, bool write, Deadline deadline,
-              const std::atomic<bool>& stop) {
+void move_exactly(int fd, std::byte* data, std::size_t bytes, bool write, Deadline deadline,
+                  const std::atomic<bool>& stop) {
   std::size_t done = 0;
   while (done < bytes) {
     const ssize_t n = write ? ::send(fd, data + done, bytes - done, MSG_NOSIGNAL)
@@ -78,7 +78,7 @@ void move_all(int fd, std::byte* data, std::size_t bytes, bool write, Deadline d
   }
 }
 
-double seconds_since(SteadyClock::time_point t0) {
+double elapsed_s(SteadyClock::time_point t0) {
   return std::chrono::duration<double>(SteadyClock::now() - t0).count();
 }
 
@@ -86,13 +86,13 @@ double seconds_since(SteadyClock::time_point t0) {
 // trip (its first byte's way out and the acknowledgement's back) taken off.
 LinkCost measure_link(int fd, Deadline deadline, const std::atomic<bool>& stop) {
   std::byte token = kProbeFollows;
-  move_all(fd, &token, 1, true, deadline, stop);
+  move_exactly(fd, &token, 1, true, deadline, stop);
   std::vector<double> trips;
   for (int i = 0; i < kTrips; ++i) {
     const auto t0 = SteadyClock::now();
-    move_all(fd, &token, 1, true, deadline, stop);
-    move_all(fd, &token, 1, false, deadline, stop);
-    trips.push_back(seconds_since(t0));
+    move_exactly(fd, &token, 1, true, deadline, stop);
+    move_exactly(fd, &token, 1, false, deadline, stop);
+    trips.push_back(elapsed_s(t0));
   }
   std::sort(trips.begin(), trips.end());
   const double trip = trips[trips.size() / 2];
@@ -100,9 +100,9 @@ LinkCost measure_link(int fd, Deadline deadline, const std::atomic<bool>& stop) 
   double best = 1e9;
   for (int i = 0; i < kStreams; ++i) {
     const auto t0 = SteadyClock::now();
-    move_all(fd, source.data(), kStreamBytes, true, deadline, stop);
-    move_all(fd, &token, 1, false, deadline, stop);
-    best = std::min(best, seconds_since(t0));
+    move_exactly(fd, source.data(), kStreamBytes, true, deadline, stop);
+    move_exactly(fd, &token, 1, false, deadline, stop);
+    best = std::min(best, elapsed_s(t0));
   }
   const double stream_s = std::max(best - trip, best / 2);
   return LinkCost{trip / 2 * 1e6, kStreamBytes / stream_s / 1e9};
@@ -111,18 +111,18 @@ LinkCost measure_link(int fd, Deadline deadline, const std::atomic<bool>& stop) 
 // The answering side: whatever the prober's first byte says.
 void answer_probe(int fd, Deadline deadline, const std::atomic<bool>& stop) {
   std::byte token{};
-  move_all(fd, &token, 1, false, deadline, stop);
+  move_exactly(fd, &token, 1, false, deadline, stop);
   if (token != kProbeFollows) {
     return;
   }
   for (int i = 0; i < kTrips; ++i) {
-    move_all(fd, &token, 1, false, deadline, stop);
-    move_all(fd, &token, 1, true, deadline, stop);
+    move_exactly(fd, &token, 1, false, deadline, stop);
+    move_exactly(fd, &token, 1, true, deadline, stop);
   }
   std::vector<std::byte> sink(kStreamBytes);
   for (int i = 0; i < kStreams; ++i) {
-    move_all(fd, sink.data(), kStreamBytes, false, deadline, stop);
-    move_all(fd, &token, 1, true, deadline, stop);
+    move_exactly(fd, sink.data(), kStreamBytes, false, deadline, stop);
+    move_exactly(fd, &token, 1, true, deadline, stop);
   }
 }
 
@@ -214,11 +214,11 @@ std::optional<LinkCost> probe_ring_network(Mesh& mesh, int rank, int size,
         const auto t0 = SteadyClock::now();
         figure = measure_link(fd, deadline, stop);
         CHORUS_INFO(coll, "rank {}: the network to rank {} ({}) measured in {:.1f} ms: {}", rank,
-                    next, peer_host, seconds_since(t0) * 1e3, format_link_cost(*figure));
+                    next, peer_host, elapsed_s(t0) * 1e3, format_link_cost(*figure));
         cache_network(local_host_id(), peer_host, *figure);
       } else {
         std::byte token = kNoProbe;
-        move_all(fd, &token, 1, true, deadline, stop);
+        move_exactly(fd, &token, 1, true, deadline, stop);
         figure = known;
       }
     } catch (...) {
