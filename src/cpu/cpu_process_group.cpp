@@ -301,7 +301,6 @@ class CpuProcessGroup final : public detail::Backend {
     a.hosts = &formed_.hosts;
     a.one_sided = formed_.one_sided;
     a.peer_memory = formed_.peer_memory;
-    a.shared_memory = formed_.shared_memory;
     a.costs = &formed_.link_costs;
     return a;
   }
@@ -318,8 +317,8 @@ class CpuProcessGroup final : public detail::Backend {
 
   // CHORUS_ALGO_SHOW (rank 0): the choice table, for experiments.
   void show_choices() const {
-    fmt::print(stderr, "chorus: tcp group [{}] of {}: {}\n{}", name(), size(),
-               format_link_costs(formed_.link_costs),
+    fmt::print(stderr, "chorus: tcp group [{}] of {}: prices {}\npriced by the stack: {}\n{}",
+               name(), size(), format_prices(formed_.prices), format_link_costs(formed_.link_costs),
                describe_choices(size(), group_args(), kChoiceTableSizes));
   }
 

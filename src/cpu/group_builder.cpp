@@ -8,6 +8,7 @@
 #include "core/env.hpp"
 #include "core/wire.hpp"
 #include "cpu/bootstrap/host_id.hpp"
+#include "cpu/transports/socket/network_probe.hpp"
 
 namespace chorus::cpu {
 
@@ -72,8 +73,14 @@ void GroupBuilder::connect_mesh() {
 }
 
 void GroupBuilder::agree_link_costs() {
-  formed_.link_costs =
-      agree_on_link_costs(store_, formed_.membership.epoch, id_.rank, mesh_options_.deadline);
+  // The network between hosts, timed between ring neighbours over their setup links before
+  // the socket transport takes them; every rank then prices it alike.
+  NetworkSamples network;
+  network.probers = network_probers(id_.size, formed_.hosts.host_of);
+  network.mine =
+      probe_ring_network(*mesh_, id_.rank, id_.size, formed_.hosts.host_of, mesh_options_.deadline);
+  formed_.prices = agree_on_prices(store_, formed_.membership.epoch, id_.rank,
+                                   mesh_options_.deadline, host_probes(transport_layers()), network);
 }
 
 void GroupBuilder::build_stack() {
@@ -82,11 +89,11 @@ void GroupBuilder::build_stack() {
   const HostMap& hosts = formed_.hosts;
   const auto host = static_cast<std::size_t>(hosts.host_of[static_cast<std::size_t>(id_.rank)]);
   stack_ = make_transport(id_.rank, id_.size, *mesh_, hosts.members[host], mesh_options_.deadline,
-                          hosts.members.size() == 1);
+                          hosts.members.size() == 1, formed_.prices);
   // The capability lives in the transport the engine owns, which outlives every op.
   formed_.one_sided = stack_.transport->one_sided();
   formed_.peer_memory = formed_.one_sided != nullptr;
-  formed_.shared_memory = stack_.shared_memory;
+  formed_.link_costs = stack_.costs;
 }
 
 std::unique_ptr<Engine> GroupBuilder::start_engine(EngineConfig hooks) {

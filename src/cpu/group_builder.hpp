@@ -40,10 +40,10 @@ struct FormedGroup {
   std::optional<DataType> wire_default;
   Membership membership;
   HostMap hosts;                  // which ranks share a host: picks the hierarchical algorithms
-  LinkCosts link_costs;           // the α/β figures every rank of the group chooses by
+  PriceList prices;               // what the group measured, agreed by every rank
+  LinkCosts link_costs;           // the α/β figures every rank chooses by, priced by the stack
   OneSided* one_sided = nullptr;  // the transport's capability (the engine owns the transport)
   bool peer_memory = false;       // every rank on this host, in reach: one_sided offered
-  bool shared_memory = false;     // every rank on this host, streams through shared memory
 };
 
 class GroupBuilder {
