@@ -14,6 +14,7 @@
 #include <chorus/errors.hpp>
 
 #include "core/backend.hpp"
+#include "core/format.hpp"
 #include "core/wire.hpp"
 
 // A tensor in a message, "4 x float32", formatted only when a message uses it: require()'s
@@ -58,8 +59,8 @@ class Checker {
   template <class... Args>
   void require(bool cond, fmt::format_string<Args...> format, Args&&... args) const {
     if (!cond) {
-      throw InvalidArgument(fmt::format("{} on rank {}/{} [{}]: {}{}", name_, rank, size,
-                                        backend_.name(), part_prefix(),
+      throw InvalidArgument(fmt::format("{} {}: {}{}", name_,
+                                        format_on_rank(rank, size, backend_.name()), part_prefix(),
                                         fmt::format(format, std::forward<Args>(args)...)));
     }
   }
