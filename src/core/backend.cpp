@@ -158,7 +158,7 @@ void Backend::check_device(const Tensor& t, const char* what, const char* op_nam
 
 void Backend::check_supported(const OpDescriptor&, const char*) const {}
 
-// Called with issue_mu_ held; the caller keeps it until do_<op>() has queued the op.
+// Called with issue_mu_ held; issue() keeps it until the backend's start() has queued the op.
 OpCall Backend::begin(const char* name, const std::optional<Duration>& timeout, bool collective,
                       TraceEntry& trace, bool late) {
   rethrow_if_failed();
