@@ -52,9 +52,10 @@ struct WeakKeyLess {
 constexpr int kMaxTcpWorldSize = 1 << 20;
 
 // Work::wait() on a collective of up to kWaitSpinMaxBytes looks for up to kWaitSpin before it
-// blocks (WorkState::spin_before_blocking). Measured on 2 cores: an 8-byte allreduce over tcp
-// 1.5x faster at 2 and 4 ranks; at 1-8 MiB and 4 ranks the waiting threads took 10-20 % of
-// the bandwidth from the ranks that move the data, so larger ops block at once.
+// blocks (WorkState::spin_before_blocking): a small op's reply arrives sooner than a sleeping
+// thread wakes. For larger ops the waiting threads take bandwidth from the ranks that move the
+// data when ranks outnumber cores, so they block at once (docs/results.md, "Small ops over
+// loopback tcp: where the microseconds went").
 constexpr std::size_t kWaitSpinMaxBytes = std::size_t{64} << 10;
 constexpr std::chrono::microseconds kWaitSpin{50};
 
