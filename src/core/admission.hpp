@@ -57,7 +57,7 @@ struct Seat {
 Seat wait_for_seat(Store& lobby, const std::string& lobby_name, Duration wait);
 
 // Records that the members gave up the larger group of `epoch` (best effort: never throws), and
-// why; "" from given_up_grown() while they have not.
+// why; grown_given_up() returns that reason, or "" while they have not.
 void give_up_grown(Store& lobby, std::int64_t epoch, const std::string& why) noexcept;
 std::string grown_given_up(Store& lobby, std::int64_t epoch);
 

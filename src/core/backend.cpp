@@ -86,26 +86,24 @@ Backend::Backend(int rank, int size, const GroupOptions& options)
 Backend::~Backend() = default;
 
 std::unique_ptr<Backend> Backend::shrink(ShrinkOptions) {
-  throw InvalidArgument(
-      fmt::format("shrink on rank {}/{} [{}]: the {} backend cannot shrink a group (the tcp "
-                  "backend can); recreate the group on the survivors instead",
-                  rank_, size_, name_, backend_name()),
-      ErrorContext{.rank = rank_, .size = size_, .group = name_, .op = "shrink"});
+  throw InvalidArgument(fmt::format("shrink {}: the {} backend cannot shrink a group (the tcp "
+                                    "backend can); recreate the group on the survivors instead",
+                                    format_on_rank(rank_, size_, name_), backend_name()),
+                        ErrorContext{.rank = rank_, .size = size_, .group = name_, .op = "shrink"});
 }
 
 std::unique_ptr<Backend> Backend::grow(GrowOptions) {
-  throw InvalidArgument(
-      fmt::format("grow on rank {}/{} [{}]: the {} backend cannot grow a group (the tcp backend "
-                  "can)",
-                  rank_, size_, name_, backend_name()),
-      ErrorContext{.rank = rank_, .size = size_, .group = name_, .op = "grow"});
+  throw InvalidArgument(fmt::format("grow {}: the {} backend cannot grow a group (the tcp backend "
+                                    "can)",
+                                    format_on_rank(rank_, size_, name_), backend_name()),
+                        ErrorContext{.rank = rank_, .size = size_, .group = name_, .op = "grow"});
 }
 
 void Backend::stop_admitting(const std::string&) {}
 
 std::unique_ptr<Backend> Backend::form_grown(std::int64_t, int, int, GroupOptions, Formation) {
-  throw InvalidArgument(fmt::format("grow on rank {}/{} [{}]: the {} backend cannot form a group",
-                                    rank_, size_, name_, backend_name()));
+  throw InvalidArgument(fmt::format("grow {}: the {} backend cannot form a group",
+                                    format_on_rank(rank_, size_, name_), backend_name()));
 }
 
 void Backend::set_lobby(std::shared_ptr<Store> lobby, std::string lobby_name) {
@@ -146,22 +144,21 @@ void Backend::check_device(const Tensor& t, const char* what, const char* op_nam
     return;
   }
   if (t.device() != device()) {
-    throw InvalidArgument(fmt::format(
-        "{} on rank {}/{} [{}]: {} is on {}:{} but the {} backend needs tensors on {}:{}; move it "
-        "there first",
-        op_name, rank_, size_, name_, what, to_string(t.device().type), t.device().index,
-        backend_name(), to_string(device().type), device().index));
+    throw InvalidArgument(
+        fmt::format("{} {}: {} is on {}:{} but the {} backend needs tensors on {}:{}; move it "
+                    "there first",
+                    op_name, format_on_rank(rank_, size_, name_), what, to_string(t.device().type),
+                    t.device().index, backend_name(), to_string(device().type), device().index));
   }
   if (t.data() == nullptr) {
-    throw InvalidArgument(
-        fmt::format("{} on rank {}/{} [{}]: {} has {} elements but a null data pointer", op_name,
-                    rank_, size_, name_, what, t.count()));
+    throw InvalidArgument(fmt::format("{} {}: {} has {} elements but a null data pointer", op_name,
+                                      format_on_rank(rank_, size_, name_), what, t.count()));
   }
 }
 
 void Backend::check_supported(const OpDescriptor&, const char*) const {}
 
-// Called with issue_mu_ held; the caller keeps it until do_<op>() has queued the op.
+// Called with issue_mu_ held; issue() keeps it until the backend's start() has queued the op.
 OpCall Backend::begin(const char* name, const std::optional<Duration>& timeout, bool collective,
                       TraceEntry& trace, bool late) {
   rethrow_if_failed();
@@ -169,8 +166,8 @@ OpCall Backend::begin(const char* name, const std::optional<Duration>& timeout, 
   call.name = name;
   call.timeout = timeout ? *timeout : timeout_;
   if (call.timeout <= Duration::zero()) {
-    throw InvalidArgument(fmt::format("{} on rank {}/{} [{}]: timeout must be positive, got {} ms",
-                                      name, rank_, size_, name_, call.timeout.count()));
+    throw InvalidArgument(fmt::format("{} {}: timeout must be positive, got {} ms", name,
+                                      format_on_rank(rank_, size_, name_), call.timeout.count()));
   }
   // One clock read for the deadline, the flight recorder and the backend (OpCall::issued), from
   // the TSC where that is as good (tsc_clock.hpp).

@@ -41,4 +41,8 @@ std::string format_ranks(const std::vector<int>& ranks) {
   return out;
 }
 
+std::string format_on_rank(int rank, int size, std::string_view group) {
+  return fmt::format("on rank {}/{} [{}]", rank, size, group);
+}
+
 }  // namespace chorus

@@ -44,13 +44,13 @@ std::string describe(const std::exception_ptr& error) {
 
 std::unique_ptr<Backend> Backend::grow_through_lobby(GrowOptions options) {
   check_arg(options.wait >= Duration::zero() && options.join_timeout > Duration::zero(),
-            "grow on rank {}/{} [{}]: wait must be >= 0 and join_timeout > 0", rank_, size_, name_);
+            "grow {}: wait must be >= 0 and join_timeout > 0", format_on_rank(rank_, size_, name_));
   if (!lobby_) {
     throw InvalidArgument(fmt::format(
-        "grow on rank {}/{} [{}]: this group cannot grow: only a tcp group made by "
+        "grow {}: this group cannot grow: only a tcp group made by "
         "make_tcp_group() (or shrunk or grown from one) has a lobby for joiners; a split() "
         "subgroup and an nccl group do not",
-        rank_, size_, name_));
+        format_on_rank(rank_, size_, name_)));
   }
   GroupOptions group = std::move(options.group);
   if (!group.timeout) {
@@ -92,9 +92,9 @@ std::unique_ptr<Backend> Backend::grow_through_lobby(GrowOptions options) {
   const std::int64_t joiners = admitted[1];
   if (joiners < 0) {
     throw Error(ErrorCode::store,
-                fmt::format("grow on rank {}/{} [{}]: rank 0 could not read the lobby (its "
+                fmt::format("grow {}: rank 0 could not read the lobby (its "
                             "error says why); this group goes on",
-                            rank_, size_, name_),
+                            format_on_rank(rank_, size_, name_)),
                 ErrorContext{.rank = rank_, .size = size_, .group = name_, .op = "grow"});
   }
   if (joiners == 0) {
@@ -121,15 +121,16 @@ std::unique_ptr<Backend> Backend::grow_through_lobby(GrowOptions options) {
     // Says what was waited for, and for how long: the joiners, within join_timeout.
     const std::string seats = joiners == 1 ? fmt::format("rank {}", size_)
                                            : fmt::format("ranks {}-{}", size_, new_size - 1);
-    form_error = std::make_exception_ptr(Error(
-        e.code(),
-        fmt::format("grow on rank {}/{} [{}]: forming the larger group [{}] with the joiners as "
-                    "its {} failed (it waits GrowOptions::join_timeout, {}, at most); {}: {}",
-                    rank_, size_, name_, group.name, seats, format_duration(options.join_timeout),
-                    is_aborted() ? "this group has failed too (shrink it)"
-                                 : "this group goes on without them",
-                    e.what()),
-        e.context()));
+    form_error = std::make_exception_ptr(
+        Error(e.code(),
+              fmt::format("grow {}: forming the larger group [{}] with the joiners as "
+                          "its {} failed (it waits GrowOptions::join_timeout, {}, at most); {}: {}",
+                          format_on_rank(rank_, size_, name_), group.name, seats,
+                          format_duration(options.join_timeout),
+                          is_aborted() ? "this group has failed too (shrink it)"
+                                       : "this group goes on without them",
+                          e.what()),
+              e.context()));
   } catch (...) {
     form_error = std::current_exception();
   }
@@ -155,10 +156,10 @@ std::unique_ptr<Backend> Backend::grow_through_lobby(GrowOptions options) {
   }
   if (formed == 0) {
     throw Error(ErrorCode::aborted,
-                fmt::format("grow on rank {}/{} [{}]: forming the larger group [{}] failed on "
+                fmt::format("grow {}: forming the larger group [{}] failed on "
                             "another member (its error says why); this group goes on without "
                             "the joiners",
-                            rank_, size_, name_, group.name),
+                            format_on_rank(rank_, size_, name_), group.name),
                 ErrorContext{.rank = rank_, .size = size_, .group = name_, .op = "grow"});
   }
   larger->inherit_lobby(*this);

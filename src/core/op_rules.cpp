@@ -14,11 +14,12 @@
 #include <chorus/errors.hpp>
 
 #include "core/backend.hpp"
+#include "core/format.hpp"
 #include "core/wire.hpp"
 
 // A tensor in a message, "4 x float32", formatted only when a message uses it: require()'s
-// arguments are evaluated on every call, and formatting two strings per call made a small
-// allreduce about 0.1 µs slower.
+// arguments are evaluated on every call, and formatting two strings per call is a measurable
+// share of a small allreduce (docs/results.md, "Small allreduces through the op descriptor").
 namespace chorus::op_rules_detail {
 struct Described {
   const Tensor& tensor;
@@ -58,8 +59,8 @@ class Checker {
   template <class... Args>
   void require(bool cond, fmt::format_string<Args...> format, Args&&... args) const {
     if (!cond) {
-      throw InvalidArgument(fmt::format("{} on rank {}/{} [{}]: {}{}", name_, rank, size,
-                                        backend_.name(), part_prefix(),
+      throw InvalidArgument(fmt::format("{} {}: {}{}", name_,
+                                        format_on_rank(rank, size, backend_.name()), part_prefix(),
                                         fmt::format(format, std::forward<Args>(args)...)));
     }
   }

@@ -3,9 +3,9 @@
 // where that is as good as the steady clock.
 //
 // Why: every op reads the clock twice (its issue time, which is also its deadline base, and the
-// flight recorder's end stamp). clock_gettime() costs about 25 ns on the VMs chorus is measured
-// on, a tenth of an 8-byte allreduce between two ranks over shared memory; rdtsc and a multiply
-// cost about 10.
+// flight recorder's end stamp). clock_gettime() costs a measurable share of an 8-byte allreduce
+// between two ranks over shared memory; rdtsc and a multiply cost less than half as much
+// (docs/results.md, "Flight recorder cost").
 //
 // When: on x86-64, when the kernel's own clocksource is the TSC (it then has checked that the
 // counters agree across CPUs) and the CPU says its TSC ticks at a constant rate, in every power
@@ -17,7 +17,7 @@
 // extrapolates further than that (the steady clock is slewed by NTP; the TSC is not), and the
 // rate follows the steady clock's. Until a rate is known (1 ms after the first call)
 // and while another thread re-anchors, reads go to the steady clock. If the TSC ever disagrees
-// with the steady clock by more than kMaxError at a re-anchor, it is not used again.
+// with the steady clock by more than kMaxErrorNs at a re-anchor, it is not used again.
 //
 // The result is steady time to within a few microseconds; it is monotonic within one window
 // but may step back by that error when the anchor moves. Its uses can take that: deadlines of

@@ -52,9 +52,10 @@ struct WeakKeyLess {
 constexpr int kMaxTcpWorldSize = 1 << 20;
 
 // Work::wait() on a collective of up to kWaitSpinMaxBytes looks for up to kWaitSpin before it
-// blocks (WorkState::spin_before_blocking). Measured on 2 cores: an 8-byte allreduce over tcp
-// 1.5x faster at 2 and 4 ranks; at 1-8 MiB and 4 ranks the waiting threads took 10-20 % of
-// the bandwidth from the ranks that move the data, so larger ops block at once.
+// blocks (WorkState::spin_before_blocking): a small op's reply arrives sooner than a sleeping
+// thread wakes. For larger ops the waiting threads take bandwidth from the ranks that move the
+// data when ranks outnumber cores, so they block at once (docs/results.md, "Small ops over
+// loopback tcp: where the microseconds went").
 constexpr std::size_t kWaitSpinMaxBytes = std::size_t{64} << 10;
 constexpr std::chrono::microseconds kWaitSpin{50};
 
@@ -111,12 +112,12 @@ class CpuProcessGroup final : public detail::Backend {
   }
 
   std::unique_ptr<Backend> split(const std::vector<int>& ranks, GroupOptions options) override {
-    check_arg(!ranks.empty(), "split on rank {}/{} [{}]: the rank list is empty", rank(), size(),
-              name());
+    check_arg(!ranks.empty(), "split {}: the rank list is empty",
+              format_on_rank(rank(), size(), name()));
     for (std::size_t i = 0; i < ranks.size(); ++i) {
       check_arg(ranks[i] >= 0 && ranks[i] < size() && (i == 0 || ranks[i] > ranks[i - 1]),
-                "split on rank {}/{} [{}]: ranks must be sorted, distinct and in [0, {}); got {}",
-                rank(), size(), name(), size(), format_ranks(ranks));
+                "split {}: ranks must be sorted, distinct and in [0, {}); got {}",
+                format_on_rank(rank(), size(), name()), size(), format_ranks(ranks));
     }
     // Every rank calls split in the same order, so the counter names the same subgroup
     // everywhere; its store namespace and hence its group id are new.
@@ -181,9 +182,10 @@ class CpuProcessGroup final : public detail::Backend {
 
   void check_supported(const OpDescriptor& op, const char* name) const override {
     check_arg(op.ins.size() <= kMaxSignatureParts,
-              "{} on rank {}/{} [{}]: {} tensors in one coalesced op; the tcp backend carries at "
+              "{} {}: {} tensors in one coalesced op; the tcp backend carries at "
               "most {} (split the list into several ops)",
-              name, rank(), size(), this->name(), op.ins.size(), kMaxSignatureParts);
+              name, format_on_rank(rank(), size(), this->name()), op.ins.size(),
+              kMaxSignatureParts);
   }
 
  private:
@@ -416,8 +418,8 @@ std::vector<int> implicated_ranks(const std::exception_ptr& failure) {
 
 std::unique_ptr<detail::Backend> CpuProcessGroup::shrink(ShrinkOptions options) {
   check_arg(options.grace >= Duration::zero() && options.join_timeout > Duration::zero(),
-            "shrink on rank {}/{} [{}]: grace must be >= 0 and join_timeout > 0", rank(), size(),
-            name());
+            "shrink {}: grace must be >= 0 and join_timeout > 0",
+            format_on_rank(rank(), size(), name()));
   // Ops in flight fail at once: with the error that failed the group, or Error{aborted}.
   abort("the group is being shrunk to its survivors (shrink())");
   std::vector<int> known_dead = implicated_ranks(failure());

@@ -79,8 +79,9 @@ void GroupBuilder::agree_link_costs() {
   network.probers = network_probers(id_.size, formed_.hosts.host_of);
   network.mine =
       probe_ring_network(*mesh_, id_.rank, id_.size, formed_.hosts.host_of, mesh_options_.deadline);
-  formed_.prices = agree_on_prices(store_, formed_.membership.epoch, id_.rank,
-                                   mesh_options_.deadline, host_probes(transport_layers()), network);
+  formed_.prices =
+      agree_on_prices(store_, formed_.membership.epoch, id_.rank, mesh_options_.deadline,
+                      host_probes(transport_layers()), network);
 }
 
 void GroupBuilder::build_stack() {

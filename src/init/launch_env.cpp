@@ -9,7 +9,7 @@
 //   PMI_RANK / PMI_SIZE          MPICH / Hydra mpiexec (also Intel MPI)
 //   SLURM_PROCID                 Slurm srun
 //   nothing                      a single process
-// The store address rule is in resolve_store() below and in docs/architecture.md.
+// The store address rule is in the store_from_*() functions below and in docs/architecture.md.
 #include "init/launch_env.hpp"
 
 #include <unistd.h>

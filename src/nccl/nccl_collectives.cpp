@@ -384,8 +384,8 @@ std::shared_ptr<Work> NcclProcessGroup::start(const OpDescriptor& op, const OpCa
     default:  // an op this backend does not implement (yet): refused, never miscompiled
       break;
   }
-  throw InvalidArgument(fmt::format("{} on rank {}/{} [{}]: the nccl backend does not run {}",
-                                    call.name, rank(), size(), name(), to_string(op.type)));
+  throw InvalidArgument(fmt::format("{} {}: the nccl backend does not run {}", call.name,
+                                    format_on_rank(rank(), size(), name()), to_string(op.type)));
 }
 
 std::shared_ptr<Work> NcclProcessGroup::do_coalesced(const OpDescriptor& op, const OpCall& call) {

@@ -59,11 +59,10 @@ constexpr std::size_t kPieceBytes = 128 * 1024;
 
 // An out-of-place allreduce with every peer mapped writes its outputs with non-temporal stores
 // (reduce_and_stream) once the group's outputs together reach this size: they no longer fit the
-// last-level cache, so a plain store would first read each output line from memory. Measured on
-// the 2-core VM (32 MiB L3; docs/results.md, "SharedBuffers: the mapped single-copy path"): 8 MiB
-// at 4 ranks 4.41 -> 5.13 GB/s, 64 MiB at 2 and 4 ranks +13 % and +16 %, but 8 MiB at 2 ranks 10.6
-// -> 9.1. In place the outputs are the inputs just read, already in cache, and streaming lost (64
-// MiB at 2 ranks 9.6 -> 7.1), so it never streams there.
+// last-level cache, so a plain store would first read each output line from memory; below it
+// streaming was slower (docs/results.md, "SharedBuffers: the mapped single-copy path"). In place
+// the outputs are the inputs just read, already in cache, and streaming lost, so it never
+// streams there.
 constexpr std::size_t kStreamMinGroupBytes = std::size_t{32} << 20;
 
 // The release message of part 3: a whole stream alignment unit, so that a continuation (which

@@ -35,8 +35,8 @@ namespace {
 // Slices between a reduction of the last reduce-scatter step and the allgather send of its
 // result. Small enough that the reduced slice is still in cache when the kernel copies it
 // (one slot ring of 4 x 256 KiB behind), large enough that the send FIFO rarely waits for a
-// reduction. Measured on loopback, 2 ranks, 64 MiB (median busbw of 5 runs of 9 samples):
-// no interleaving 2.69 GB/s, lag 2: 2.82, lag 4: 3.17, lag 8: no better than 4.
+// reduction; a larger lag was no faster (docs/results.md, "Large allreduce on 2 ranks:
+// interleaving the allgather").
 constexpr std::size_t kAllgatherLag = 4;
 }  // namespace
 

@@ -225,14 +225,15 @@ class Engine final : private LoopRunner::Loop {
   // they leave in one write (Executor::start); after this long it sends the held ones alone,
   // so a mismatched op is still found within about this (a rank whose sends wait for data a
   // mismatched peer never sends would otherwise show the peer nothing until the deadline).
-  // Measured on 2 cores, 8 B allreduce, 4 ranks over loopback tcp, waiting for each op: 65
-  // against 54 us (docs/results.md, "Small ops over loopback tcp: headers held for their data").
+  // Holding saves a write per op and rank on small ops (docs/results.md, "Small ops over
+  // loopback tcp: headers held for their data").
   static constexpr Duration kHeaderHold = std::chrono::milliseconds(1);
   // A collective of up to kSpinMaxBytes in flight: the transport looks for its data for up to
-  // kSpin before it sleeps (PollHint::spin). Measured on 2 cores over
-  // loopback tcp (with Work::wait's own looking): an 8 B allreduce 3.4x faster at 2 ranks and
-  // 2x at 4, 1 MiB 1.35x at 2 ranks; no change at 64 MiB. Over shared memory at 4 ranks: 8 and
-  // 16 MiB 1.1-1.2x faster (16 MiB over tcp: no change); 64 MiB slightly slower, so the bound.
+  // kSpin before it sleeps (PollHint::spin): waking a sleeping thread costs more than a small
+  // op's next message takes to arrive, and a ring step would wait for one at every step. Above
+  // kSpinMaxBytes looking made ops slightly slower
+  // (docs/results.md, "Small ops over loopback tcp: where the microseconds went" and "Shared
+  // memory: reducing out of the rings, looking before sleeping").
   static constexpr std::size_t kSpinMaxBytes = std::size_t{16} << 20;
   static constexpr std::chrono::microseconds kSpin{50};
   // kSpin while a small collective is in flight; after one finished, with nothing queued, the

@@ -69,8 +69,8 @@ std::string FailureReport::rank_name(int rank) const {
 }
 
 std::string FailureReport::prefix(const Op* op) const {
-  return fmt::format("{} on rank {}/{} [{}]", op ? op->what() : std::string("tcp group"), rank_,
-                     size_, group_);
+  return fmt::format("{} {}", op ? op->what() : std::string("tcp group"),
+                     format_on_rank(rank_, size_, group_));
 }
 
 ErrorContext FailureReport::context(const Op* op, std::vector<int> peers) const {

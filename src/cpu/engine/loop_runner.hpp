@@ -135,15 +135,15 @@ class LoopRunner {
   std::atomic<std::uint64_t> drives_{0};  // drives begun (the parked engine sees one go on)
   static constexpr std::chrono::milliseconds kParkTick{1};
   // A parked engine thread whose looks find the same drive still going doubles its tick, up to
-  // this: a caller waiting 3 s for a late peer cost 2 % of a core in 1 ms looks.
+  // this: a caller waiting long for a late peer would otherwise cost a share of a core in looks
+  // that find nothing (docs/results.md, "Figures quoted by design choices").
   static constexpr std::chrono::milliseconds kParkTickMax{64};
   static constexpr std::chrono::milliseconds kParkKeep{2};
   // A parked engine thread whose looks find new drives each time (a caller waiting for op after
   // op) and nothing of its own to do doubles its tick up to this. Each look wakes a thread on a
-  // core where a rank spins; at 1 ms, an 8-byte allreduce stream over loopback tcp at 2 ranks
-  // made 840-890 futex calls and 2,700-3,700 context switches in 40,000 ops, at this bound
-  // 270-280 and 1,100-2,400 (docs/results.md, "Small ops over loopback tcp: per-op work
-  // and the parked engine's looks"). The price: a small op nobody waits on, issued just after
+  // core where a rank spins, so fewer looks mean fewer futex calls and context switches in a
+  // stream of small ops (docs/results.md, "Small ops over loopback tcp: per-op work and the
+  // parked engine's looks"). The price: a small op nobody waits on, issued just after
   // such a stream, starts up to this late.
   static constexpr std::chrono::milliseconds kParkTickBusy{4};
 

@@ -40,12 +40,13 @@ inline constexpr TaskId kNoTask = -1;
 // Every op's bytes on a data stream (each direction of each peer pair) start and end on a
 // 64-byte boundary of the stream. Why: the kernel copies a socket's bytes into and out of pages
 // at their offset in the stream (the sending thread's page fragments fill contiguously), and on
-// this VM's AMD cores `rep movsb` between a source and a destination that are not equally
-// aligned within a cache line runs 15-45 % slower; with the stream aligned, a 64-byte aligned
-// user buffer (torch's, aligned_alloc's) is copied aligned both ways. So an op's signature
-// header is zero-padded to 64 bytes, and a stream whose data is not a multiple of 64 bytes is
-// padded with zeros: by a pad message at its end (its data stays aligned), or, under
-// kPadMessageMinBytes of data, by a longer header (no extra message for a small op).
+// AMD cores `rep movsb` between a source and a destination that are not equally aligned within a
+// cache line runs much slower (docs/results.md, "Figures quoted by design choices", stream
+// alignment); with the stream aligned, a 64-byte aligned user buffer (torch's, aligned_alloc's)
+// is copied aligned both ways. So an op's signature header is zero-padded to 64 bytes, and a
+// stream whose data is not a multiple of 64 bytes is padded with zeros: by a pad message at its
+// end (its data stays aligned), or, under kPadMessageMinBytes of data, by a longer header (no
+// extra message for a small op).
 inline constexpr std::size_t kStreamAlign = 64;
 inline constexpr std::size_t kPadMessageMinBytes = 4096;
 static_assert(kStreamAlign >= kSignatureBytes);

@@ -3,7 +3,7 @@
 // kernel copies straight between the two address spaces, one copy instead of the two that a
 // shared ring costs (into the ring, out of it). The kernel allows it between processes of one
 // user unless a security policy forbids it (Yama's ptrace_scope >= 1 for non-descendants,
-// seccomp in some containers), so a group tests it once at setup (probe_peer_memory, from
+// seccomp in some containers), so a group tests it once at setup (the probes below, from
 // shm_segment.cpp) and uses the algorithms built on it only where every test passed.
 //
 // A peer's address space is named by its pid. A pid is only trusted after a probe read found

@@ -17,8 +17,8 @@
 // it looks at its sockets every kSocketSlice. While the engine runs a collective of up to
 // Engine::kSpinMaxBytes, it first keeps looking for up to the engine's spin budget after the
 // last byte moved, yielding between looks: a futex wake-up costs tens of microseconds on a VM,
-// and every step of a ring waits for one (measured at 4 ranks on 2 cores: 256 KiB 1.8x,
-// 1 MiB 1.3x, 8 MiB 1.15x faster).
+// and every step of a ring would wait for one (docs/results.md, "Shared memory: reducing out of
+// the rings, looking before sleeping").
 //
 // When every rank of the group is on this host it also offers the SmallOps capability
 // (small_ops()): its small-op board (slot_board.hpp), in the same segment.

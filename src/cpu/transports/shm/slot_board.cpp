@@ -82,14 +82,13 @@ constexpr std::size_t kMaskOffset = 2 * kBoardLine;
 constexpr std::size_t kBuffersOffset = kMaskOffset + 3 * kBoardLine;
 constexpr std::size_t kRankStride = kBuffersOffset + 2 * kBufferStride;
 
-// wait(): polls this many times (about 7 us: a `pause` takes some 28 ns here) before it yields,
-// and yields for this long before it sleeps. It looks at the headers after every `pause`: looking
-// at every 16th added up to 450 ns to noticing a publish (8-byte allreduce at 2 ranks: 0.98 us
-// per op looking at every 16th, 0.69 looking at every one, medians of 22 runs). With more ranks
-// than cores a waiting rank must give its core to the rank it waits for at once: it yields from
-// the first look (measured on 2 cores, 8-byte allreduce at 4 ranks: 11-22 us with the spin,
-// 4.5-6.5 us without; 2 ranks: no change). Yielding for 30 or 100 us instead of 10 made neither
-// 2 nor 4 ranks faster.
+// wait(): polls this many times (some microseconds of `pause`) before it yields, and yields for
+// this long before it sleeps. It looks at the headers after every `pause`: looking less often
+// delays noticing a publish by a share of a small op's time (docs/results.md, "Small
+// allreduces on the board: the per-call path"). With more ranks than cores a waiting rank must
+// give its core to the rank it waits for at once: it yields from the first look (docs/results.md,
+// "Figures quoted by design choices", board waits). Yielding longer made neither 2 nor 4
+// ranks faster.
 constexpr int kSpins = 256;
 constexpr auto kYieldFor = std::chrono::microseconds(10);
 

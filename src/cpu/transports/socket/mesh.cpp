@@ -33,7 +33,7 @@ ErrorContext context(const MeshOptions& o, std::vector<int> peers) {
 }
 
 std::string where(const MeshOptions& o) {
-  return fmt::format("tcp group setup on rank {}/{} [{}]", o.rank, o.size, o.group_name);
+  return "tcp group setup " + format_on_rank(o.rank, o.size, o.group_name);
 }
 
 // How often the setup wait looks for a recorded departure; lower setup peers that have not
