@@ -2,9 +2,9 @@
 // bootstrap_perf: time to a formed group for N simulated ranks (default N = 1024, 4096, 16384)
 // against one TcpStore server, and the server's peak memory.
 //
-// Each simulated rank does what a real rank does in build_mesh (src/cpu/bootstrap/mesh.cpp) before
-// the mesh connections: it binds a listening socket (port 0) and calls cpu::join_group on the
-// group's store namespace (a PrefixStore, as make_tcp_group makes one) with its listener's
+// Each simulated rank does what a real rank does in build_mesh (src/cpu/transports/socket/mesh.cpp)
+// before the mesh connections: it binds a listening socket (port 0) and calls cpu::join_group on
+// the group's store namespace (a PrefixStore, as make_tcp_group makes one) with its listener's
 // "host:port" and its ring neighbours as the ranks to read with the outcome (as build_mesh asks),
 // then looks their addresses up (cpu::fetch_addresses, which asks the store only for those not
 // read yet). Internal API: this benchmark links the internal layers (scripts/check_layering.sh

@@ -15,6 +15,7 @@
 #include <torch/csrc/distributed/c10d/Store.hpp>
 
 #include "torch_base.hpp"
+#include "torch_op_rules.hpp"
 #include "torch_work.hpp"
 
 namespace chorus::torch_bridge {
@@ -23,9 +24,11 @@ namespace chorus::torch_bridge {
 // options have no such field): unset, the group's default. Returns the previous setting.
 std::optional<DataType> set_thread_wire_dtype(std::optional<DataType> wire);
 
-// One chorus tcp group per torch group, bootstrapped through torch's store. Every op checks its
-// tensors (CPU, dtype, shapes) on the calling rank, stages non-contiguous tensors through a
-// contiguous copy, and returns a ChorusWork whose future completes from chorus's callbacks.
+// One chorus tcp group per torch group, bootstrapped through torch's store. Every op hands its
+// arguments to one conversion (torch_op_rules.hpp), which checks its tensors (CPU, dtype,
+// shapes) on the calling rank and describes one chorus op, staging non-contiguous tensors and
+// lists through contiguous buffers; it returns a ChorusWork whose future completes from
+// chorus's callbacks.
 // What torch allows but chorus cannot do (several tensors per call, bitwise ReduceOps) throws
 // a message that says so.
 class ProcessGroupChorus final : public TorchBackendBase {
@@ -102,8 +105,9 @@ class ProcessGroupChorus final : public TorchBackendBase {
   std::shared_ptr<chorus::ProcessGroup> chorus_group() const;
 
  private:
-  c10::intrusive_ptr<ChorusWork> make_work(c10d::OpType type, const char* name,
-                                           std::vector<at::Tensor> outputs, int source = -1);
+  // Every op: torch's arguments through the conversion table (plan_torch_op), the chorus op
+  // run, and its Work.
+  c10::intrusive_ptr<c10d::Work> issue(TorchOp op, const TorchArgs& args);
 
   mutable std::mutex mu_;
   std::shared_ptr<chorus::ProcessGroup> group_;  // guarded by mu_; null once shut down

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: BSD-3-Clause
-// Between torch and chorus: dtypes, reduction operators, timeouts, and tensors that chorus can
-// read and write in place (contiguous CPU memory), staging a copy when a tensor is not.
+// Between torch and chorus: dtypes, reduction operators, timeouts, and the checks of torch's
+// conventions that every op shares (one CPU tensor per call, roots, lists of one tensor per rank).
 #pragma once
 
 #include <chrono>
@@ -11,7 +11,6 @@
 
 #include <ATen/ATen.h>
 #include <chorus/options.hpp>
-#include <chorus/tensor.hpp>
 #include <chorus/types.hpp>
 #include <torch/csrc/distributed/c10d/Types.hpp>
 
@@ -32,34 +31,31 @@ ReduceOp chorus_reduce_op(const c10d::ReduceOp& op, at::ScalarType type, const c
 // torch's "unset" (kUnsetTimeout, zero) means the group's default.
 std::optional<Duration> chorus_timeout(std::chrono::milliseconds timeout);
 
-// A torch tensor as chorus sees it: `buffer` is the tensor itself when it is contiguous CPU
-// memory, else a contiguous copy that copy_back() writes into the user's tensor after the op.
-struct Staged {
-  at::Tensor user;
-  at::Tensor buffer;
-  Tensor view() const;  // chorus's view of buffer
-  bool is_copy() const { return !user.is_same(buffer); }
-  void copy_back() const {
-    if (is_copy()) {
-      user.copy_(buffer);
-    }
-  }
-};
+// "chorus: allgather: ", the start of every message the bridge throws.
+std::string op_prefix(const char* op);
 
-// Checks that t is a dense CPU tensor (the tcp backend's memory), then stages it.
-Staged stage(const at::Tensor& t, const char* op);
+// Throws unless t is a dense CPU tensor of a dtype chorus carries (the tcp backend's memory).
+void require_dense_cpu(const at::Tensor& t, const char* op);
 
 // Requires exactly one tensor (one device per process: chorus's torch backend runs on CPU).
 void require_one_tensor(std::size_t n, const char* op);
 
+// root is a rank of a group of `size`.
+void require_root(std::int64_t root, int size, const char* op);
+
+// A list of one tensor per rank has `size` entries; `what` names it ("the output list").
+void require_one_per_rank(std::size_t n, int size, const char* what, const char* op);
+
+void require_same_dtype(const at::Tensor& a, const at::Tensor& b, const char* op);
+
+// `large` holds `factor` times `small`'s elements (all_gather_into_tensor's output,
+// reduce_scatter_tensor's input); the names say which is which ("output", "inputs[2]").
+void require_times(const at::Tensor& large, const at::Tensor& small, std::int64_t factor,
+                   const std::string& large_name, const std::string& small_name, const char* op);
+
 // Every tensor of `list` has the dtype and shape of `like` (as gloo requires); names the first
 // that does not, with both shapes. `what` names the list ("output_tensor_list").
-void require_all_like(const std::vector<at::Tensor>& list, const at::Tensor& like,
-                      const char* what, const char* op);
-
-// The tensors of `list` concatenated into one new contiguous 1-D tensor (of like's dtype).
-at::Tensor flatten(const std::vector<at::Tensor>& list);
-// Writes consecutive pieces of flat (1-D) into each tensor of `list`, in order.
-void unflatten_into(const at::Tensor& flat, const std::vector<at::Tensor>& list);
+void require_all_like(at::TensorList list, const at::Tensor& like, const char* what,
+                      const char* op);
 
 }  // namespace chorus::torch_bridge

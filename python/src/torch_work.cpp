@@ -14,6 +14,17 @@ namespace {
 std::atomic<bool> g_exiting{false};
 std::atomic<int> g_completing{0};
 
+// How many Work completions this thread is inside: a future's callbacks (DDP's, a comm
+// hook's, the user's) run within them, so a Work armed while it is non-zero is armed by one.
+thread_local int tl_completing_depth = 0;
+
+struct CompletingHere {
+  CompletingHere() { ++tl_completing_depth; }
+  ~CompletingHere() { --tl_completing_depth; }
+  CompletingHere(const CompletingHere&) = delete;
+  CompletingHere& operator=(const CompletingHere&) = delete;
+};
+
 bool enter_python_region() {
   g_completing.fetch_add(1);
   if (g_exiting.load()) {
@@ -138,6 +149,9 @@ void ChorusWork::arm() {
       armed_.exchange(true, std::memory_order_acq_rel)) {
     return;
   }
+  if (tl_completing_depth > 0 && arm_on_own_thread()) {
+    return;
+  }
   // One extra count held while arming, so a part that is already done (its callback runs here,
   // inline) cannot complete the Work before every callback is registered.
   remaining_.store(static_cast<int>(parts_.size()) + 1, std::memory_order_relaxed);
@@ -148,11 +162,43 @@ void ChorusWork::arm() {
   part_done(nullptr);
 }
 
+bool ChorusWork::arm_on_own_thread() {
+  auto self = c10::intrusive_ptr<ChorusWork>::unsafe_reclaim_from_nonowning(this);
+  try {
+    std::thread([self]() mutable {
+      std::exception_ptr first_error;
+      for (const auto& part : self->parts_) {
+        try {
+          part->synchronize();  // the host waits (for a CPU op: wait(), may drive the engine)
+        } catch (...) {
+          if (!first_error) {
+            first_error = std::current_exception();
+          }
+        }
+      }
+      if (!enter_python_region()) {
+        (void)self.release();  // the interpreter is exiting: neither complete nor free
+        return;
+      }
+      {
+        CompletingHere here;
+        self->complete_once(first_error);
+        self.reset();  // may free tensors: inside the region
+      }
+      g_completing.fetch_sub(1);
+    }).detach();
+  } catch (const std::system_error&) {
+    return false;  // no thread to be had: the callbacks, as for any other Work
+  }
+  return true;
+}
+
 void ChorusWork::part_arrived(c10::intrusive_ptr<ChorusWork> self, std::exception_ptr error) {
   if (!enter_python_region()) {
     (void)self.release();  // the interpreter is exiting: neither complete nor free (the GIL)
     return;
   }
+  CompletingHere here;
   self->part_done(std::move(error));
   self.reset();  // may free tensors: inside the region
   g_completing.fetch_sub(1);

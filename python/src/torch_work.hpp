@@ -24,7 +24,9 @@ namespace chorus::torch_bridge {
 // then() callbacks are armed (once) by getFuture() and by a bounded wait(). Armed callbacks run
 // on the group's callback thread, never on the engine thread that heartbeats, and complete the
 // Work there: the future's callbacks (DDP's, a comm hook's, the user's Python, which needs the
-// GIL) run there, and so does the release of tensors (which may need the GIL too). Unarmed, a
+// GIL) run there, and so does the release of tensors (which may need the GIL too). A Work
+// armed from inside a completion (a future's callback that issues an op and waits for it) is
+// completed by a thread of its own instead, since the callback thread is the one waiting. Unarmed, a
 // Work costs no callback-thread wake-up; it is completed by whichever thread first finds its
 // ops done: an unbounded wait() (which waits on the ops themselves, so a small op's waiting
 // thread drives the engine), isCompleted(), or start() when the ops were done before it
@@ -69,7 +71,15 @@ class ChorusWork final : public c10d::Work {
 
  private:
   // Registers a then() callback on every chorus op, once; a no-op once completion is claimed.
+  // Armed inside a completion (a future's callback issued the op and asks for its future or
+  // waits with a bound), it uses arm_on_own_thread() instead.
   void arm();
+  // A thread of the Work's own waits for its ops and completes it. For a Work armed by a
+  // future's callback: then() callbacks would run on the group's callback thread after the one
+  // running, which may be about to wait for this very Work (torch's PowerSGD hook issues an
+  // all_reduce in a callback and waits for its future), and would wait for itself. False if no
+  // thread could be started.
+  bool arm_on_own_thread();
   // A chorus op of `self` completed (its then() callback, on a chorus thread).
   static void part_arrived(c10::intrusive_ptr<ChorusWork> self, std::exception_ptr error);
   void part_done(std::exception_ptr error);

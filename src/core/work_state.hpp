@@ -27,7 +27,7 @@ namespace chorus {
 
 class WorkState;
 
-// A backend that can run its progress loop on a waiting thread (tcp: Engine::drive). Shared by
+// A backend that can run its progress loop on a waiting thread (tcp: LoopRunner::drive). Shared by
 // the Works that use it, so it may outlive the backend: drive() then returns at once.
 class WorkDriver {
  public:

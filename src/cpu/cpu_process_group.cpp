@@ -27,11 +27,9 @@
 #include "core/survivor_agreement.hpp"
 #include "core/wire.hpp"
 #include "cpu/algorithms/algorithms.hpp"
-#include "cpu/bootstrap/host_id.hpp"
 #include "cpu/bootstrap/link_costs.hpp"
-#include "cpu/bootstrap/mesh.hpp"
 #include "cpu/engine/engine.hpp"
-#include "cpu/transports/transport_stack.hpp"
+#include "cpu/group_builder.hpp"
 
 namespace chorus {
 namespace cpu {
@@ -78,68 +76,15 @@ class CpuProcessGroup final : public detail::Backend {
   CpuProcessGroup(std::shared_ptr<Store> store, int rank, int size, const TcpGroupOptions& options,
                   std::optional<detail::Formation> formation = {})
       : Backend(rank, size, options.group), store_(std::move(store)), options_(options) {
-    // Before any connection: a bad value fails every rank alike, at once.
-    if (const auto algo = env::get("CHORUS_ALGO")) {
-      forced_ = parse_algorithm_overrides(*algo);
-    }
-    wire_default_ = options.wire_dtype ? options.wire_dtype : env::wire_dtype();
-    check_arg(!wire_default_ || *wire_default_ == DataType::bfloat16 ||
-                  *wire_default_ == DataType::float16 || *wire_default_ == DataType::float32,
-              "tcp group [{}]: TcpGroupOptions::wire_dtype is {}; a wire is bfloat16, float16 "
-              "(for float32 data) or float32 (for float64 data)",
-              name(), to_string(*wire_default_));
-    MeshOptions mo;
-    mo.rank = rank;
-    mo.size = size;
-    mo.sockets_per_peer = options.sockets_per_peer;
-    mo.local_send_buffer = options.local_send_buffer_bytes;
-    mo.interface = options.interface;
-    mo.group_name = name();
-    mo.timeout = timeout();
-    mo.deadline = Deadline::after(formation ? formation->bound : timeout());
-    if (formation) {
-      mo.formation_bound = formation->bound;
-      mo.give_up = std::move(formation->give_up);
-    }
-    mo.hello_timeout = options.hello_timeout;
-    mo.peer_timeout = env::resolve_peer_timeout(options.peer_timeout);
-    mo.host_id = local_host_id();
-    mo.link_host_peers = env::transport_choice() != env::TransportChoice::tcp;
-    if (const auto sockets = env::max_peer_sockets()) {
-      mo.max_links = static_cast<std::size_t>(
-          std::max<long long>(1, *sockets / (options.sockets_per_peer + 1)));
-    }
-    Mesh mesh = build_mesh(*store_, mo);
-    membership_ = mesh.membership;
-    hosts_ = make_host_map(host_ids(membership_));
-    link_costs_ = agree_on_link_costs(*store_, membership_.epoch, rank, mo.deadline);
-    EngineConfig ec;
-    ec.rank = rank;
-    ec.size = size;
-    ec.group = name();
-    ec.peer_timeout = mo.peer_timeout;
-    ec.on_failure = [this](std::exception_ptr e) { record_failure(std::move(e)); };
-    ec.on_start = [this](const OpCall& call, const char* algorithm) {
-      trace_started(call, algorithm);
-    };
-    // The single-copy algorithms and the shared-memory transport's small-op path need every
-    // rank of the group on this host.
-    TransportStack stack = make_transport(
-        rank, size, std::move(mesh),
-        hosts_.members[static_cast<std::size_t>(hosts_.host_of[static_cast<std::size_t>(rank)])],
-        mo.deadline, hosts_.members.size() == 1);
-    // The capability lives in the transport the engine owns, which outlives every op.
-    one_sided_ = stack.transport->one_sided();
-    peer_memory_ = one_sided_ != nullptr && one_sided_->completes_inline();
-    shared_memory_ = stack.shared_memory;
-    engine_ = std::make_unique<Engine>(std::move(ec), std::move(stack.transport));
+    GroupBuilder builder(*store_, GroupIdentity{rank, size, name(), timeout()}, options_,
+                         std::move(formation));
+    formed_ = builder.form();
+    engine_ = builder.start_engine(engine_hooks());
     if (const SmallOps* small = engine_->small_ops()) {
       record_small_allreduces_late(small->max_bytes());  // start(): the caller-run small path
     }
-    if (rank == 0 && env::get("CHORUS_ALGO_SHOW")) {  // the choice table, for experiments
-      fmt::print(stderr, "chorus: tcp group [{}] of {}: {}\n{}", name(), size,
-                 format_link_costs(link_costs_),
-                 describe_choices(size, group_args(), kChoiceTableSizes));
+    if (rank == 0 && env::get("CHORUS_ALGO_SHOW")) {
+      show_choices();
     }
   }
 
@@ -149,7 +94,7 @@ class CpuProcessGroup final : public detail::Backend {
     // A healthy group removes its store keys (a failed one may have lost its store: skip the
     // round trips; an earlier launch's records never stop a relaunch, see membership.hpp).
     if (!failure()) {
-      leave_group(*store_, membership_, rank());
+      leave_group(*store_, formed_.membership, rank());
     }
   }
 
@@ -291,9 +236,10 @@ class CpuProcessGroup final : public detail::Backend {
     const int root = rule.rooted ? d.root : 0;
     o->args.op = op;
     o->args.root = root;
-    o->args.forced = forced_[static_cast<std::size_t>(kind)];
+    o->args.forced = formed_.forced[static_cast<std::size_t>(kind)];
     if (has_wire(kind)) {
-      const DataType wire = d.wire_dtype ? *d.wire_dtype : default_wire(dtype, op, wire_default_);
+      const DataType wire =
+          d.wire_dtype ? *d.wire_dtype : default_wire(dtype, op, formed_.wire_default);
       if (wire != dtype) {
         o->args.wire = wire;
         o->sig.wire = wire;
@@ -352,12 +298,28 @@ class CpuProcessGroup final : public detail::Backend {
     CollectiveArgs a;
     a.small_bytes = options_.small_allreduce_bytes;
     a.slice_bytes = options_.slice_bytes;
-    a.hosts = &hosts_;
-    a.one_sided = one_sided_;
-    a.peer_memory = peer_memory_;
-    a.shared_memory = shared_memory_;
-    a.costs = &link_costs_;
+    a.hosts = &formed_.hosts;
+    a.one_sided = formed_.one_sided;
+    a.peer_memory = formed_.peer_memory;
+    a.costs = &formed_.link_costs;
     return a;
+  }
+
+  // The engine's calls into the group: the first failure, and each op's start.
+  EngineConfig engine_hooks() {
+    EngineConfig ec;
+    ec.on_failure = [this](std::exception_ptr e) { record_failure(std::move(e)); };
+    ec.on_start = [this](const OpCall& call, const char* algorithm) {
+      trace_started(call, algorithm);
+    };
+    return ec;
+  }
+
+  // CHORUS_ALGO_SHOW (rank 0): the choice table, for experiments.
+  void show_choices() const {
+    fmt::print(stderr, "chorus: tcp group [{}] of {}: prices {}\npriced by the stack: {}\n{}",
+               name(), size(), format_prices(formed_.prices), format_link_costs(formed_.link_costs),
+               describe_choices(size(), group_args(), kChoiceTableSizes));
   }
 
   // The Work of an op the engine runs: its callbacks run on the callback thread, so that no
@@ -389,15 +351,8 @@ class CpuProcessGroup final : public detail::Backend {
   TcpGroupOptions options_;
   std::atomic<std::uint64_t> splits_{0};
   std::atomic<std::uint64_t> shrinks_{0};
-  Membership membership_;
-  HostMap hosts_;                // which ranks share a host: picks the hierarchical algorithms
-  AlgorithmOverrides forced_{};  // CHORUS_ALGO
-  // TcpGroupOptions::wire_dtype, else CHORUS_WIRE_DTYPE: the wire of ops that set none.
-  std::optional<DataType> wire_default_;
-  LinkCosts link_costs_;           // the α/β figures every rank of the group chooses by
-  OneSided* one_sided_ = nullptr;  // the transport's capability (engine_ owns the transport)
-  bool peer_memory_ = false;       // every rank on this host, in reach: one_sided_ runs inline
-  bool shared_memory_ = false;     // every rank on this host, streams through shared memory
+  // What forming the group made (group_builder.hpp): what its ops' algorithms are chosen by.
+  FormedGroup formed_;
   // The last collective handed to the engine (the issue lock guards it): once it is complete,
   // the engine has no collective queued or running.
   std::shared_ptr<WorkState> last_engine_collective_;

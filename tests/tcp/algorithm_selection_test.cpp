@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: BSD-3-Clause
 // The algorithm registry's choice: which algorithm for which op, size and topology under given
-// α/β figures; CHORUS_ALGO forcing, its fall-backs and its errors; the link cost figures'
-// text form and their agreement through the store.
+// α/β figures; CHORUS_ALGO forcing, its fall-backs and its errors; each transport layer
+// pricing the peer classes it serves; the price list's text form and its agreement through the
+// store.
 #include <cstdlib>
 #include <string>
 #include <thread>
@@ -14,6 +15,8 @@
 
 #include "cpu/algorithms/algorithms.hpp"
 #include "cpu/bootstrap/link_costs.hpp"
+#include "cpu/transports/socket/network_probe.hpp"
+#include "cpu/transports/transport_stack.hpp"
 
 namespace chorus::test {
 namespace {
@@ -24,7 +27,7 @@ using cpu::AlgorithmId;
 // than ranks.
 cpu::LinkCosts uniform_costs() {
   cpu::LinkCosts c;
-  c.shm = c.socket = c.network = {10.0, 1.0};
+  c.same_host = c.other_host = {10.0, 1.0};
   c.peer_copy_gbps = 0.5;
   c.memcpy_gbps = 4.0;
   c.reduce_gbps = 4.0;
@@ -84,10 +87,10 @@ TEST_CASE("the latency/bandwidth crossover follows α/β", "[tcp][selection]") {
   CHECK(base > 1024);
   CHECK(base < (std::size_t{64} << 20));
   // Dearer rounds: latency algorithms win to larger sizes; cheaper ones: to smaller sizes.
-  choose.costs.socket.alpha_us *= 8;
+  choose.costs.same_host.alpha_us *= 8;
   const std::size_t dear = crossover(choose, OpType::allreduce, 4, AlgorithmId::recursive_doubling);
   CHECK(dear > base);
-  choose.costs.socket.alpha_us /= 64;
+  choose.costs.same_host.alpha_us /= 64;
   const std::size_t cheap =
       crossover(choose, OpType::allreduce, 4, AlgorithmId::recursive_doubling);
   CHECK(cheap < base);
@@ -96,38 +99,134 @@ TEST_CASE("the latency/bandwidth crossover follows α/β", "[tcp][selection]") {
   const std::size_t tree = crossover(b, OpType::broadcast, 8, AlgorithmId::tree);
   CHECK(tree > 1024);
   CHECK(b(OpType::broadcast, 8, std::size_t{64} << 20) == AlgorithmId::chain);
-  b.costs.socket.alpha_us *= 8;
+  b.costs.same_host.alpha_us *= 8;
   CHECK(crossover(b, OpType::broadcast, 8, AlgorithmId::tree) > tree);
 }
 
-TEST_CASE("the transport the group's ranks use picks the figures", "[tcp][selection]") {
+TEST_CASE("the peer class a flat algorithm crosses picks the figures", "[tcp][selection]") {
   Chooser choose;
-  choose.costs.shm = {1.0, 4.0};      // cheap rounds through shared memory
-  choose.costs.socket = {50.0, 1.0};  // dear ones over loopback tcp
-  const std::size_t over_sockets =
+  choose.costs.same_host = {1.0, 4.0};  // cheap rounds on the host
+  const std::size_t on_host =
       crossover(choose, OpType::allreduce, 4, AlgorithmId::recursive_doubling);
-  choose.a.shared_memory = true;
-  const std::size_t over_shm =
+  choose.costs.same_host = {50.0, 1.0};  // dear ones
+  const std::size_t dear_host =
       crossover(choose, OpType::allreduce, 4, AlgorithmId::recursive_doubling);
-  CHECK(over_shm < over_sockets);
-  // Several hosts: the flat algorithms cross the network.
+  CHECK(on_host < dear_host);
+  // Several hosts: the flat algorithms cross the network, whatever the host's links cost.
   const cpu::HostMap apart = cpu::make_host_map({"a", "b", "c", "d"});
-  choose.a.shared_memory = false;
   choose.a.hosts = &apart;
-  choose.costs.network = {500.0, 0.1};
-  CHECK(crossover(choose, OpType::allreduce, 4, AlgorithmId::recursive_doubling) > over_sockets);
+  choose.costs.other_host = {500.0, 0.1};
+  const std::size_t slow_network =
+      crossover(choose, OpType::allreduce, 4, AlgorithmId::recursive_doubling);
+  CHECK(slow_network > dear_host);
+  choose.costs.same_host = {1.0, 4.0};
+  CHECK(crossover(choose, OpType::allreduce, 4, AlgorithmId::recursive_doubling) == slow_network);
+}
+
+namespace {
+
+// A price list with every production probe's entry set apart, so a test sees who priced what.
+cpu::PriceList distinct_prices() {
+  cpu::PriceList p;
+  p.links["socket"] = {11.0, 1.1};
+  p.links["shm"] = {2.0, 20.0};
+  p.links["peer_copy"] = {0.0, 7.0};
+  p.links["network"] = {99.0, 0.125};
+  p.memcpy_gbps = 30.0;
+  p.reduce_gbps = 25.0;
+  p.host_cpus = 8;
+  return p;
+}
+
+// The production table's figures for a rank of a group; `host_ranks` ranks on its host.
+cpu::LinkCosts priced(const cpu::PriceList& prices, bool whole_group, bool shared_memory) {
+  cpu::StackContext ctx;
+  ctx.whole_group = whole_group;
+  ctx.shared_memory = shared_memory;
+  ctx.prices = &prices;
+  return cpu::price_stack(cpu::transport_layers(), ctx);
+}
+
+bool same(const cpu::LinkCost& a, const cpu::LinkCost& b) {
+  return a.alpha_us == b.alpha_us && a.gbps == b.gbps;
+}
+
+}  // namespace
+
+TEST_CASE("each transport layer prices the peers it serves; the layers above override",
+          "[tcp][selection]") {
+  const cpu::PriceList p = distinct_prices();
+  // One host, its streams through shared memory: shm prices the host's peers, cma the copies.
+  cpu::LinkCosts c = priced(p, true, true);
+  CHECK(same(c.same_host, p.links.at("shm")));
+  CHECK(same(c.other_host, p.links.at("network")));
+  CHECK(c.peer_copy_gbps == 7.0);
+  CHECK(c.memcpy_gbps == 30.0);
+  CHECK(c.reduce_gbps == 25.0);
+  CHECK(c.host_cpus == 8);
+  // One host whose ranks could not share memory: the sockets carry, and price, everything.
+  c = priced(p, true, false);
+  CHECK(same(c.same_host, p.links.at("socket")));
+  // Several hosts: every rank prices a host's peers through the rings, even a rank alone on
+  // its host (its stack has no shm layer), so that every rank holds the same figures.
+  c = priced(p, false, false);
+  CHECK(same(c.same_host, p.links.at("shm")));
+  CHECK(same(c.other_host, p.links.at("network")));
+  // CHORUS_TRANSPORT=tcp: the sockets on the host too.
+  ::setenv("CHORUS_TRANSPORT", "tcp", 1);
+  c = priced(p, false, false);
+  ::unsetenv("CHORUS_TRANSPORT");
+  CHECK(same(c.same_host, p.links.at("socket")));
+  // A list from before a transport existed: that transport's fallback.
+  cpu::PriceList old = p;
+  old.links.erase("network");
+  c = priced(old, false, false);
+  CHECK(c.other_host.gbps == 1.25);
+  // Every production layer with a probe names it in the host's list.
+  std::vector<std::string> names;
+  for (const cpu::LinkProbe& probe : cpu::host_probes(cpu::transport_layers())) {
+    names.push_back(probe.name);
+  }
+  CHECK(names == std::vector<std::string>{"socket", "shm", "peer_copy"});
+}
+
+TEST_CASE("a layer's own probe and price need no line outside its entry", "[tcp][selection]") {
+  // A test transport over the production table, priced like any other: it declares its probe
+  // and takes over the network from the socket layer.
+  std::vector<cpu::TransportLayer> table = cpu::transport_layers();
+  cpu::TransportLayer fast;
+  fast.name = "fast";
+  fast.applies = [](const cpu::StackContext&) { return false; };
+  fast.probes = {{"fast", {1.0, 50.0}, [] { return cpu::LinkCost{2.0, 40.0}; }}};
+  fast.price = [](const cpu::StackContext&, const cpu::PriceList& prices, cpu::LinkCosts& costs) {
+    costs.other_host = prices.link("fast", {1.0, 50.0});
+  };
+  table.insert(table.end() - 1, fast);  // under fault
+  const cpu::PriceList measured = cpu::measure_host_prices(cpu::host_probes({fast}));
+  CHECK(same(measured.links.at("fast"), {2.0, 40.0}));
+  cpu::StackContext ctx;
+  ctx.prices = &measured;
+  CHECK(same(cpu::price_stack(table, ctx).other_host, {2.0, 40.0}));
+  // Its figures move the choice between hosts.
+  Chooser choose;
+  const cpu::HostMap apart = cpu::make_host_map({"a", "b", "c", "d"});
+  choose.a.hosts = &apart;
+  choose.costs = cpu::price_stack(table, ctx);
+  choose.costs.host_cpus = 64;
+  const std::size_t fast_crossover =
+      crossover(choose, OpType::allreduce, 4, AlgorithmId::recursive_doubling);
+  choose.costs.other_host = {2.0, 0.125};
+  CHECK(crossover(choose, OpType::allreduce, 4, AlgorithmId::recursive_doubling) < fast_crossover);
 }
 
 TEST_CASE("a host's ranks beyond its CPUs make its rounds dearer", "[tcp][selection]") {
   Chooser choose;
-  choose.a.shared_memory = true;
   const std::size_t enough =
       crossover(choose, OpType::allreduce, 8, AlgorithmId::recursive_doubling);
   choose.costs.host_cpus = 2;  // 8 ranks on 2 CPUs: a round costs 4 alphas
   const std::size_t crowded =
       crossover(choose, OpType::allreduce, 8, AlgorithmId::recursive_doubling);
   CHECK(crowded > enough);
-  choose.a.shared_memory = false;
   const cpu::HostMap apart = cpu::make_host_map({"a", "b", "c", "d", "e", "f", "g", "h"});
   choose.a.hosts = &apart;  // one rank per host: the network's rounds, never scaled
   const std::size_t network =
@@ -138,8 +237,8 @@ TEST_CASE("a host's ranks beyond its CPUs make its rounds dearer", "[tcp][select
 
 TEST_CASE("hierarchical allreduce over hosts with several ranks", "[tcp][selection]") {
   Chooser choose;
-  choose.costs.shm = {5.0, 5.0};
-  choose.costs.network = {50.0, 0.125};  // 1 Gbit/s between hosts
+  choose.costs.same_host = {5.0, 5.0};
+  choose.costs.other_host = {50.0, 0.125};  // 1 Gbit/s between hosts
   const cpu::HostMap two_by_two = cpu::make_host_map({"a", "a", "b", "b"});
   choose.a.hosts = &two_by_two;
   for (std::size_t bytes : {std::size_t{8}, std::size_t{64} << 10, std::size_t{64} << 20}) {
@@ -161,7 +260,6 @@ TEST_CASE("direct: the default between SharedBuffers from 256 KiB, never with pr
           "[tcp][selection]") {
   Chooser choose;
   choose.a.peer_memory = true;
-  choose.a.shared_memory = true;
   choose.a.shared_buffers = true;
   for (OpType kind :
        {OpType::allreduce, OpType::reduce_scatter, OpType::allgather, OpType::broadcast}) {
@@ -250,27 +348,35 @@ TEST_CASE("CHORUS_ALGO: parsed once into ids, forced where it runs, bad entries 
   }
 }
 
-TEST_CASE("link costs: text form, and one set for the whole group", "[tcp][selection]") {
-  const cpu::LinkCosts d = cpu::default_link_costs();
-  const auto back = cpu::parse_link_costs(cpu::format_link_costs(d));
+TEST_CASE("price lists: text form, and one list for the whole group", "[tcp][selection]") {
+  const cpu::PriceList d = distinct_prices();
+  const auto back = cpu::parse_prices(cpu::format_prices(d));
   REQUIRE(back);
-  CHECK(cpu::format_link_costs(*back) == cpu::format_link_costs(d));
+  CHECK(cpu::format_prices(*back) == cpu::format_prices(d));
+  CHECK(back->links.size() == 4);
   for (const char* bad :
-       {"", "v1", "v2 shm=1/1 socket=1/1 network=1/1 peer_copy=1 memcpy=1 reduce=1",
-        "v1 shm=1/0 socket=1/1 network=1/1 peer_copy=1 memcpy=1 reduce=1",
-        "v1 shm=1/1 socket=1/1 network=1/1 peer_copy=1 memcpy=1 reduce=1 x"}) {
+       {"", "v1", "v2", "v2 memcpy=1 reduce=1", "v2 memcpy=1 reduce=0 cpus=1",
+        "v2 memcpy=1 reduce=1 cpus=1 shm=1/0", "v2 memcpy=1 reduce=1 cpus=1 shm=1/1 shm=1/1",
+        "v2 memcpy=1 reduce=1 cpus=1 shm=1/1x", "v2 memcpy=1 reduce=1 cpus=1 x",
+        "v2 memcpy=1 reduce=1 cpus=1 Shm=1/1",
+        "v1 shm=1/1 socket=1/1 network=1/1 peer_copy=1 memcpy=1 reduce=1 "
+        "cpus=2"}) {
     INFO(bad);
-    CHECK_FALSE(cpu::parse_link_costs(bad));
+    CHECK_FALSE(cpu::parse_prices(bad));
   }
+  CHECK(cpu::parse_link_cost("25.000/1.250"));
+  CHECK_FALSE(cpu::parse_link_cost("25/0"));
+  CHECK_FALSE(cpu::parse_link_cost("25/1 2/3"));
   // Rank 0 publishes; the others read exactly its figures. CHORUS_LINK_COSTS=default: no probe.
   ::setenv("CHORUS_LINK_COSTS", "default", 1);
+  const std::vector<cpu::LinkProbe> probes = cpu::host_probes(cpu::transport_layers());
   auto store = make_hash_store();
   std::vector<std::string> seen(4);
   std::vector<std::thread> ranks;
   for (int r = 3; r >= 0; --r) {  // the readers first: they wait for rank 0
     ranks.emplace_back([&, r] {
-      seen[static_cast<std::size_t>(r)] = cpu::format_link_costs(
-          cpu::agree_on_link_costs(*store, "epoch1", r, Deadline::after(std::chrono::seconds(10))));
+      seen[static_cast<std::size_t>(r)] = cpu::format_prices(cpu::agree_on_prices(
+          *store, "epoch1", r, Deadline::after(std::chrono::seconds(10)), probes));
     });
   }
   for (auto& t : ranks) {
@@ -278,23 +384,81 @@ TEST_CASE("link costs: text form, and one set for the whole group", "[tcp][selec
   }
   ::unsetenv("CHORUS_LINK_COSTS");
   for (const std::string& s : seen) {
-    CHECK(s == cpu::format_link_costs(d));
+    CHECK(s == seen[0]);
   }
+  const auto agreed = cpu::parse_prices(seen[0]);
+  REQUIRE(agreed);
+  CHECK(same(agreed->links.at("shm"), {3.3, 22.7}));  // the fallbacks
 }
 
-TEST_CASE("the probe measures every figure within bounds", "[tcp][selection]") {
+TEST_CASE("the probes measure every figure within bounds", "[tcp][selection]") {
   const auto t0 = std::chrono::steady_clock::now();
-  const cpu::LinkCosts m = cpu::measure_link_costs();
+  const cpu::PriceList m = cpu::measure_host_prices(cpu::host_probes(cpu::transport_layers()));
   const double ms =
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-  INFO(cpu::format_link_costs(m) << " in " << ms << " ms");
+  INFO(cpu::format_prices(m) << " in " << ms << " ms");
   CHECK(ms < 2000);  // about 0.1 s on the loaded 2-core VM
-  for (double v : {m.shm.gbps, m.socket.gbps, m.memcpy_gbps, m.reduce_gbps, m.peer_copy_gbps}) {
+  for (double v : {m.links.at("shm").gbps, m.links.at("socket").gbps, m.memcpy_gbps, m.reduce_gbps,
+                   m.links.at("peer_copy").gbps}) {
     CHECK(v > 0.01);
   }
-  CHECK(m.shm.alpha_us > 0);
-  CHECK(m.socket.alpha_us > 0);
-  CHECK(cpu::parse_link_costs(cpu::format_link_costs(m)));
+  CHECK(m.links.at("shm").alpha_us > 0);
+  CHECK(m.links.at("socket").alpha_us > 0);
+  CHECK(cpu::parse_prices(cpu::format_prices(m)));
+}
+
+TEST_CASE("the network: every rank holds the slowest link the probers measured",
+          "[tcp][selection]") {
+  CHECK_FALSE(cpu::slowest_link({}));
+  CHECK_FALSE(cpu::slowest_link({std::nullopt}));
+  const auto slowest =
+      cpu::slowest_link({cpu::LinkCost{30.0, 1.0}, std::nullopt, cpu::LinkCost{50.0, 2.0}});
+  REQUIRE(slowest);
+  CHECK(same(*slowest, {50.0, 1.0}));
+  // Four ranks on four hosts, each probing its next neighbour and measuring something else
+  // (rank 2 had no figure): all of them hold rank 0's list, with the slowest link.
+  ::setenv("CHORUS_LINK_COSTS", "default", 1);
+  const std::vector<cpu::LinkProbe> probes = cpu::host_probes(cpu::transport_layers());
+  const std::vector<std::optional<cpu::LinkCost>> local = {cpu::LinkCost{40.0, 0.5},
+                                                           cpu::LinkCost{45.5, 0.125}, std::nullopt,
+                                                           cpu::LinkCost{60.25, 1.1}};
+  auto store = make_hash_store();
+  std::vector<std::string> seen(4);
+  std::vector<cpu::LinkCosts> costs(4);
+  std::vector<std::thread> ranks;
+  for (int r : {3, 1, 0, 2}) {  // rank 0 before one prober: it waits for every sample
+    ranks.emplace_back([&, r] {
+      cpu::NetworkSamples net;
+      net.probers = {0, 1, 2, 3};
+      net.mine = local[static_cast<std::size_t>(r)];
+      const cpu::PriceList p = cpu::agree_on_prices(
+          *store, "epoch2", r, Deadline::after(std::chrono::seconds(10)), probes, net);
+      seen[static_cast<std::size_t>(r)] = cpu::format_prices(p);
+      costs[static_cast<std::size_t>(r)] = priced(p, false, false);
+    });
+  }
+  for (auto& t : ranks) {
+    t.join();
+  }
+  ::unsetenv("CHORUS_LINK_COSTS");
+  for (int r = 0; r < 4; ++r) {
+    INFO("rank " << r);
+    CHECK(seen[static_cast<std::size_t>(r)] == seen[0]);
+    CHECK(same(costs[static_cast<std::size_t>(r)].other_host, {60.25, 0.125}));
+  }
+  // The samples were removed once read: only the list is left.
+  CHECK(store->num_keys() == 1);
+}
+
+TEST_CASE("the network probers: ring neighbours on other hosts, one per link", "[tcp][selection]") {
+  CHECK(cpu::network_probers(1, {0}).empty());
+  CHECK(cpu::network_probers(4, {0, 0, 0, 0}).empty());
+  // Two ranks share one link: only the lower one probes it.
+  CHECK(cpu::network_probers(2, {0, 1}) == std::vector<int>{0});
+  // 0 and 2 on one host, 1 and 3 on the other: every ring step crosses.
+  CHECK(cpu::network_probers(4, {0, 1, 0, 1}) == std::vector<int>{0, 1, 2, 3});
+  // Two hosts of two: the ring crosses twice.
+  CHECK(cpu::network_probers(4, {0, 0, 1, 1}) == std::vector<int>{1, 3});
 }
 
 }  // namespace

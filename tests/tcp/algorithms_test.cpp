@@ -44,15 +44,36 @@ cpu::CollectiveArgs args_for(const Case& c, const RankBuffers& rb, const Variant
   return a;
 }
 
-// Starts every rank's executor and moves messages until none can move.
-void start_and_run(LoopbackFabric& fabric, std::vector<std::unique_ptr<cpu::Executor>>& execs) {
-  for (auto& e : execs) {
-    e->start();
+// Starts every rank's executor and moves messages until none can move. A rank whose op is
+// built in two phases (Schedule::then(): direct forced builds its work once the peers' keys
+// arrived) runs the rest as the engine does, once its first phase is done; every token of that
+// phase has completed then, so the rest keeps the executor's token base.
+void start_and_run(LoopbackFabric& fabric, std::vector<std::unique_ptr<cpu::Executor>>& execs,
+                   std::vector<std::unique_ptr<cpu::Schedule>>& scheds,
+                   const std::vector<OpSignature>& sigs, std::uint64_t token_base) {
+  const auto go_on = [&](std::size_t r) {
+    cpu::Schedule& s = *scheds[r];
+    while (execs[r]->done()) {
+      cpu::Schedule::Continuation next = s.take_continuation();
+      if (!next) {
+        return;
+      }
+      s.clear(s.dtype(), s.op());
+      next(s);
+      s.finalize_continuation(sigs[r]);
+      execs[r]->restart(token_base);
+      execs[r]->start();
+    }
+  };
+  for (std::size_t r = 0; r < execs.size(); ++r) {
+    execs[r]->start();
+    go_on(r);
   }
   std::vector<LoopbackFabric::Completion> done;
   while (fabric.step(done)) {
     for (auto& d : done) {
       execs[static_cast<std::size_t>(d.rank)]->complete(d.token);
+      go_on(static_cast<std::size_t>(d.rank));
     }
     done.clear();
   }
@@ -63,9 +84,11 @@ std::string run_case(const Case& c, const Variant& v, std::uint32_t seed,
                      const std::vector<OpSignature>* sigs = nullptr,
                      std::vector<std::optional<cpu::SignatureMismatch>>* mismatches = nullptr,
                      const cpu::HostMap* hosts = nullptr,
-                     cpu::AlgorithmId forced = cpu::AlgorithmId::automatic) {
-  LoopbackFabric fabric(c.n, seed);
+                     cpu::AlgorithmId forced = cpu::AlgorithmId::automatic,
+                     bool defer_one_sided = false) {
+  LoopbackFabric fabric(c.n, seed, defer_one_sided);
   std::vector<RankBuffers> bufs;
+  std::vector<OpSignature> rank_sigs;
   std::vector<cpu::ScratchArena> arenas(static_cast<std::size_t>(c.n));
   std::vector<std::unique_ptr<cpu::Schedule>> scheds;
   std::vector<std::unique_ptr<cpu::Executor>> execs;
@@ -82,12 +105,13 @@ std::string run_case(const Case& c, const Variant& v, std::uint32_t seed,
     args.peer_memory = forced == cpu::AlgorithmId::direct;
     args.one_sided = fabric.endpoint(r).one_sided();
     cpu::build_schedule(*s, args);
-    s->finalize(sigs ? (*sigs)[static_cast<std::size_t>(r)] : header_of(c, 7));
+    rank_sigs.push_back(sigs ? (*sigs)[static_cast<std::size_t>(r)] : header_of(c, 7));
+    s->finalize(rank_sigs.back());
     scheds.push_back(std::move(s));
     execs.push_back(
         std::make_unique<cpu::Executor>(fabric.endpoint(r), *scheds.back(), 1ull << 32));
   }
-  start_and_run(fabric, execs);
+  start_and_run(fabric, execs, scheds, rank_sigs, 1ull << 32);
   if (!fabric.errors().empty()) {
     return c.describe() + ": " + fabric.errors().front();
   }
@@ -115,11 +139,13 @@ std::string run_case(const Case& c, const Variant& v, std::uint32_t seed,
   return {};
 }
 
-// forced: the algorithm CHORUS_ALGO would force (automatic: the default choice).
-void run_matrix(OpType kind, bool reduces, cpu::AlgorithmId forced = cpu::AlgorithmId::automatic) {
+// forced: the algorithm CHORUS_ALGO would force (automatic: the default choice). World sizes
+// from_n..to_n; defer_one_sided: one-sided transfers complete later, out of order.
+void run_matrix(OpType kind, bool reduces, cpu::AlgorithmId forced = cpu::AlgorithmId::automatic,
+                int from_n = 1, int to_n = 8, bool defer_one_sided = false) {
   std::uint32_t seed = 1;
   int cases = 0;
-  for (int n = 1; n <= 8; ++n) {
+  for (int n = from_n; n <= to_n; ++n) {
     for (std::size_t count : kCounts) {
       for (DataType dt : kAllTypes) {
         for (ReduceOp op : kAllOps) {
@@ -137,7 +163,8 @@ void run_matrix(OpType kind, bool reduces, cpu::AlgorithmId forced = cpu::Algori
                   kind == OpType::scatter) {
                 c.root = static_cast<int>(seed % static_cast<std::uint32_t>(n));
               }
-              const std::string err = run_case(c, v, seed++, nullptr, nullptr, nullptr, forced);
+              const std::string err =
+                  run_case(c, v, seed++, nullptr, nullptr, nullptr, forced, defer_one_sided);
               if (!err.empty()) {
                 FAIL(err << " (small_bytes " << v.small_bytes << ", slice_bytes " << v.slice_bytes
                          << ")");
@@ -175,6 +202,32 @@ TEST_CASE("loopback direct (single-copy) collectives: world sizes, counts, dtype
   run_matrix(OpType::reduce_scatter, true, cpu::AlgorithmId::direct);
   run_matrix(OpType::allgather, false, cpu::AlgorithmId::direct);
   run_matrix(OpType::broadcast, false, cpu::AlgorithmId::direct);
+}
+
+// The direct algorithms over a one-sided capability whose reads and writes complete later, in
+// an order the fabric picks at random (deferred_one_sided.hpp), as an RDMA transport's would:
+// the executor posts them and completes them by token, and only the schedule's dependencies
+// order them.
+TEST_CASE("loopback direct collectives over one-sided transfers that complete later, out of order",
+          "[tcp][algorithms]") {
+  const auto direct = cpu::AlgorithmId::direct;
+  run_matrix(OpType::allreduce, true, direct, 2, 4, true);
+  run_matrix(OpType::reduce_scatter, true, direct, 2, 4, true);
+  run_matrix(OpType::allgather, false, direct, 2, 4, true);
+  run_matrix(OpType::broadcast, false, direct, 2, 4, true);
+  // Chunks of several pieces (direct.cpp's kPieceBytes), so that a scratch slot is read into
+  // again while an earlier read into it may still be in flight.
+  std::uint32_t seed = 1;
+  for (int n = 2; n <= 4; ++n) {
+    for (OpType kind : {OpType::allreduce, OpType::reduce_scatter}) {
+      for (ReduceOp op : {ReduceOp::sum, ReduceOp::avg}) {
+        for (bool in_place : {false, true}) {
+          const Case c{kind, n, 300007, DataType::float32, op, 0, in_place};
+          CHECK(run_case(c, kVariants[0], seed++, nullptr, nullptr, nullptr, direct, true) == "");
+        }
+      }
+    }
+  }
 }
 
 // The engine keeps each rank's last Schedule and Executor and runs the next op in them
@@ -249,7 +302,8 @@ TEST_CASE("a schedule and executor run op after op when cleared and restarted",
           CHECK(execs[i]->owns(epoch << 32));
         }
       }
-      start_and_run(fabric, execs);
+      const std::vector<OpSignature> sigs(static_cast<std::size_t>(n), header_of(c, epoch));
+      start_and_run(fabric, execs, scheds, sigs, epoch << 32);
       REQUIRE(fabric.errors().empty());
       for (int r = 0; r < n; ++r) {
         INFO("rank " << r);

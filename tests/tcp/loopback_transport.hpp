@@ -5,29 +5,36 @@
 // buffering model: a schedule that finishes here cannot deadlock on full socket buffers.
 // Which ready transfer happens next is chosen by a seeded RNG, to shake out ordering bugs.
 // Message boundaries are checked: a length mismatch is recorded as a protocol error.
+// With `defer_one_sided`, the one-sided capability completes its reads and writes later, out of
+// order (deferred_one_sided.hpp): step() runs a queued one among the ready transfers.
 #pragma once
 
 #include <cstdint>
 #include <cstring>
 #include <deque>
+#include <memory>
 #include <random>
 #include <string>
 #include <vector>
 
 #include "cpu/transports/cma/cma_one_sided.hpp"
 #include "cpu/transports/transport.hpp"
+#include "tcp/deferred_one_sided.hpp"
 
 namespace chorus::test {
 
 class LoopbackFabric {
  public:
-  explicit LoopbackFabric(int n, std::uint32_t seed = 1)
+  explicit LoopbackFabric(int n, std::uint32_t seed = 1, bool defer_one_sided = false)
       : n_(n),
         rng_(seed),
         sends_(static_cast<std::size_t>(n * n)),
         recvs_(static_cast<std::size_t>(n * n)) {
     for (int r = 0; r < n; ++r) {
       endpoints_.push_back(Endpoint(this, r));
+      if (defer_one_sided) {
+        deferred_.push_back(std::make_unique<DeferredOneSided>(one_sided_));
+      }
     }
   }
   LoopbackFabric(const LoopbackFabric&) = delete;
@@ -50,7 +57,12 @@ class LoopbackFabric {
     }
     // The ranks are threads of this process, whose pid names every rank's memory: cross
     // memory attach reaches it (and maps SharedBuffers), so the direct algorithms run here.
-    cpu::OneSided* one_sided() noexcept override { return &fabric_->one_sided_; }
+    cpu::OneSided* one_sided() noexcept override {
+      if (!fabric_->deferred_.empty()) {
+        return fabric_->deferred_[static_cast<std::size_t>(rank_)].get();
+      }
+      return &fabric_->one_sided_;
+    }
 
    private:
     LoopbackFabric* fabric_;
@@ -59,8 +71,9 @@ class LoopbackFabric {
 
   cpu::Transport& endpoint(int rank) { return endpoints_[static_cast<std::size_t>(rank)]; }
 
-  // Performs one transfer chosen at random among the ready ones; appends the send's and the
-  // receive's completions. False if nothing can move (done, or deadlocked).
+  // Performs one transfer chosen at random among the ready ones (and the queued one-sided
+  // ones); appends the send's and the receive's completions (a one-sided one's). False if
+  // nothing can move (done, or deadlocked).
   bool step(std::vector<Completion>& out) {
     ready_.clear();
     for (std::size_t c = 0; c < sends_.size(); ++c) {
@@ -68,11 +81,26 @@ class LoopbackFabric {
         ready_.push_back(c);
       }
     }
-    if (ready_.empty()) {
+    std::size_t queued = 0;
+    for (const auto& d : deferred_) {
+      queued += d->queued();
+    }
+    if (ready_.empty() && queued == 0) {
       return false;
     }
-    const std::size_t c =
-        ready_[std::uniform_int_distribution<std::size_t>(0, ready_.size() - 1)(rng_)];
+    std::size_t pick =
+        std::uniform_int_distribution<std::size_t>(0, ready_.size() + queued - 1)(rng_);
+    if (pick >= ready_.size()) {
+      pick -= ready_.size();
+      for (std::size_t r = 0; r < deferred_.size(); ++r) {
+        if (pick < deferred_[r]->queued()) {
+          out.push_back({static_cast<int>(r), deferred_[r]->complete(pick, errors_)});
+          return true;
+        }
+        pick -= deferred_[r]->queued();
+      }
+    }
+    const std::size_t c = ready_[pick];
     const Req s = sends_[c].front();
     const Req r = recvs_[c].front();
     sends_[c].pop_front();
@@ -121,7 +149,8 @@ class LoopbackFabric {
   std::mt19937 rng_;
   std::vector<Endpoint> endpoints_;
   cpu::CmaOneSided one_sided_;
-  std::vector<std::deque<Req>> sends_;  // by channel src*n+dst
+  std::vector<std::unique_ptr<DeferredOneSided>> deferred_;  // by rank, with defer_one_sided
+  std::vector<std::deque<Req>> sends_;                       // by channel src*n+dst
   std::vector<std::deque<Req>> recvs_;
   std::vector<std::size_t> ready_;
   std::vector<std::string> errors_;

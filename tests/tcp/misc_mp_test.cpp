@@ -10,6 +10,7 @@
 
 #include <atomic>
 #include <cmath>
+#include <filesystem>
 #include <future>
 #include <numeric>
 #include <thread>
@@ -129,7 +130,7 @@ TEST_CASE("idle ranks and ranks waiting for a late peer do not burn a core", "[t
 }
 
 // A caller waiting for a small op runs the engine's loop itself while the engine thread parks
-// (Engine::drive). Work that no caller drives must still move: an op nobody waits on (only
+// (LoopRunner::drive). Work that no caller drives must still move: an op nobody waits on (only
 // polled, or with a then() callback), tagged messages, and another thread's ops while the
 // driving caller waits for a late peer.
 TEST_CASE("ops nobody waits on complete while callers drive the loop", "[tcp][mp]") {
@@ -490,4 +491,63 @@ TEST_CASE("data sockets to ranks on this host get the bounded send buffer, other
   }
 }
 
+}  // namespace chorus::test
+
+namespace chorus::test {
+namespace {
+
+// The files of the chorus cache under `dir` whose names start with `prefix`.
+int cache_files(const std::string& dir, const std::string& prefix) {
+  int n = 0;
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator(dir + "/chorus", ec)) {
+    n += e.path().filename().string().rfind(prefix, 0) == 0 ? 1 : 0;
+  }
+  return n;
+}
+
+TEST_CASE("groups over several hosts time the network between ring neighbours, then run clean",
+          "[tcp][mp]") {
+  char templ[] = "/tmp/chorus-price-test-XXXXXX";
+  REQUIRE(::mkdtemp(templ) != nullptr);
+  const std::string cache = templ;
+  // 3 hosts of one rank (every ring step crosses), and two hosts of two where every other
+  // step does; each with a probe forced, then with mixed settings (one rank skips): the
+  // streams after the probe carry every size, and no rank waits for a probe that never comes.
+  for (const int n : {3, 4}) {
+    INFO("ranks " << n);
+    StoreServerProcess server;
+    const auto results = run_processes(
+        n,
+        [&](int rank) {
+          ::setenv("XDG_CACHE_HOME", cache.c_str(), 1);
+          ::setenv("CHORUS_HOST_ID", fmt::format("host-{}", n == 3 ? rank : rank / 2).c_str(), 1);
+          ::setenv("CHORUS_LINK_COSTS", "measure", 1);
+          auto store = child_store(server.port());
+          for (const bool mixed : {false, true}) {
+            if (mixed && rank == 1) {
+              ::setenv("CHORUS_NETWORK_PROBE", "off", 1);
+            }
+            TcpGroupOptions o = loopback_options();
+            o.group.name = mixed ? "mixed" : "probed";
+            auto pg = make_tcp_group(store, rank, n, o);
+            for (std::size_t count : {std::size_t{1}, std::size_t{1000}, std::size_t{1} << 20}) {
+              std::vector<float> v(count, static_cast<float>(rank + 1));
+              pg->allreduce(Tensor::of(v.data(), v.size()))->wait();
+              const float want = static_cast<float>(n * (n + 1) / 2);
+              CHILD_CHECK(v.front() == want && v.back() == want);
+            }
+            ::unsetenv("CHORUS_NETWORK_PROBE");
+          }
+        },
+        120s);
+    REQUIRE_ALL_OK(results);
+  }
+  // Each prober cached its link, by its host and its neighbour's address.
+  CHECK(cache_files(cache, "network-") >= 1);
+  std::error_code ec;
+  std::filesystem::remove_all(cache, ec);
+}
+
+}  // namespace
 }  // namespace chorus::test

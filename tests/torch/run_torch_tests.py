@@ -34,6 +34,7 @@ WIRE = os.path.join(HERE, "wire_check.py")
 PACKAGE = os.path.join(HERE, "package_check.py")
 BACKEND_STRING = os.path.join(HERE, "backend_string_check.py")
 QUIET = os.path.join(HERE, "quiet_check.py")
+WORKLOADS = os.path.join(HERE, "workloads_check.py")
 SUITE = os.path.join(HERE, "suite", "run_suite.py")
 SUITE_SUBSET = os.path.join(HERE, "suite", "ci_subset.txt")
 SUITE_SUBSET_TORCH2 = os.path.join(HERE, "suite", "ci_subset_torch2.txt")
@@ -176,6 +177,56 @@ def run_ddp(launcher, n):
     if ranks_reporting(outputs, "OK ddp:") != n:
         raise AssertionError("not every rank finished:\n" + "\n".join(outputs))
     return last_line(outputs, "OK ddp:")
+
+
+def run_workloads(n, selection, deadline_s):
+    """workloads_check.py's workloads at n ranks: each on gloo and on chorus in the same
+    processes, compared. Every workload rank 0 planned must end PASS on every rank or SKIP on
+    every rank (an API this torch lacks); returns (passed lines of rank 0, skip reasons)."""
+    tmp = tempfile.mkdtemp(prefix="chorus_workloads_")
+    try:
+        # A job token, as chorusrun gives (else chorus warns that the group's secret is kept
+        # in the store: "Security" in docs/torch.md).
+        env = {"CHORUS_STORE_TOKEN": "workloads-check-token"}
+        outputs = launch.by_hand(WORKLOADS, n, args=[tmp, selection], env=env,
+                                 deadline_s=deadline_s).expect_success()
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    everything = "\n".join(o or "" for o in outputs)
+    if ranks_reporting(outputs, "OK workloads") != n:
+        raise AssertionError("not every rank finished:\n" + everything)
+    plan = last_line(outputs, "WORKLOAD PLAN").split("WORKLOAD PLAN ", 1)[1].split()
+    passed, skipped = [], {}
+    for name in plan:
+        ends = [[ln.split("WORKLOAD ", 1)[1] for ln in (out or "").splitlines()
+                 if re.search(rf"WORKLOAD (PASS|SKIP) {name}\b", ln)] for out in outputs]
+        kinds = {e.split()[0] for rank_ends in ends for e in rank_ends}
+        if any(len(e) != 1 for e in ends) or len(kinds) != 1:
+            raise AssertionError(f"{name}: not one PASS or SKIP on every rank:\n" + everything)
+        if kinds == {"SKIP"}:
+            skipped[name] = ends[0][0].split(": ", 1)[1]
+        else:
+            passed.append(ends[0][0].split(" ", 1)[1])
+    return passed, skipped
+
+
+def case_workloads(counts, selection, deadline_s):
+    """The workloads (DDP variants, ZeRO, FSDP1, FSDP2, DTensor, tensor parallel, DCP,
+    functional collectives) on gloo and on chorus, equal within 1e-5 relative, at each rank
+    count in turn. A workload this torch lacks is skipped and named with its reason; the case
+    is skipped only where every workload is."""
+    import torch
+
+    lines, skips = [], {}
+    for n in counts:
+        passed, skipped = run_workloads(n, selection, deadline_s)
+        lines += [f"{n} ranks: {p}" for p in passed]
+        skips.update(skipped)
+    summary = "".join(f"\n  skipped {k}: {v}" for k, v in skips.items())
+    if not lines:
+        raise Skip(f"no workload runs on torch {torch.__version__}:{summary}")
+    return (f"{len(lines)} workload runs on torch {torch.__version__} equal to gloo and the "
+            "reference:\n  " + "\n  ".join(lines) + summary)
 
 
 def case_failure(mode):
@@ -550,13 +601,19 @@ CASES = {
     "elastic_stopped": case_elastic_stopped,
     "elastic_printed": case_elastic_printed,
     "suite_subset": case_suite_subset,
+    # one workload of each kind at 2 ranks (every torch leg of make test)
+    "workloads": lambda: case_workloads((2,), "subset", 180),
+    # every workload at 2 and 4 ranks: for the torch matrix
+    "workloads_all": lambda: case_workloads((2, 4), "all", 240),
 }
 
 
 # Cases "all" leaves out: the elastic variants whose torch code path elastic_rejoin covers too
 # (kill, shrink, DDP made again; plus grow). Each launch starts four torch processes; the
-# default leg runs elastic_stopped as well, and all of them run when named.
-NOT_IN_ALL = ("elastic_killed", "elastic_killed_rank0", "elastic_killed_two", "elastic_stopped")
+# default leg runs elastic_stopped as well, and all of them run when named. workloads_all:
+# every workload at 2 and 4 ranks, for the torch matrix; the legs run case workloads.
+NOT_IN_ALL = ("elastic_killed", "elastic_killed_rank0", "elastic_killed_two", "elastic_stopped",
+              "workloads_all")
 # "torch26" (the torch 2.6 leg of `make test`): "all" without the 2-rank variants of cases that
 # also run at 4 ranks. That leg checks torch 2.x's API and behaviour, which the rank count does
 # not change; the default leg runs both counts on its torch.

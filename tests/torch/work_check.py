@@ -1,8 +1,8 @@
 # SPDX-License-Identifier: BSD-3-Clause
 """A torch Work's life without an unbounded wait(): dropped while its op is in flight, polled
-with is_completed(), followed through get_future(), waited on with a bound. Nothing
-registers on a chorus op until one of these needs it, so each must still finish the op by
-itself. Rank 0 is the one whose Work is in flight: the others hold their side of each op back
+with is_completed(), followed through get_future(), waited on with a bound, waited for
+inside a future's callback. Nothing registers on a chorus op until one of these needs it, so
+each must still finish the op by itself. Rank 0 is the one whose Work is in flight: the others hold their side of each op back
 until rank 0 has done what it tests (a gloo barrier), so the op cannot have completed before.
 Outputs are non-contiguous views (transposed), which chorus stages: only the finisher puts the
 result into them. A hang is a failure (polls give up after POLL_S)."""
@@ -151,6 +151,31 @@ check(w.wait(timeout=datetime.timedelta(seconds=POLL_S)), "bounded wait returned
 check(w.is_completed(), "not completed after a bounded wait returned")
 same(bounded, want, "all_reduce after bounded wait")
 cases.append("bounded wait")
+
+# 5. A future's callback that issues an op and waits for that op's future (torch's PowerSGD
+#    hook does, in compute_qs). On rank 0 the callback runs on chorus's callback thread (the
+#    outer op was in flight when it was registered), and the inner op is in flight when its
+#    future is asked for: it must complete although the callback thread is the one waiting.
+outer_t = torch.full((2,), float(rank + 1))
+inner_t = column(float(rank + 1))
+nested = []
+
+
+def issue_inner_and_wait(f):
+    if rank != 0:
+        dist.barrier(group=gloo)  # after rank 0 has asked for the inner op's future
+    fut = dist.all_reduce(inner_t, async_op=True).get_future()
+    if rank == 0:
+        check(not fut.done(), "the inner all_reduce completed before the other ranks issued it")
+        dist.barrier(group=gloo)
+    return fut.wait()[0] + f.value()[0].sum()
+
+
+rank0_first(lambda: dist.all_reduce(outer_t, async_op=True),
+            lambda w: nested.append(w.get_future().then(issue_inner_and_wait)))
+poll(nested[0].done, "a callback waiting for the future of an op it issued")
+same(nested[0].value(), want.contiguous() + 2 * want[0, 0], "the nested future's value")
+cases.append("future waited in a callback")
 
 dist.barrier()
 say(f"OK work: {', '.join(cases)}")

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: BSD-3-Clause
 // The collective algorithms: each builds a Schedule for one rank. They see only the
-// Schedule (and through it the Transport contract), never sockets.
+// Schedule and the rest of the plan (plan/), never a transport.
 #pragma once
 
 #include "core/private.hpp"
@@ -16,10 +16,10 @@
 #include <chorus/shared_buffer.hpp>
 
 #include "core/signature.hpp"
-#include "cpu/algorithms/cost_model.hpp"
 #include "cpu/algorithms/registry.hpp"
-#include "cpu/engine/schedule.hpp"
-#include "cpu/transports/transport.hpp"
+#include "cpu/plan/cost_model.hpp"
+#include "cpu/plan/one_sided.hpp"
+#include "cpu/plan/schedule.hpp"
 
 namespace chorus::cpu {
 
@@ -77,16 +77,12 @@ struct CollectiveArgs {
   std::size_t slice_bytes = 256 * 1024;
   const HostMap* hosts = nullptr;               // the group's hosts (nullptr: treat as one host)
   AlgorithmId forced = AlgorithmId::automatic;  // CHORUS_ALGO's algorithm for this op, if any
-  const LinkCosts* costs = nullptr;             // the group's agreed figures (nullptr: defaults)
+  const LinkCosts* costs = nullptr;  // the group's stack's figures (nullptr: the defaults)
   // The transport's one-sided capability (Transport::one_sided()), offered by every rank of
   // the group or by none; the single-copy "direct" algorithms need it.
   OneSided* one_sided = nullptr;
-  // one_sided is there and completes inline (a direct op's call task waits for nothing else):
-  // the direct algorithms run. A group-wide fact, like the next.
+  // one_sided is there: the direct algorithms run. A group-wide fact, like the next.
   bool peer_memory = false;
-  // Every rank of the group runs on this host and the streams go through shared memory
-  // (shm_transport.hpp), not sockets.
-  bool shared_memory = false;
   // Set only in the second phase of an op whose choice depends on the memory kinds
   // (build_memory_agreement): every rank's buffers that peers touch lie in SharedBuffers, as
   // the keys of the first phase showed every rank; and those keys, by group rank.
@@ -139,7 +135,7 @@ void build_schedule(Schedule& s, const CollectiveArgs& a);
 void build_chosen(Schedule& s, const CollectiveArgs& a);
 // The choice for every op at each size in `sizes` (bytes), with the predicted time of each
 // algorithm that may be the default: "op bytes chosen (alg us, alg us, ...)" lines. `group`
-// carries the group-wide fields (hosts, peer_memory, shared_memory, costs).
+// carries the group-wide fields (hosts, peer_memory, costs).
 std::string describe_choices(int size, const CollectiveArgs& group,
                              const std::vector<std::size_t>& sizes);
 

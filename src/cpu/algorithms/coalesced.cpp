@@ -59,19 +59,30 @@ void build_coalesced(Schedule& s, const CollectiveArgs& a) {
     s.depend(t, packed);
   }
   const TaskId done = last > first ? s.join_range(first, last) : packed;
-
-  offset = 0;
-  for (const CoalescedPart& p : parts) {
-    if (gathers) {
-      for (std::size_t j = 0; j < n; ++j) {
-        s.copy(at(p.out, j * p.count, dt), at(packed_out, j * total + offset, dt), p.count * es,
-               {done});
+  auto unpack = [parts, packed_out, total, dt, es, n, gathers](Schedule& in, TaskId after) {
+    std::size_t offset = 0;
+    for (const CoalescedPart& p : parts) {
+      if (gathers) {
+        for (std::size_t j = 0; j < n; ++j) {
+          in.copy(at(p.out, j * p.count, dt), at(packed_out, j * total + offset, dt), p.count * es,
+                  {after});
+        }
+      } else {
+        in.copy(p.out, at(packed_out, offset, dt), p.count * es, {after});
       }
-    } else {
-      s.copy(p.out, at(packed_out, offset, dt), p.count * es, {done});
+      offset += p.count;
     }
-    offset += p.count;
+  };
+  if (Schedule::Continuation rest = s.take_continuation()) {
+    // The algorithm builds the rest of its work once its first phase is done (direct forced:
+    // once the peers' keys arrived): the result is there only once that rest is.
+    s.then([rest = std::move(rest), unpack](Schedule& next) {
+      rest(next);
+      unpack(next, next.join_all());
+    });
+    return;
   }
+  unpack(s, done);
 }
 
 }  // namespace chorus::cpu

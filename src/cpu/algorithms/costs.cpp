@@ -150,8 +150,9 @@ double hierarchical_us(const Selection& s) {
   const int local = s.ranks_per_host();
   const int hosts = static_cast<int>(s.hosts->members.size());
   const Phase reduce = cheaper(tree(s, s.host_link(), local), chain(s, s.host_link(), local));
-  const Phase leaders = cheaper(recursive_doubling(s, s.costs->network, hosts),
-                                ring_allreduce(s, s.costs->network, hosts));
+  const LinkCost& network = (*s.costs)[PeerClass::other_host];
+  const Phase leaders =
+      cheaper(recursive_doubling(s, network, hosts), ring_allreduce(s, network, hosts));
   Selection as_broadcast = s;
   as_broadcast.kind = OpType::broadcast;
   const Phase bcast =

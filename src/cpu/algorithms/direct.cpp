@@ -1,19 +1,21 @@
 // SPDX-License-Identifier: BSD-3-Clause
 // Single-copy ("direct") collectives for a group whose transport offers one-sided access to
-// the peers' memory (transport.hpp, OneSided; CollectiveArgs::one_sided: every rank on one
-// host, in reach). A ring over shared memory copies every byte twice per hop (into the ring,
-// out of it) and, for allreduce, makes n-1 hops of reduce-scatter and n-1 of allgather; here
-// each rank reads what it needs straight from the other ranks' buffers, once.
+// the peers' memory (plan/one_sided.hpp; CollectiveArgs::one_sided: every rank on one host, in
+// reach). A ring over shared memory copies every byte twice per hop (into the ring, out of it)
+// and, for allreduce, makes n-1 hops of reduce-scatter and n-1 of allgather; here each rank
+// reads what it needs straight from the other ranks' buffers, once.
 //
 // Every op has three parts:
-//   1. each rank registers its buffers with the transport and sends the keys to its peers:
+//   1. each rank registers its buffers with the capability and sends the keys to its peers:
 //      inside the op's signature headers where the memory kinds chose the algorithm
 //      (build_memory_agreement), else (direct forced) as one small message on the collective
-//      stream, after the signature header;
-//   2. a call task does the work: where a peer's buffer can be mapped (OneSided::map: it lies
-//      in a SharedBuffer) with plain memcpy and reductions straight from it, without a scratch
-//      piece or a system call per piece; elsewhere through OneSided::post_read/post_write
-//      (process_vm_readv/writev), which complete inline;
+//      stream, after the signature header; the rest of the op is then built once the keys
+//      arrived (Schedule::then()), since which peers' memory maps here depends on them;
+//   2. the work: where a peer's buffer can be mapped (OneSided::map: it lies in a SharedBuffer),
+//      copies and reductions straight from and into it, without a scratch piece or a system
+//      call per piece; elsewhere read and write tasks, which the executor posts to the
+//      capability and completes by token (inline for CMA, later for a transport that completes
+//      later), their order only what the schedule's dependencies say;
 //   3. each rank tells its peers it is done with their memory (one message), and the op ends
 //      only when every peer whose memory may still be touched said so: until then a rank's
 //      buffers stay valid (its op has not completed, so its caller cannot reuse them).
@@ -21,14 +23,15 @@
 // algorithm runs (build_memory_agreement below).
 //
 // allreduce: rank r owns chunk r (block_of(count, n, r)). Piece by piece (kPieceBytes, to stay
-//   in cache), it reads chunk r of every other rank's input into a scratch piece and reduces it
-//   into its own output, starting from its own input, in rank order of the others; then it
-//   writes the finished piece into every other rank's output. Chunk r of every buffer is
+//   in cache), it reduces chunk r of every other rank's input (mapped, or read into a scratch
+//   slot) into its own output, starting from its own input, in rank order of the others; then
+//   it writes the finished piece into every other rank's output. Chunk r of every buffer is
 //   touched by rank r alone, so in place is safe, and all ranks end with the same bits (one
 //   rank computed each). Memory traffic per rank: the count read once and written once, the
 //   least an allreduce can do (a ring at n = 4 reads and writes nearly twice that, besides
-//   copying every message into and out of a shared ring).
-// reduce_scatter: rank r reads chunk r of every other input and reduces it into its output.
+//   copying every message into and out of a shared ring). With every peer mapped, the pieces
+//   run in one call task, which keeps a piece in cache from its reduction to its last copy.
+// reduce_scatter: rank r reduces chunk r of every other input into its output.
 // allgather: rank r reads every other rank's input into its block of the output.
 // broadcast: every other rank reads the root's buffer.
 // Each peer is reached its own way (mapped or not), so ranks that pass different kinds of
@@ -40,8 +43,6 @@
 #include <optional>
 #include <string>
 #include <vector>
-
-#include <fmt/format.h>
 
 #include "core/logging.hpp"
 #include "core/reduce.hpp"
@@ -88,63 +89,23 @@ Extents extents_of(const CollectiveArgs& a, int n) {
   }
 }
 
-// How this rank reaches one peer's buffers: mapped here, or else through the keys.
+// How this rank reaches one peer's buffers: mapped here, or else by read and write tasks on
+// the keys.
 struct PeerAccess {
   int peer = -1;
   const MemoryKey* in = nullptr;
   const MemoryKey* out = nullptr;
   const std::byte* in_map = nullptr;  // the peer's input mapped here, if it is
   std::byte* out_map = nullptr;       // its output mapped here, if it is
-  std::vector<std::shared_ptr<const void>> held;
 };
 
-struct Exchange {
-  const BufferKeys* of = nullptr;  // by group rank (this rank's own entry included)
-  std::vector<TaskId> heard;       // the receives of the peers' entries (none: exchanged before)
+// How this rank reaches each rank's buffers (by group rank; its own entry unused), and the
+// mappings (OneSided::map's holds), which the op keeps until its work is done.
+struct Reach {
+  std::vector<PeerAccess> of;
+  std::shared_ptr<std::vector<std::shared_ptr<const void>>> held =
+      std::make_shared<std::vector<std::shared_ptr<const void>>>();
 };
-
-// Part 1: sends this rank's keys to `tell` and receives those of `hear_from`; or, in the
-// second phase of an agreed op, the keys its first phase exchanged.
-Exchange exchange_keys(Schedule& s, const CollectiveArgs& a, const std::vector<int>& tell,
-                       const std::vector<int>& hear_from) {
-  Exchange x;
-  if (a.keys != nullptr) {
-    x.of = a.keys;
-    return x;
-  }
-  auto* of =
-      static_cast<BufferKeys*>(s.scratch(sizeof(BufferKeys) * static_cast<std::size_t>(s.size())));
-  BufferKeys& mine = of[s.rank()];
-  const Extents e = extents_of(a, s.size());
-  mine = {a.one_sided->register_buffer(a.in, e.in), a.one_sided->register_buffer(a.out, e.out)};
-  for (int p : tell) {
-    s.send(p, &mine, sizeof mine);
-  }
-  for (int p : hear_from) {
-    x.heard.push_back(s.recv(p, &of[p], sizeof(BufferKeys)));
-  }
-  x.of = of;
-  return x;
-}
-
-// Parts 2 and 3: `work` once every entry arrived, then a message to `tell` and one from each of
-// `wait_for`.
-void run_then_release(Schedule& s, const Exchange& x, LocalWork work, const std::vector<int>& tell,
-                      const std::vector<int>& wait_for) {
-  const TaskId done = s.call(std::move(work));
-  for (TaskId h : x.heard) {
-    s.depend(done, h);
-  }
-  auto* flags = static_cast<std::uint8_t*>(
-      s.scratch(kReleaseBytes * (static_cast<std::size_t>(s.size()) + 1)));
-  std::memset(flags, 1, kReleaseBytes);
-  for (int p : tell) {
-    s.send(p, flags, kReleaseBytes, {done});
-  }
-  for (int p : wait_for) {
-    s.recv(p, flags + kReleaseBytes * static_cast<std::size_t>(1 + p), kReleaseBytes);
-  }
-}
 
 std::vector<int> others(const Schedule& s) {
   std::vector<int> v;
@@ -156,10 +117,60 @@ std::vector<int> others(const Schedule& s) {
   return v;
 }
 
+// Part 1 where the keys are not known yet (direct forced, no agreement): sends this rank's keys
+// to `tell`, receives those of `hear_from`, and builds the rest with `build` once they arrived.
+// False (nothing added) where the keys are known.
+bool keys_first(Schedule& s, const CollectiveArgs& a, const std::vector<int>& tell,
+                const std::vector<int>& hear_from,
+                void (*build)(Schedule&, const CollectiveArgs&)) {
+  if (a.keys != nullptr) {
+    return false;
+  }
+  auto* of =
+      static_cast<BufferKeys*>(s.scratch(sizeof(BufferKeys) * static_cast<std::size_t>(s.size())));
+  BufferKeys& mine = of[s.rank()];
+  const Extents e = extents_of(a, s.size());
+  mine = {a.one_sided->register_buffer(a.in, e.in), a.one_sided->register_buffer(a.out, e.out)};
+  for (int p : tell) {
+    s.send(p, &mine, sizeof mine);
+  }
+  for (int p : hear_from) {
+    s.recv(p, &of[p], sizeof(BufferKeys));
+  }
+  CollectiveArgs rest = a;
+  rest.keys = of;
+  s.then([rest, build](Schedule& next) {
+    next.set_algorithm(algorithm_name(AlgorithmId::direct));
+    build(next, rest);
+  });
+  return true;
+}
+
+// Part 3: once `done` (and the op's mappings dropped), a message to `tell`, and one from each of
+// `wait_for`.
+void release(Schedule& s, TaskId done, const Reach& reach, const std::vector<int>& tell,
+             const std::vector<int>& wait_for) {
+  const TaskId dropped = s.call(
+      [held = reach.held] {
+        held->clear();
+        return std::optional<LocalFailure>{};
+      },
+      {done});
+  auto* flags = static_cast<std::uint8_t*>(
+      s.scratch(kReleaseBytes * (static_cast<std::size_t>(s.size()) + 1)));
+  std::memset(flags, 1, kReleaseBytes);
+  for (int p : tell) {
+    s.send(p, flags, kReleaseBytes, {dropped});
+  }
+  for (int p : wait_for) {
+    s.recv(p, flags + kReleaseBytes * static_cast<std::size_t>(1 + p), kReleaseBytes);
+  }
+}
+
 // The peer's buffer mapped here, or nullptr (not a SharedBuffer, or not mappable: logged at
-// INFO, and the op goes on through post_read/post_write).
+// INFO, and the op goes on through read and write tasks).
 std::byte* map_buffer(const CollectiveArgs& a, int peer, const MemoryKey& key, std::size_t extent,
-                      PeerAccess& access) {
+                      Reach& reach) {
   if (extent == 0 || !a.one_sided->mappable(key)) {
     return nullptr;
   }
@@ -172,64 +183,45 @@ std::byte* map_buffer(const CollectiveArgs& a, int peer, const MemoryKey& key, s
                 peer, why);
     return nullptr;
   }
-  access.held.push_back(std::move(v.hold));
+  reach.held->push_back(std::move(v.hold));
   return v.at;
 }
 
-// How this rank reaches each rank's buffers (its own entry unused), mapping the peers'
-// SharedBuffers where they are.
-std::vector<PeerAccess> reach(const CollectiveArgs& a, const BufferKeys* of, int n, int r) {
+// How this rank reaches the buffers of `peers` (a.keys holds every rank's keys), mapping the
+// peers' SharedBuffers where they are.
+Reach reach_peers(const CollectiveArgs& a, int n, const std::vector<int>& peers) {
   const Extents e = extents_of(a, n);
-  std::vector<PeerAccess> v(static_cast<std::size_t>(n));
-  for (int q = 0; q < n; ++q) {
-    if (q == r) {
-      continue;
-    }
-    PeerAccess& p = v[static_cast<std::size_t>(q)];
+  Reach reach;
+  reach.of.resize(static_cast<std::size_t>(n));
+  for (int q : peers) {
+    PeerAccess& p = reach.of[static_cast<std::size_t>(q)];
     p.peer = q;
-    p.in = &of[q].in;
-    p.out = &of[q].out;
-    p.in_map = map_buffer(a, q, of[q].in, e.in, p);
-    p.out_map = map_buffer(a, q, of[q].out, e.out, p);
+    p.in = &a.keys[q].in;
+    p.out = &a.keys[q].out;
+    p.in_map = map_buffer(a, q, a.keys[q].in, e.in, reach);
+    p.out_map = map_buffer(a, q, a.keys[q].out, e.out, reach);
   }
-  return v;
+  return reach;
 }
 
-// Copies `bytes` at byte `offset` of the peer's input to `to`. Returns "" or what failed.
-std::string read_input(const CollectiveArgs& a, const PeerAccess& p, void* to, std::size_t offset,
-                       std::size_t bytes) {
-  if (p.in_map != nullptr) {
-    std::memcpy(to, p.in_map + offset, bytes);
-    return {};
+// Whether every peer's input (and, with `outputs`, output) is mapped here.
+bool all_mapped(const std::vector<PeerAccess>& of, int r, bool outputs) {
+  for (std::size_t q = 0; q < of.size(); ++q) {
+    if (static_cast<int>(q) != r &&
+        (of[q].in_map == nullptr || (outputs && of[q].out_map == nullptr))) {
+      return false;
+    }
   }
-  return a.one_sided->post_read(p.peer, *p.in, offset, to, bytes, 0).error;
+  return true;
 }
 
-// Copies `bytes` from `from` to byte `offset` of the peer's output. Returns "" or what failed.
-std::string write_output(const CollectiveArgs& a, const PeerAccess& p, std::size_t offset,
-                         const void* from, std::size_t bytes) {
-  if (p.out_map != nullptr) {
-    std::memcpy(p.out_map + offset, from, bytes);
-    return {};
-  }
-  return a.one_sided->post_write(p.peer, *p.out, offset, from, bytes, 0).error;
-}
-
-std::optional<LocalFailure> failed(int peer, const std::string& err) {
-  return LocalFailure{peer, fmt::format("{}; if the kernel refuses, CHORUS_ALGO can force another "
-                                        "algorithm (e.g. allreduce=ring)",
-                                        err)};
-}
-
-// Reduces `count` elements at element `in_offset` of every rank's input, piece by piece, into
-// into(done) (this rank's memory; `done` elements of the count before it), and hands each
-// finished piece to `then(done, count)` before the next one. Sources: this rank's own input
-// (in place: the destination itself) first, then the others in rank order, each read straight
-// from its mapping or else through `piece`.
+// Every peer mapped: reduces `count` elements at element `in_offset` of every rank's input,
+// piece by piece, into into(done) (this rank's memory; `done` elements of the count before it),
+// and hands each finished piece to `then(done, count)` before the next one. Sources: this rank's
+// own input (in place: the destination itself) first, then the others in rank order.
 template <typename Into, typename Then>
-std::optional<LocalFailure> reduce_chunk(const CollectiveArgs& a, const std::vector<PeerAccess>& of,
-                                         int n, int r, std::byte* piece, std::size_t count,
-                                         std::size_t in_offset, Into into, Then then) {
+void reduce_mapped(const CollectiveArgs& a, const std::vector<PeerAccess>& of, int n, int r,
+                   std::size_t count, std::size_t in_offset, Into into, Then then) {
   const std::size_t es = element_size(a.dtype);
   const std::size_t per = std::max<std::size_t>(1, kPieceBytes / es);
   const int divisor = a.op == ReduceOp::avg ? n : 0;
@@ -243,31 +235,12 @@ std::optional<LocalFailure> reduce_chunk(const CollectiveArgs& a, const std::vec
       if (q == r) {
         continue;
       }
-      const PeerAccess& p = of[static_cast<std::size_t>(q)];
-      const std::byte* theirs = p.in_map != nullptr ? p.in_map + off : piece;
-      if (p.in_map == nullptr) {
-        if (std::string err = read_input(a, p, piece, off, cnt * es); !err.empty()) {
-          return failed(q, err);
-        }
-      }
       ++step;
-      reduce(dst, step == 1 ? own : dst, theirs, cnt, a.dtype, a.op, step == n - 1 ? divisor : 0);
+      reduce(dst, step == 1 ? own : dst, of[static_cast<std::size_t>(q)].in_map + off, cnt, a.dtype,
+             a.op, step == n - 1 ? divisor : 0);
     }
-    if (auto f = then(done, cnt)) {
-      return f;
-    }
+    then(done, cnt);
   }
-  return std::nullopt;
-}
-
-// Whether every peer's input and output are mapped here.
-bool all_mapped(const std::vector<PeerAccess>& of, int r) {
-  for (std::size_t q = 0; q < of.size(); ++q) {
-    if (static_cast<int>(q) != r && (of[q].in_map == nullptr || of[q].out_map == nullptr)) {
-      return false;
-    }
-  }
-  return true;
 }
 
 // Allreduce of `chunk` with every peer mapped and the op larger than the caches: each piece is
@@ -278,9 +251,9 @@ bool all_mapped(const std::vector<PeerAccess>& of, int r) {
 void reduce_and_stream(const CollectiveArgs& a, const std::vector<PeerAccess>& of, int n, int r,
                        std::byte* piece, Span chunk) {
   const std::size_t es = element_size(a.dtype);
-  reduce_chunk(
-      a, of, n, r, piece, chunk.count, chunk.offset, [piece](std::size_t) { return piece; },
-      [&](std::size_t done, std::size_t cnt) -> std::optional<LocalFailure> {
+  reduce_mapped(
+      a, of, n, r, chunk.count, chunk.offset, [piece](std::size_t) { return piece; },
+      [&](std::size_t done, std::size_t cnt) {
         const std::size_t off = (chunk.offset + done) * es;
         stream_copy(static_cast<std::byte*>(a.out) + off, piece, cnt * es);
         for (int q = 0; q < n; ++q) {
@@ -288,9 +261,80 @@ void reduce_and_stream(const CollectiveArgs& a, const std::vector<PeerAccess>& o
             stream_copy(of[static_cast<std::size_t>(q)].out_map + off, piece, cnt * es);
           }
         }
-        return std::nullopt;
       });
   stream_fence();  // before the release bytes tell the peers that their outputs are written
+}
+
+// Some peer not mapped: the same reduction as tasks. `count` elements at element `in_offset` of
+// every rank's input are reduced, piece by piece, into `into` (this rank's memory): its own input
+// first, then the others in rank order, a mapped peer's straight from its mapping, another's
+// read into its scratch slot first (the next piece's read into that slot waits for the
+// reduction that used it). With `write_back` (allreduce), each finished piece then goes to
+// every peer's output at the same offset: copied into a mapping, or written.
+void reduce_pieces(Schedule& s, const CollectiveArgs& a, const std::vector<PeerAccess>& of,
+                   std::size_t count, std::size_t in_offset, std::byte* into, bool write_back) {
+  const int n = s.size();
+  const int r = s.rank();
+  const std::size_t es = element_size(a.dtype);
+  const std::size_t per = std::max<std::size_t>(1, kPieceBytes / es);
+  const int divisor = a.op == ReduceOp::avg ? n : 0;
+  std::vector<std::byte*> slot(static_cast<std::size_t>(n), nullptr);
+  std::vector<TaskId> slot_free(static_cast<std::size_t>(n), kNoTask);
+  for (int q = 0; q < n; ++q) {
+    if (q != r && of[static_cast<std::size_t>(q)].in_map == nullptr && count > 0) {
+      slot[static_cast<std::size_t>(q)] =
+          static_cast<std::byte*>(s.scratch(std::min(per, count) * es));
+    }
+  }
+  for (std::size_t done = 0; done < count; done += per) {
+    const std::size_t cnt = std::min(per, count - done);
+    const std::size_t off = (in_offset + done) * es;  // into the inputs
+    std::byte* dst = into + done * es;
+    const auto* own = static_cast<const std::byte*>(a.in) + off;
+    TaskId last = kNoTask;
+    int step = 0;
+    for (int q = 0; q < n; ++q) {
+      if (q == r) {
+        continue;
+      }
+      const auto uq = static_cast<std::size_t>(q);
+      const PeerAccess& p = of[uq];
+      TaskId got = kNoTask;
+      const std::byte* theirs = p.in_map != nullptr ? p.in_map + off : slot[uq];
+      if (p.in_map == nullptr) {
+        got = s.read(q, p.in, off, slot[uq], cnt * es, {slot_free[uq]});
+      }
+      ++step;
+      last = s.reduce(dst, step == 1 ? own : dst, theirs, cnt, step == n - 1 ? divisor : 0,
+                      {last, got});
+      if (p.in_map == nullptr) {
+        slot_free[uq] = last;
+      }
+    }
+    if (!write_back) {
+      continue;
+    }
+    for (int q = 0; q < n; ++q) {
+      const PeerAccess& p = of[static_cast<std::size_t>(q)];
+      if (q == r) {
+        continue;
+      }
+      if (p.out_map != nullptr) {
+        s.copy(p.out_map + off, dst, cnt * es, {last});
+      } else {
+        s.write(q, p.out, off, dst, cnt * es, {last});
+      }
+    }
+  }
+}
+
+// A peer's whole input to `dst`: copied from its mapping, or read.
+void fetch_input(Schedule& s, const PeerAccess& p, void* dst, std::size_t bytes) {
+  if (p.in_map != nullptr) {
+    s.copy(dst, p.in_map, bytes);
+  } else {
+    s.read(p.peer, p.in, 0, dst, bytes);
+  }
 }
 
 // Whether the buffers of `k` that peers touch lie in SharedBuffers: allreduce's input and
@@ -339,108 +383,107 @@ void build_memory_agreement(Schedule& s, const CollectiveArgs& a) {
 }
 
 void build_direct_allreduce(Schedule& s, const CollectiveArgs& a) {
+  const std::vector<int> peers = others(s);
+  if (keys_first(s, a, peers, peers, build_direct_allreduce)) {
+    return;
+  }
   const int n = s.size();
   const int r = s.rank();
-  const std::vector<int> peers = others(s);
-  const Exchange x = exchange_keys(s, a, peers, peers);
   const Span chunk = block_of(a.count, n, r);
   const std::size_t es = element_size(a.dtype);
-  auto* piece = static_cast<std::byte*>(s.scratch(std::min(kPieceBytes, chunk.count * es)));
-  const BufferKeys* buffers = x.of;
-  LocalWork work = [a, buffers, n, r, piece, chunk, es]() -> std::optional<LocalFailure> {
-    const std::vector<PeerAccess> of = reach(a, buffers, n, r);
-    const bool out_of_cache = a.count * es * static_cast<std::size_t>(n) >= kStreamMinGroupBytes;
-    if (a.in != a.out && out_of_cache && all_mapped(of, r)) {
-      reduce_and_stream(a, of, n, r, piece, chunk);
+  const Reach reach = reach_peers(a, n, peers);
+  std::byte* into = static_cast<std::byte*>(a.out) + chunk.offset * es;
+  const TaskId first = s.next_id();
+  if (all_mapped(reach.of, r, true)) {
+    auto* piece = static_cast<std::byte*>(s.scratch(std::min(kPieceBytes, chunk.count * es)));
+    s.call([a, of = reach.of, n, r, piece, chunk, es, into]() -> std::optional<LocalFailure> {
+      const bool out_of_cache = a.count * es * static_cast<std::size_t>(n) >= kStreamMinGroupBytes;
+      if (a.in != a.out && out_of_cache) {
+        reduce_and_stream(a, of, n, r, piece, chunk);
+        return std::nullopt;
+      }
+      reduce_mapped(
+          a, of, n, r, chunk.count, chunk.offset,
+          [&](std::size_t done) { return into + done * es; },
+          [&](std::size_t done, std::size_t cnt) {
+            const std::size_t off = (chunk.offset + done) * es;
+            for (int q = 0; q < n; ++q) {
+              if (q != r) {
+                std::memcpy(of[static_cast<std::size_t>(q)].out_map + off, into + done * es,
+                            cnt * es);
+              }
+            }
+          });
       return std::nullopt;
-    }
-    std::byte* into = static_cast<std::byte*>(a.out) + chunk.offset * es;
-    return reduce_chunk(
-        a, of, n, r, piece, chunk.count, chunk.offset,
-        [&](std::size_t done) { return into + done * es; },
-        [&](std::size_t done, std::size_t cnt) -> std::optional<LocalFailure> {
-          const std::size_t off = (chunk.offset + done) * es;
-          for (int q = 0; q < n; ++q) {
-            if (q == r) {
-              continue;
-            }
-            if (std::string err = write_output(a, of[static_cast<std::size_t>(q)], off,
-                                               into + done * es, cnt * es);
-                !err.empty()) {
-              return failed(q, err);
-            }
-          }
-          return std::nullopt;
-        });
-  };
-  run_then_release(s, x, std::move(work), peers, peers);
+    });
+  } else {
+    reduce_pieces(s, a, reach.of, chunk.count, chunk.offset, into, true);
+  }
+  release(s, s.join_range(first, s.next_id()), reach, peers, peers);
 }
 
 void build_direct_reduce_scatter(Schedule& s, const CollectiveArgs& a) {
+  const std::vector<int> peers = others(s);
+  if (keys_first(s, a, peers, peers, build_direct_reduce_scatter)) {
+    return;
+  }
   const int n = s.size();
   const int r = s.rank();
-  const std::vector<int> peers = others(s);
-  const Exchange x = exchange_keys(s, a, peers, peers);
   const std::size_t m = a.count;
-  const std::size_t es = element_size(a.dtype);
-  auto* piece = static_cast<std::byte*>(s.scratch(std::min(kPieceBytes, m * es)));
-  const BufferKeys* buffers = x.of;
-  LocalWork work = [a, buffers, n, r, piece, m]() -> std::optional<LocalFailure> {
-    const std::vector<PeerAccess> of = reach(a, buffers, n, r);
-    const std::size_t es = element_size(a.dtype);
-    return reduce_chunk(
-        a, of, n, r, piece, m, static_cast<std::size_t>(r) * m,
-        [&](std::size_t done) { return static_cast<std::byte*>(a.out) + done * es; },
-        [](std::size_t, std::size_t) { return std::optional<LocalFailure>{}; });
-  };
-  run_then_release(s, x, std::move(work), peers, peers);
+  const std::size_t in_offset = static_cast<std::size_t>(r) * m;
+  const Reach reach = reach_peers(a, n, peers);
+  auto* into = static_cast<std::byte*>(a.out);
+  const TaskId first = s.next_id();
+  if (all_mapped(reach.of, r, false)) {
+    s.call([a, of = reach.of, n, r, m, in_offset, into]() -> std::optional<LocalFailure> {
+      const std::size_t es = element_size(a.dtype);
+      reduce_mapped(
+          a, of, n, r, m, in_offset, [&](std::size_t done) { return into + done * es; },
+          [](std::size_t, std::size_t) {});
+      return std::nullopt;
+    });
+  } else {
+    reduce_pieces(s, a, reach.of, m, in_offset, into, false);
+  }
+  release(s, s.join_range(first, s.next_id()), reach, peers, peers);
 }
 
 void build_direct_allgather(Schedule& s, const CollectiveArgs& a) {
-  const int r = s.rank();
   const std::vector<int> peers = others(s);
-  const Exchange x = exchange_keys(s, a, peers, peers);
+  if (keys_first(s, a, peers, peers, build_direct_allgather)) {
+    return;
+  }
+  const int r = s.rank();
   const std::size_t bytes = a.count * element_size(a.dtype);
-  s.copy(static_cast<std::byte*>(a.out) + static_cast<std::size_t>(r) * bytes, a.in, bytes);
-  const BufferKeys* buffers = x.of;
-  LocalWork work = [a, buffers, peers, bytes, r]() -> std::optional<LocalFailure> {
-    const std::vector<PeerAccess> of = reach(a, buffers, static_cast<int>(peers.size()) + 1, r);
-    for (int q : peers) {
-      std::byte* dst = static_cast<std::byte*>(a.out) + static_cast<std::size_t>(q) * bytes;
-      if (std::string err = read_input(a, of[static_cast<std::size_t>(q)], dst, 0, bytes);
-          !err.empty()) {
-        return failed(q, err);
-      }
-    }
-    return std::nullopt;
-  };
-  run_then_release(s, x, std::move(work), peers, peers);
+  auto* out = static_cast<std::byte*>(a.out);
+  s.copy(out + static_cast<std::size_t>(r) * bytes, a.in, bytes);
+  const Reach reach = reach_peers(a, s.size(), peers);
+  const TaskId first = s.next_id();
+  for (int q : peers) {
+    fetch_input(s, reach.of[static_cast<std::size_t>(q)], out + static_cast<std::size_t>(q) * bytes,
+                bytes);
+  }
+  release(s, s.join_range(first, s.next_id()), reach, peers, peers);
 }
 
 void build_direct_broadcast(Schedule& s, const CollectiveArgs& a) {
   const int root = a.root;
-  const std::size_t bytes = a.count * element_size(a.dtype);
   if (s.rank() == root) {
     // The root only lends its buffer: it waits until every reader is done with it.
     const std::vector<int> peers = others(s);
-    const Exchange x = exchange_keys(s, a, peers, {});
-    run_then_release(
-        s, x, [] { return std::optional<LocalFailure>{}; }, {}, peers);
+    if (keys_first(s, a, peers, {}, build_direct_broadcast)) {
+      return;
+    }
+    release(s, kNoTask, Reach{}, {}, peers);
     return;
   }
-  const Exchange x = exchange_keys(s, a, {}, {root});
-  const BufferKeys* buffers = x.of;
-  const int n = s.size();
-  const int r = s.rank();
-  LocalWork work = [a, buffers, root, bytes, n, r]() -> std::optional<LocalFailure> {
-    const std::vector<PeerAccess> of = reach(a, buffers, n, r);
-    if (std::string err = read_input(a, of[static_cast<std::size_t>(root)], a.out, 0, bytes);
-        !err.empty()) {
-      return failed(root, err);
-    }
-    return std::nullopt;
-  };
-  run_then_release(s, x, std::move(work), {root}, {});
+  if (keys_first(s, a, {}, {root}, build_direct_broadcast)) {
+    return;
+  }
+  const Reach reach = reach_peers(a, s.size(), {root});
+  const TaskId first = s.next_id();
+  fetch_input(s, reach.of[static_cast<std::size_t>(root)], a.out, a.count * element_size(a.dtype));
+  release(s, s.join_range(first, s.next_id()), reach, {root}, {});
 }
 
 AlgorithmRows direct_algorithms() noexcept {

@@ -28,13 +28,13 @@ int Selection::ranks_per_host() const noexcept {
 }
 
 LinkCost Selection::host_link() const noexcept {
-  LinkCost link = shared_memory || several_hosts() ? costs->shm : costs->socket;
+  LinkCost link = (*costs)[PeerClass::same_host];
   link.alpha_us *= std::max(1.0, ranks_per_host() / std::max(1.0, costs->host_cpus));
   return link;
 }
 
 LinkCost Selection::flat_link() const noexcept {
-  return several_hosts() ? costs->network : host_link();
+  return several_hosts() ? (*costs)[PeerClass::other_host] : host_link();
 }
 
 namespace {

@@ -10,7 +10,7 @@
 #include <string_view>
 
 #include "core/signature.hpp"
-#include "cpu/algorithms/cost_model.hpp"
+#include "cpu/plan/cost_model.hpp"
 
 namespace chorus::cpu {
 
@@ -48,17 +48,15 @@ struct Selection {
   double small_bytes = 0;  // TcpGroupOptions::small_allreduce_bytes
   const HostMap* hosts = nullptr;
   bool peer_memory = false;
-  bool shared_memory = false;
   bool shared_buffers = false;
   const LinkCosts* costs = nullptr;  // never null here (select.cpp fills in the defaults)
 
   // Whether the group spans several hosts (HostMap::members has more than one host).
   bool several_hosts() const noexcept;
-  // The slowest link a flat algorithm's messages cross: between hosts, else the host's
-  // transport.
+  // The slowest link a flat algorithm's messages cross: to other hosts, else the host's.
   LinkCost flat_link() const noexcept;
-  // The link between ranks of one host, its rounds dearer where the host's ranks outnumber
-  // its CPUs (LinkCosts::host_cpus).
+  // The link to ranks of the same host (as the transport that serves them priced it), its
+  // rounds dearer where the host's ranks outnumber its CPUs (LinkCosts::host_cpus).
   LinkCost host_link() const noexcept;
   // The most ranks any host of the group runs.
   int ranks_per_host() const noexcept;

@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: BSD-3-Clause
 // Picking an algorithm: the forced one (CHORUS_ALGO, parsed once into ids), else the cheapest
 // of the op's registered algorithms that applies (registry.cpp) under the group's agreed α/β
-// figures (link_costs.hpp). World size 1 is a local copy.
+// figures, as the group's transport stack priced them (transport_stack.hpp). World size 1 is a
+// local copy.
 #include <algorithm>
 #include <limits>
 #include <optional>
@@ -117,7 +118,6 @@ Selection selection_of(int size, const CollectiveArgs& a) {
   sel.small_bytes = static_cast<double>(a.small_bytes);
   sel.hosts = a.hosts;
   sel.peer_memory = a.peer_memory;
-  sel.shared_memory = a.shared_memory;
   sel.shared_buffers = a.shared_buffers;
   sel.costs = a.costs != nullptr ? a.costs : &defaults;
   return sel;
@@ -144,8 +144,8 @@ const char* choose_algorithm(int size, const CollectiveArgs& a) {
 }
 
 bool needs_memory_agreement(int size, const CollectiveArgs& a) noexcept {
-  // Forced, the algorithm is known (direct maps what it can and reaches the rest by post_read
-  // and post_write); in a second phase, it was agreed.
+  // Forced, the algorithm is known (direct maps what it can and reaches the rest by read and
+  // write tasks); in a second phase, it was agreed.
   return size > 1 && a.peer_memory && a.keys == nullptr && a.forced == AlgorithmId::automatic &&
          maps_shared_buffers(a.kind) && a.count * element_size(a.dtype) >= kSharedBufferMinBytes;
 }

@@ -28,8 +28,10 @@ namespace chorus::cpu {
 inline constexpr std::uint32_t kHelloMagic = 0x43544843;  // "CHTC"
 // 4: data streams 64-byte aligned; 5: op signatures v2 (kinds are OpType values, coalesced
 // ops carry their number of tensors); 6: a wire message carries its slice's scale word before
-// the elements (core/wire.hpp). A mixed job fails at the hello, not mid-op.
-inline constexpr std::uint16_t kProtocolVersion = 6;
+// the elements (core/wire.hpp); 7: ring neighbours on different hosts time their link after
+// the mesh forms (transports/socket/network_probe.hpp). A mixed job fails at the hello, not
+// mid-op or mid-probe.
+inline constexpr std::uint16_t kProtocolVersion = 7;
 inline constexpr std::uint16_t kProbeChannel = 0xffff;  // "are you alive?", then close
 // The answer to a dial that crossed the answering (lower) rank's own dial: "use mine".
 inline constexpr std::uint16_t kCrossingChannel = 0xfffe;

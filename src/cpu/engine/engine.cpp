@@ -24,47 +24,23 @@ Engine::Engine(EngineConfig config, std::unique_ptr<EngineTransport> transport)
       report_(config_.rank, config_.size, config_.group, *transport_),
       liveness_(config_.rank, config_.size, config_.peer_timeout) {
   left_.resize(static_cast<std::size_t>(config_.size), false);
-  gate_ = std::make_shared<Gate>(this);
-  thread_ = std::thread([this] { run(); });
+  runner_.start(fmt::format("{} r{}/{}", config_.group, config_.rank, config_.size));
 }
 
 Engine::~Engine() {
-  {
-    std::lock_guard lock(mu_);
-    stop_ = true;
-  }
-  stopping_.store(true);
-  poke();          // a driver in poll() returns and sees stopping_
-  gate_->close();  // no new driver; waits for the ones inside
-  if (thread_.joinable()) {
-    thread_.join();
-  }
-}
-
-void Engine::note_issued(std::uint64_t seq) noexcept {
-  // Callers hold the group's issue lock, so writers take turns: a load and a store will do (no
-  // locked instruction on every op).
-  if (issued_seq_.load(std::memory_order_relaxed) < seq) {
-    issued_seq_.store(seq, std::memory_order_relaxed);
-  }
+  // The queue first: an abort() that has not begun waiting returns at once. Then the loop stops:
+  // its last act, shutdown(), fails what is pending and releases abort()'s waiters.
+  submitted_.close();
+  runner_.stop();
 }
 
 void Engine::submit(std::unique_ptr<Op> op) {
   const bool driven = op->work->has_driver();
   if (op->kind == Op::Kind::collective) {
-    note_issued(op->call.seq);
+    submitted_.note_issued(op->call.seq);
   }
-  std::exception_ptr failed;
-  {
-    std::lock_guard lock(mu_);
-    if (failed_) {
-      failed = failed_;
-    } else {
-      submitted_.push_back(std::move(op));
-    }
-  }
-  if (failed) {
-    op->work->complete(failed);
+  if (std::exception_ptr failed = submitted_.push(op)) {
+    op->work->complete(failed);  // outside the queue's lock, as every completion
     return;
   }
   // An op whose caller may drive the loop (drive()) does not unpark the engine thread: if
@@ -72,7 +48,7 @@ void Engine::submit(std::unique_ptr<Op> op) {
   if (driven) {
     transport_->wakeup();
   } else {
-    poke();
+    runner_.poke();
   }
 }
 
@@ -81,18 +57,14 @@ void Engine::abort(std::exception_ptr error) {
     fail_group(std::move(error), true, config_.rank);
     return;
   }
-  std::unique_lock lock(mu_);
-  abort_request_ = std::move(error);
-  abort_done_ = false;
-  lock.unlock();
-  poke();
-  lock.lock();
+  submitted_.post_abort(std::move(error));
+  runner_.poke();
   // The engine answers within one loop iteration (it never blocks on a peer); the bound only
   // guards against a bug turning abort() into a hang.
-  cv_.wait_for(lock, std::chrono::seconds(10), [&] { return abort_done_ || stop_; });
+  submitted_.wait_abort_answered(std::chrono::seconds(10));
 }
 
-void Engine::iterate(bool wait, const WorkState* driven) {
+void Engine::turn(bool wait, const WorkState* driven) {
   take_submitted();
   start_next();
   // After take_submitted(): the deadlines of the ops just taken count. A driving caller whose
@@ -127,6 +99,10 @@ void Engine::iterate(bool wait, const WorkState* driven) {
   tend_liveness();
 }
 
+bool Engine::holds_work() const noexcept {
+  return current_ || !queue_.empty() || !p2p_.empty() || probe_ || held_failure_;
+}
+
 void Engine::release_held_headers() {
   if (executor_ && !failure_ && headers_until_.expired()) {
     headers_until_ = Deadline::never();
@@ -147,20 +123,9 @@ std::chrono::microseconds Engine::spin_budget() const {
 void Engine::take_submitted() {
   std::vector<std::unique_ptr<Op>> ops;
   ops.swap(taken_);  // empty, with the memory of an earlier batch: submitters append there
-  std::exception_ptr abort_request;
-  {
-    std::lock_guard lock(mu_);
-    ops.swap(submitted_);
-    abort_request = std::move(abort_request_);
-    abort_request_ = nullptr;
-  }
-  if (abort_request) {
+  if (std::exception_ptr abort_request = submitted_.take(ops)) {
     fail_group(abort_request, true, config_.rank);
-    {
-      std::lock_guard lock(mu_);
-      abort_done_ = true;
-    }
-    cv_.notify_all();
+    submitted_.answer_abort();
   }
   for (auto& op : ops) {
     if (failure_) {
@@ -325,27 +290,9 @@ void Engine::start_continuation(Schedule::Continuation next) {
 
 void Engine::on_event(TransportEvent& ev) {
   switch (ev.kind) {
-    case TransportEvent::Kind::p2p_done: {
-      auto it = p2p_.find(ev.token);
-      if (it == p2p_.end()) {
-        return;
-      }
-      std::unique_ptr<Op> op = std::move(it->second);
-      p2p_.erase(it);
-      untrack_deadline(*op);
-      if (op->kind == Op::Kind::recv) {
-        op->work->set_source_rank(ev.peer);  // says who sent it, for a recv from any rank
-      }
-      if (probe_ && probe_->op() == op.get()) {
-        probe_.reset();
-      }
-      std::exception_ptr error;
-      if (!ev.error.empty()) {
-        error = report_.error(ErrorCode::invalid_argument, op.get(), ev.error, {ev.peer});
-      }
-      op->work->complete(error);
+    case TransportEvent::Kind::p2p_done:
+      finish_p2p(ev);
       return;
-    }
     case TransportEvent::Kind::peer_failed: {
       if (failure_) {
         return;
@@ -367,41 +314,68 @@ void Engine::on_event(TransportEvent& ev) {
   }
 }
 
+void Engine::finish_p2p(const TransportEvent& ev) {
+  auto it = p2p_.find(ev.token);
+  if (it == p2p_.end()) {
+    return;
+  }
+  std::unique_ptr<Op> op = std::move(it->second);
+  p2p_.erase(it);
+  untrack_deadline(*op);
+  if (op->kind == Op::Kind::recv) {
+    op->work->set_source_rank(ev.peer);  // says who sent it, for a recv from any rank
+  }
+  if (probe_ && probe_->op() == op.get()) {
+    probe_.reset();
+  }
+  std::exception_ptr error;
+  if (!ev.error.empty()) {
+    error = report_.error(ErrorCode::invalid_argument, op.get(), ev.error, {ev.peer});
+  }
+  op->work->complete(error);
+}
+
+void Engine::on_abort_notice(const TransportEvent& ev) {
+  if (failure_) {
+    return;
+  }
+  if (auto notice = decode_abort(ev.payload)) {
+    fail_from_news(ev.peer, *notice, false);
+  } else {
+    const Op* op = current_.get();
+    fail_group(report_.error(ErrorCode::network, op,
+                             fmt::format("{} failed and aborted the group (its notice was "
+                                         "unreadable)",
+                                         report_.rank_name(ev.peer)),
+                             {ev.peer}),
+               false, ev.peer);
+  }
+}
+
+void Engine::on_goodbye(const TransportEvent& ev) {
+  // A goodbye alone fails nothing (the peer's transport reports it if this rank still needs the
+  // peer; a small op looks at left_). A goodbye of a failed group is news of that failure, with
+  // its root.
+  left_[static_cast<std::size_t>(ev.peer)] = true;
+  const auto bye = decode_goodbye(ev.payload);
+  if (!failure_ && bye && bye->cause) {
+    fail_from_news(ev.peer, *bye->cause, true);
+  } else if (!failure_ && current_ && current_->via_small_ops) {
+    settle_small_op();
+  }
+}
+
 void Engine::on_control(TransportEvent& ev) {
   switch (ev.frame) {
-    case FrameType::abort: {
-      if (failure_) {
-        return;
-      }
-      if (auto notice = decode_abort(ev.payload)) {
-        fail_from_news(ev.peer, *notice, false);
-      } else {
-        const Op* op = current_.get();
-        fail_group(report_.error(ErrorCode::network, op,
-                                 fmt::format("{} failed and aborted the group (its notice was "
-                                             "unreadable)",
-                                             report_.rank_name(ev.peer)),
-                                 {ev.peer}),
-                   false, ev.peer);
-      }
+    case FrameType::abort:
+      on_abort_notice(ev);
       return;
-    }
-    case FrameType::goodbye: {
-      // A goodbye alone fails nothing (the peer's transport reports it if this rank still
-      // needs the peer; a small op looks at left_). A goodbye of a failed group is news of that
-      // failure, with its root.
-      left_[static_cast<std::size_t>(ev.peer)] = true;
-      const auto bye = decode_goodbye(ev.payload);
-      if (!failure_ && bye && bye->cause) {
-        fail_from_news(ev.peer, *bye->cause, true);
-      } else if (!failure_ && current_ && current_->via_small_ops) {
-        settle_small_op();
-      }
+    case FrameType::goodbye:
+      on_goodbye(ev);
       return;
-    }
     case FrameType::status_request: {
       StatusReply reply;
-      reply.issued_seq = issued_seq_.load();
+      reply.issued_seq = submitted_.issued();
       reply.running_seq = current_ ? current_->call.seq : 0;
       transport_->send_control(ev.peer, FrameType::status_reply, encode(reply));
       return;

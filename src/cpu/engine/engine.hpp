@@ -3,7 +3,7 @@
 //
 // User threads submit() ops and wait on their Work. The engine thread owns the transport, the
 // event loop and every op (a caller waiting for a small op may run the loop for it meanwhile:
-// caller-driven progress, below): it runs collectives one at a time in issue order
+// caller-driven progress, loop_runner.hpp): it runs collectives one at a time in issue order
 // (tagged send/recv run alongside, they never block the collective queue), sleeps in
 // epoll_wait until the nearest deadline (with a small collective in flight or just finished,
 // after looking for up to kSpin without sleeping), and is woken through the loop's eventfd on
@@ -26,8 +26,14 @@
 // production, by tests from their own tables) and knows only the seam: transport.hpp and the
 // capabilities it offers (small_ops.hpp), never which transport it runs on.
 //
+// Two concurrency protocols, each in its own class with its invariants at its top: SubmitQueue
+// (submit_queue.hpp: what user threads hand to the loop, the failure they see) and LoopRunner
+// (loop_runner.hpp: who runs the loop, the engine thread or a driving caller). Everything else
+// in Engine is the loop's own state, touched only by the thread running the loop now, or set
+// before the loop starts and constant after; run_small_op(), on the issuing caller's thread,
+// touches only the SmallOps capability (safe across threads by its contract) and SubmitQueue.
+//
 // Where things are: engine.cpp runs ops (submit, one turn of the loop, the op queue, events);
-// engine_progress.cpp hands the loop between the engine thread and driving callers;
 // engine_small_ops.cpp runs ops through the transport's SmallOps capability; engine_failure.cpp
 // ends ops that do not complete (deadlines, probes, fail_group, news, shutdown). Pieces with their
 // own state: FailureReport (the wording of every failure), StatusProbe (the probe of a timed-out
@@ -36,18 +42,14 @@
 
 #include "core/private.hpp"
 
-#include <atomic>
-#include <condition_variable>
 #include <cstdint>
 #include <deque>
 #include <exception>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <set>
 #include <string>
-#include <thread>
 #include <unordered_map>
 #include <vector>
 
@@ -56,9 +58,11 @@
 #include "cpu/engine/executor.hpp"
 #include "cpu/engine/failure_report.hpp"
 #include "cpu/engine/liveness.hpp"
+#include "cpu/engine/loop_runner.hpp"
 #include "cpu/engine/op.hpp"
-#include "cpu/engine/schedule.hpp"
 #include "cpu/engine/status_probe.hpp"
+#include "cpu/engine/submit_queue.hpp"
+#include "cpu/plan/schedule.hpp"
 #include "cpu/transports/small_ops.hpp"
 #include "cpu/transports/transport.hpp"
 #include "cpu/transports/wire.hpp"
@@ -69,7 +73,7 @@ struct EngineConfig {
   int rank = 0;
   int size = 1;
   std::string group;
-  // Called by the loop (the engine thread or a driving caller, see below) with the first
+  // Called by the loop (the engine thread or a driving caller: loop_runner.hpp) with the first
   // failure (the group records it for fast-fail).
   std::function<void(std::exception_ptr)> on_failure;
   // Called by the loop when a collective starts running, with its algorithm (the
@@ -82,7 +86,7 @@ struct EngineConfig {
   Duration peer_timeout = Duration::zero();
 };
 
-class Engine {
+class Engine final : private LoopRunner::Loop {
  public:
   Engine(EngineConfig config, std::unique_ptr<EngineTransport> transport);
   ~Engine();  // fails pending ops, says goodbye to the peers, joins the thread
@@ -109,15 +113,12 @@ class Engine {
   bool run_small_op(Op& op, std::exception_ptr& error);
   // Whether the calling thread runs the engine's loop now (the engine thread, or a caller in
   // drive()): a Work callback issuing an op.
-  bool on_engine_thread() const noexcept { return runner_.load() == std::this_thread::get_id(); }
+  bool on_engine_thread() const noexcept { return runner_.on_loop_thread(); }
   // For WorkState::drive_with(): the Works of small collectives lend their waiting thread to
-  // the loop (caller-driven progress, below).
-  std::shared_ptr<WorkDriver> driver() const { return gate_; }
+  // the loop (caller-driven progress: loop_runner.hpp).
+  std::shared_ptr<WorkDriver> driver() const { return runner_.driver(); }
   // Whether a caller (not the engine thread) runs the loop now (for tests).
-  bool caller_driving() const noexcept {
-    const std::thread::id runner = runner_.load();
-    return runner != std::thread::id() && runner != thread_.get_id();
-  }
+  bool caller_driving() const noexcept { return runner_.caller_driving(); }
   // Any thread: fail everything with `error` (unless the group already failed) and notify
   // the peers. Returns once the engine has dropped every user buffer (bounded: the engine
   // never blocks for long), or at once when called on the engine thread.
@@ -126,45 +127,15 @@ class Engine {
   const std::string& local_address() const { return local_address_; }
 
  private:
-  // Caller-driven progress. One thread at a time runs the loop: whoever holds lease_, the
-  // engine thread or a caller waiting for a small op's Work (drive()). A caller that drives
-  // saves the hand-offs between its thread and the engine's (a submit's wake-up, the
-  // completion's), and the engine thread stays off the cores meanwhile: with 4 ranks on 2 cores
-  // that is half the runnable threads. The engine thread hands the lease over when
-  // drivers_waiting_ says a caller wants it, then parks: it looks in once per kParkTick while
-  // callers drive (less often during one long drive, which pokes it at its end, or while callers
-  // drive op after op and it finds nothing to do: kParkTickBusy), and goes back to its own loop
-  // kParkKeep after the last drive, or at once when there is work no caller drives (an op nobody
-  // waits on, a tagged message, a probe). Ops without a driver, abort() and the destructor
-  // unpark it (poke()).
-  class Gate final : public WorkDriver {
-   public:
-    explicit Gate(Engine* engine) noexcept : engine_(engine) {}
-    void drive(const WorkState& work) noexcept override;
-    // The engine is going away: later drive() calls return at once; waits for those inside.
-    void close() noexcept;
-
-   private:
-    std::mutex mu_;
-    std::condition_variable cv_;
-    Engine* engine_;  // guarded by mu_; null once closed
-    int inside_ = 0;  // guarded by mu_
-  };
-  // Runs the loop on the calling thread until `work` completes (or the engine stops); returns
-  // at once if another caller drives (the caller then waits for its Work as usual).
-  void drive(const WorkState& work) noexcept;
-  void run() noexcept;
+  // LoopRunner::Loop, run by whoever holds the loop (loop_runner.hpp).
   // One turn of the loop: takes submitted ops, starts the next, polls the transport (with
   // `wait`, until something happens or the nearest deadline; not once `driven`, the Work a
-  // driving caller waits for, is complete) and settles what happened. Holder of lease_ only.
-  void iterate(bool wait, const WorkState* driven = nullptr);
-  // The engine thread, without the lease: sleeps until poke() or `tick` passes.
-  void park(std::chrono::milliseconds tick) noexcept;
-  // Any thread: the engine thread must run its own loop soon (unparks it, ends a poll).
-  void poke() noexcept;
-  // A thread holding the group's issue lock: collective `seq` was issued (status replies tell
-  // peers the highest).
-  void note_issued(std::uint64_t seq) noexcept;
+  // driving caller waits for, is complete) and settles what happened.
+  void turn(bool wait, const WorkState* driven) override;
+  bool holds_work() const noexcept override;
+  void end_poll() noexcept override { transport_->wakeup(); }
+  void finish() override { shutdown(); }
+
   // kHeaderHold passed: the current op's held signature headers go alone.
   void release_held_headers();
   void take_submitted();
@@ -189,7 +160,11 @@ class Engine {
   // Fails the group with the held call failure once its grace has passed.
   void check_held_failure();
   void on_event(TransportEvent& ev);
+  // A tagged send or recv completed (ev.token names it), or failed alone (ev.error).
+  void finish_p2p(const TransportEvent& ev);
   void on_control(TransportEvent& ev);
+  void on_abort_notice(const TransportEvent& ev);
+  void on_goodbye(const TransportEvent& ev);
   void check_deadlines();
   // Sends due heartbeats; fails the group if a peer has been silent past the peer timeout.
   void tend_liveness();
@@ -203,6 +178,9 @@ class Engine {
                   std::string root_message = {}, int news_from = -1);
   // A peer's abort notice, or the cause in its goodbye: fail naming the root cause.
   void fail_from_news(int from, const AbortNotice& notice, bool left);
+  // Moves every op not yet complete (current, queued, tagged, submitted) into `into` and drops
+  // the current op's schedule and executor: fail_group() and shutdown() then complete them.
+  void take_pending(std::vector<std::unique_ptr<Op>>& into);
   Deadline nearest_deadline() const;
   void shutdown();
 
@@ -213,19 +191,9 @@ class Engine {
   FailureReport report_;  // the wording of every failure (engine thread)
   Liveness liveness_;     // heartbeats and the silent-peer watch (loop)
 
-  std::mutex mu_;
-  std::condition_variable cv_;
-  // Vectors, not deques: an empty vector holds no memory, so take_submitted() swaps two of them
-  // back and forth without allocating (a default-constructed std::deque allocates).
-  std::vector<std::unique_ptr<Op>> submitted_;  // guarded by mu_
-  std::exception_ptr abort_request_;            // guarded by mu_
-  bool abort_done_ = false;                     // guarded by mu_
-  bool stop_ = false;                           // guarded by mu_
-  std::exception_ptr failed_;                   // guarded by mu_ (written by the engine thread)
-  std::atomic<bool> has_failed_{false};         // failed_ is set (read without mu_ by run_small_op)
-  std::atomic<std::uint64_t> issued_seq_{0};
+  SubmitQueue submitted_;  // user threads -> the loop (its own lock; submit_queue.hpp)
 
-  // The loop's: touched only by the holder of lease_ (the engine thread, or a driving caller).
+  // The loop's: touched only by the thread running the loop (loop_runner.hpp).
   std::deque<std::unique_ptr<Op>> queue_;
   std::unique_ptr<Op> current_;
   std::unique_ptr<Schedule> schedule_;
@@ -234,7 +202,9 @@ class Engine {
   // op: a small op then builds and runs without touching the heap (recycle_run()).
   std::unique_ptr<Schedule> spare_schedule_;
   std::unique_ptr<Executor> spare_executor_;
-  std::vector<std::unique_ptr<Op>> taken_;  // take_submitted()'s batch memory, empty between calls
+  // take_submitted()'s batch memory, empty between calls: an empty vector holds no memory, so
+  // it and the queue's swap back and forth without allocating (a std::deque would allocate).
+  std::vector<std::unique_ptr<Op>> taken_;
   ScratchArena arena_;
   std::uint64_t epoch_ = 0;
   std::unordered_map<std::uint64_t, std::unique_ptr<Op>> p2p_;
@@ -280,31 +250,8 @@ class Engine {
   std::vector<TransportEvent> events_;
   std::vector<bool> left_;  // by rank: said goodbye (a small op it never published fails)
 
-  std::shared_ptr<Gate> gate_;
-  std::mutex lease_;
-  std::atomic<std::thread::id> runner_{};  // the thread holding lease_ (none while handed over)
-  std::atomic<int> drivers_waiting_{0};
-  std::atomic<bool> stopping_{false};  // the destructor runs: drivers give the loop back
-  std::atomic<std::uint32_t> park_seq_{0};
-  std::atomic<bool> parked_{false};
-  std::atomic<bool> poked_{false};
-  Clock::time_point last_drive_end_{};    // lease holder only
-  std::atomic<std::uint64_t> drives_{0};  // drives begun (the parked engine sees one go on)
-  static constexpr std::chrono::milliseconds kParkTick{1};
-  // A parked engine thread whose looks find the same drive still going doubles its tick, up to
-  // this: a caller waiting 3 s for a late peer cost 2 % of a core in 1 ms looks.
-  static constexpr std::chrono::milliseconds kParkTickMax{64};
-  static constexpr std::chrono::milliseconds kParkKeep{2};
-  // A parked engine thread whose looks find new drives each time (a caller waiting for op after
-  // op) and nothing of its own to do doubles its tick up to this. Each look wakes a thread on a
-  // core where a rank spins; at 1 ms, an 8-byte allreduce stream over loopback tcp at 2 ranks
-  // made 840-890 futex calls and 2,700-3,700 context switches in 40,000 ops, at this bound
-  // 270-280 and 1,100-2,400 (docs/results.md, "Small ops over loopback tcp: per-op work
-  // and the parked engine's looks"). The price: a small op nobody waits on, issued just after
-  // such a stream, starts up to this late.
-  static constexpr std::chrono::milliseconds kParkTickBusy{4};
-
-  std::thread thread_;
+  // Last: its thread runs the loop over every member above (the destructor stops it first).
+  LoopRunner runner_{*this};
 };
 
 }  // namespace chorus::cpu

@@ -124,11 +124,8 @@ void Engine::fail_group(std::exception_ptr error, bool notify_peers, int root_ra
     return;
   }
   failure_ = error;
-  {
-    std::lock_guard lock(mu_);
-    failed_ = error;
-    has_failed_.store(true, std::memory_order_release);
-  }
+  // From here on submit() fails ops itself: take_pending() below sees the last one queued.
+  submitted_.fail(error);
   if (config_.on_failure) {
     config_.on_failure(error);
   }
@@ -148,29 +145,11 @@ void Engine::fail_group(std::exception_ptr error, bool notify_peers, int root_ra
     }
   }
   std::vector<std::unique_ptr<Op>> failed;
-  if (current_) {
-    failed.push_back(std::move(current_));
-  }
-  executor_.reset();
-  schedule_.reset();
+  take_pending(failed);
+  // After the executor and schedule are gone (take_pending()): the arena holds their scratch.
+  // The probe points at an op that `failed` still owns.
   arena_.reset();
   probe_.reset();
-  for (auto& op : queue_) {
-    failed.push_back(std::move(op));
-  }
-  queue_.clear();
-  for (auto& [token, op] : p2p_) {
-    failed.push_back(std::move(op));
-  }
-  p2p_.clear();
-  deadlines_.clear();
-  {
-    std::lock_guard lock(mu_);
-    for (auto& op : submitted_) {
-      failed.push_back(std::move(op));
-    }
-    submitted_.clear();
-  }
   for (auto& op : failed) {
     op->work->complete(error);
   }
@@ -185,27 +164,7 @@ void Engine::shutdown() {
   // Pending ops fail and their buffers are released; peers hear a goodbye, not an abort:
   // they fail only if they still needed this rank.
   std::vector<std::unique_ptr<Op>> pending;
-  if (current_) {
-    pending.push_back(std::move(current_));
-  }
-  executor_.reset();
-  schedule_.reset();
-  for (auto& op : queue_) {
-    pending.push_back(std::move(op));
-  }
-  queue_.clear();
-  for (auto& [token, op] : p2p_) {
-    pending.push_back(std::move(op));
-  }
-  p2p_.clear();
-  deadlines_.clear();
-  {
-    std::lock_guard lock(mu_);
-    for (auto& op : submitted_) {
-      pending.push_back(std::move(op));
-    }
-    submitted_.clear();
-  }
+  take_pending(pending);
   transport_->drop_all();
   for (auto& op : pending) {
     op->work->complete(gone);
@@ -213,7 +172,7 @@ void Engine::shutdown() {
   // The goodbye of a failed group carries its root cause: a peer that hears of this rank
   // leaving before it hears of the failure still names the rank where it began.
   Goodbye bye;
-  bye.last_seq = issued_seq_.load();
+  bye.last_seq = submitted_.issued();
   if (failure_) {
     bye.cause = failure_notice_;
   }
@@ -225,11 +184,25 @@ void Engine::shutdown() {
   }
   transport_->flush_control(Deadline::after(std::chrono::seconds(2)));
   transport_->close_all();
-  {
-    std::lock_guard lock(mu_);
-    abort_done_ = true;
+  submitted_.answer_abort();  // no loop any more to take an abort request: its waiters go
+}
+
+void Engine::take_pending(std::vector<std::unique_ptr<Op>>& into) {
+  if (current_) {
+    into.push_back(std::move(current_));
   }
-  cv_.notify_all();
+  executor_.reset();
+  schedule_.reset();
+  for (auto& op : queue_) {
+    into.push_back(std::move(op));
+  }
+  queue_.clear();
+  for (auto& [token, op] : p2p_) {
+    into.push_back(std::move(op));
+  }
+  p2p_.clear();
+  deadlines_.clear();
+  submitted_.drain(into);
 }
 
 }  // namespace chorus::cpu

@@ -34,7 +34,7 @@ void Engine::settle_small_op() {
 }
 
 bool Engine::run_small_op(Op& op, std::exception_ptr& error) {
-  note_issued(op.call.seq);
+  submitted_.note_issued(op.call.seq);
   SmallOps& small = *small_ops_;
   small.publish(op.sig, op.args.in, op.bytes);
   op.small_published = true;
@@ -57,9 +57,8 @@ bool Engine::run_small_op(Op& op, std::exception_ptr& error) {
       small.finish(op.args.out, op.args.count, op.args.dtype, op.args.op);
       return true;
     }
-    if (has_failed_.load(std::memory_order_acquire)) {
-      std::lock_guard lock(mu_);
-      error = failed_;
+    if (std::exception_ptr failed = submitted_.failure()) {
+      error = std::move(failed);
       return true;
     }
     if (mismatch) {

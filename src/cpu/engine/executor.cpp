@@ -1,10 +1,14 @@
 // SPDX-License-Identifier: BSD-3-Clause
 // Executor: dependency counting, FIFO posting per peer, inline copies and reductions.
 // A recv_reduce is offered to the transport to reduce on arrival; where it declines, the
-// receive lands in the task's slot and the reduction runs when it completes.
+// receive lands in the task's slot and the reduction runs when it completes. Reads and writes
+// go to the transport's one-sided capability when ready and complete inline or by token.
 #include "cpu/engine/executor.hpp"
 
 #include <cstring>
+#include <string>
+
+#include <fmt/format.h>
 
 #include "core/check.hpp"
 #include "core/reduce.hpp"
@@ -73,6 +77,10 @@ void Executor::ready(TaskId id) {
     case TaskKind::reduce:
     case TaskKind::call:
     case TaskKind::round:
+    // Posted from the worklist, not here: one that completes inline finishes at once, and
+    // finishing inside ready() would recurse down a chain of them.
+    case TaskKind::read:
+    case TaskKind::write:
       worklist_.push_back(id);
       break;
   }
@@ -205,10 +213,36 @@ void Executor::run_local(TaskId id) {
     }
   } else if (t.kind == TaskKind::round) {
     round_through_wire(t.dst, t.size, schedule_.dtype(), schedule_.wire_dtype());
+  } else if (t.kind == TaskKind::read || t.kind == TaskKind::write) {
+    if (!post_one_sided(id, t)) {
+      return;  // in flight (complete() finishes it), or failed
+    }
   } else {
     reduce(t.dst, t.src, t.src2, t.size, schedule_.dtype(), schedule_.op(), t.divisor);
   }
   finish(id);
+}
+
+bool Executor::post_one_sided(TaskId id, const Task& t) {
+  OneSided* one_sided = transport_.one_sided();
+  CHORUS_CHECK(one_sided != nullptr, "a one-sided task on a transport without the capability");
+  const std::uint64_t token = token_base_ + static_cast<std::uint64_t>(id);
+  const OneSidedResult r =
+      t.kind == TaskKind::read
+          ? one_sided->post_read(t.peer, *t.key, t.offset, t.dst, t.size, token)
+          : one_sided->post_write(t.peer, *t.key, t.offset, t.src, t.size, token);
+  if (r.pending) {
+    state_[static_cast<std::size_t>(id)] = kPosted;
+    return false;
+  }
+  if (!r.error.empty()) {
+    local_failure_ = LocalFailure{
+        t.peer, fmt::format("{}; CHORUS_ALGO can force an algorithm that does not reach into the "
+                            "peers' memory (e.g. allreduce=ring)",
+                            r.error)};
+    return false;
+  }
+  return true;
 }
 
 void Executor::finish(TaskId id) {

@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "core/signature.hpp"
-#include "cpu/engine/schedule.hpp"
+#include "cpu/plan/schedule.hpp"
 #include "cpu/transports/transport.hpp"
 
 namespace chorus::cpu {
@@ -44,7 +44,7 @@ class Executor {
   bool owns(std::uint64_t token) const noexcept { return (token >> 32) == (token_base_ >> 32); }
 
   bool done() const noexcept { return remaining_ == 0 && !failed(); }
-  // A signature mismatch, or a call task that failed (local_failure()).
+  // A signature mismatch, or a call, read or write task that failed (local_failure()).
   bool failed() const noexcept { return mismatch_.has_value() || local_failure_.has_value(); }
   const std::optional<SignatureMismatch>& mismatch() const noexcept { return mismatch_; }
   const std::optional<LocalFailure>& local_failure() const noexcept { return local_failure_; }
@@ -62,6 +62,9 @@ class Executor {
   void pump_send(int peer);
   bool held(int peer) const noexcept;
   void pump_recv(int peer);
+  // Posts a read or write task to the one-sided capability: true if it completed at once;
+  // false if it is in flight (its token completes it) or failed (local_failure()).
+  bool post_one_sided(TaskId id, const Task& t);
   // What a recv_reduce task reduces, as the transport takes it.
   ReduceOnArrival arrival(const Task& t) const;
   // A wire send: narrows its data into the peer's next staging slot and posts it; false (and

@@ -47,6 +47,7 @@
 
 #include "core/reduce.hpp"
 #include "core/signature.hpp"
+#include "cpu/plan/one_sided.hpp"
 #include "cpu/transports/wire.hpp"
 
 namespace chorus::cpu {
@@ -73,65 +74,13 @@ inline void reduce_arrived(const ReduceOnArrival& r, void* out, const void* loca
          r.op, r.divisor);
 }
 
-// ---- one-sided access to peers' memory (a capability: Transport::one_sided()) ----
-
-// A registered buffer as its peers name it: fixed-size and opaque, so that it travels to them
-// in an ordinary message. It names the process and the memory, and where the memory lies in a
-// SharedBuffer (core/shared_regions.hpp), its memfd. All zeros: nothing registered.
-struct MemoryKey {
-  static constexpr std::size_t kBytes = 64;
-  std::array<std::uint8_t, kBytes> bytes{};
-};
-
-// A peer's registered memory mapped into this process (OneSided::map): plain loads and stores
-// at `at` (the registered address). The mapping lasts while `hold` is held: an op keeps it until
-// its work ends, so a peer's buffer is never unmapped under a running copy.
-struct PeerView {
-  std::byte* at = nullptr;
-  std::shared_ptr<const void> hold;
-};
-
-// How a one-sided transfer went. CMA's complete before the call returns (completes_inline());
-// a transport that completes later (RDMA) sets `pending` and reports `token` through poll()'s
-// completed list, as sends and receives do.
-struct OneSidedResult {
-  bool pending = false;
-  std::string error;  // completed and failed: why (the caller names the peer, as LocalFailure)
-  bool ok() const noexcept { return !pending && error.empty(); }
-};
-
-class OneSided {
- public:
-  virtual ~OneSided() = default;
-
-  // A key for `bytes` at `data` of this process, for peers to read and write (no system call:
-  // it is built on every op). The memory must stay valid while a peer may use the key; the
-  // direct algorithms ensure it by their release messages.
-  virtual MemoryKey register_buffer(const void* data, std::size_t bytes) const = 0;
-  // Whether map() can give direct load/store access to the memory `key` names (it lies in a
-  // SharedBuffer). Depends on the key alone, so every rank that holds the key agrees.
-  virtual bool mappable(const MemoryKey& key) const noexcept = 0;
-  // Whether post_read/post_write always complete before they return (never `pending`).
-  virtual bool completes_inline() const noexcept = 0;
-
-  // Copies `bytes` at byte `offset` of the memory `key` names (registered by `peer`) to `dst`.
-  virtual OneSidedResult post_read(int peer, const MemoryKey& key, std::size_t offset, void* dst,
-                                   std::size_t bytes, std::uint64_t token) = 0;
-  // Copies `bytes` from `src` to byte `offset` of the memory `key` names.
-  virtual OneSidedResult post_write(int peer, const MemoryKey& key, std::size_t offset,
-                                    const void* src, std::size_t bytes, std::uint64_t token) = 0;
-  // The peer's memory mapped here, or `at` null with the reason in `why` where it cannot be
-  // (not mappable(), the peer exited, the kernel refuses): the caller then uses post_read and
-  // post_write, which reach that memory all the same, more slowly.
-  virtual PeerView map(int peer, const MemoryKey& key, std::string& why) = 0;
-};
-
 class Transport {
  public:
   virtual ~Transport() = default;
 
-  // Capability: reads and writes of peers' registered memory (nullptr: not offered; offered
-  // only where every rank of the group offers it, so a choice made by it is agreed).
+  // Capability: reads and writes of peers' registered memory (plan/one_sided.hpp; nullptr: not
+  // offered; offered only where every rank of the group offers it, so a choice made by it is
+  // agreed).
   virtual OneSided* one_sided() noexcept { return nullptr; }
 
   // Queues `bytes` from `data` for `peer`. `data` is borrowed until `token` completes.

@@ -10,11 +10,12 @@
 namespace chorus::cpu {
 
 const std::vector<TransportLayer>& transport_layers() {
-  // Bottom first. A new transport for the collective streams goes above socket (which keeps
-  // the control channel, tagged messages and failure detection); a decorator that must see
-  // every call (fault) stays on top.
-  static const std::vector<TransportLayer> table = {socket_layer(), shm_layer(), cma_layer(),
-                                                    fault_layer()};
+  // Bottom first, as transport_table.def lists them.
+  static const std::vector<TransportLayer> table = {
+#define CHORUS_TRANSPORT_LAYER(name) name##_layer(),
+#include "cpu/transports/transport_table.def"
+#undef CHORUS_TRANSPORT_LAYER
+  };
   return table;
 }
 
@@ -43,11 +44,36 @@ TransportStack build_stack(const std::vector<TransportLayer>& layers, StackConte
   TransportStack out;
   out.transport = std::move(transport);
   out.shared_memory = ctx.shared_memory;
+  out.costs = price_stack(layers, ctx);
   return out;
 }
 
-TransportStack make_transport(int rank, int size, Mesh mesh, const std::vector<int>& host_ranks,
-                              Deadline deadline, bool whole_group) {
+std::vector<LinkProbe> host_probes(const std::vector<TransportLayer>& layers) {
+  std::vector<LinkProbe> out;
+  for (const TransportLayer& layer : layers) {
+    out.insert(out.end(), layer.probes.begin(), layer.probes.end());
+  }
+  return out;
+}
+
+LinkCosts price_stack(const std::vector<TransportLayer>& layers, const StackContext& ctx) {
+  // A list without the layers' entries: each layer's price() takes its fallbacks.
+  const PriceList fallbacks;
+  const PriceList& prices = ctx.prices != nullptr ? *ctx.prices : fallbacks;
+  LinkCosts costs = default_link_costs();
+  costs.memcpy_gbps = prices.memcpy_gbps;
+  costs.reduce_gbps = prices.reduce_gbps;
+  costs.host_cpus = prices.host_cpus;
+  for (const TransportLayer& layer : layers) {
+    if (layer.price) {
+      layer.price(ctx, prices, costs);
+    }
+  }
+  return costs;
+}
+
+TransportStack make_transport(int rank, int size, Mesh& mesh, const std::vector<int>& host_ranks,
+                              Deadline deadline, bool whole_group, const PriceList& prices) {
   StackContext ctx;
   ctx.rank = rank;
   ctx.size = size;
@@ -55,6 +81,7 @@ TransportStack make_transport(int rank, int size, Mesh mesh, const std::vector<i
   ctx.host_ranks = host_ranks;
   ctx.whole_group = whole_group;
   ctx.deadline = deadline;
+  ctx.prices = &prices;
   return build_stack(transport_layers(), ctx);
 }
 

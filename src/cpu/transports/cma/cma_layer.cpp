@@ -5,6 +5,7 @@
 // the group's ranks, so every rank offers the capability or none does, and choices made by it
 // agree.
 #include "cpu/transports/cma/cma_one_sided.hpp"
+#include "cpu/transports/cma/cma_price.hpp"
 #include "cpu/transports/transport_stack.hpp"
 
 namespace chorus::cpu {
@@ -19,6 +20,11 @@ TransportLayer cma_layer() {
               StackContext&) -> std::unique_ptr<EngineTransport> {
       return std::make_unique<CmaTransport>(std::move(below));
     };
+  };
+  layer.probes = {{"peer_copy", kPeerCopyFallback, measure_peer_copy}};
+  // Only the single-copy algorithms read it, and they run only where this layer applies.
+  layer.price = [](const StackContext&, const PriceList& prices, LinkCosts& costs) {
+    costs.peer_copy_gbps = prices.link("peer_copy", kPeerCopyFallback).gbps;
   };
   return layer;
 }

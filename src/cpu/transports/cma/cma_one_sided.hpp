@@ -1,11 +1,11 @@
 // SPDX-License-Identifier: BSD-3-Clause
-// The one-sided capability (transport.hpp, OneSided) between processes of one host, by cross
+// The one-sided capability (plan/one_sided.hpp, OneSided) between processes of one host, by cross
 // memory attach: reads and writes through process_vm_readv/writev (peer_memory.hpp), and the
 // peers' SharedBuffers mapped here (peer_buffers.hpp) for plain loads and stores.
 //
 // A key holds the registering process's pid, the address and length of the memory, and, where
-// it lies in a SharedBuffer, the buffer's memfd (fd number, inode, base, length). Transfers run
-// inline (completes_inline()): a system call each, which costs less than a round through the
+// it lies in a SharedBuffer, the buffer's memfd (fd number, inode, base, length). Transfers
+// complete inline (never `pending`): a system call each, which costs less than a round through the
 // engine would. Offered only where the group's peer memory probe passed (transport_stack.cpp,
 // CmaTransport), so that every rank offers it or none does.
 #pragma once
@@ -27,7 +27,6 @@ class CmaOneSided final : public OneSided {
   CmaOneSided();
   MemoryKey register_buffer(const void* data, std::size_t bytes) const override;
   bool mappable(const MemoryKey& key) const noexcept override;
-  bool completes_inline() const noexcept override { return true; }
   OneSidedResult post_read(int peer, const MemoryKey& key, std::size_t offset, void* dst,
                            std::size_t bytes, std::uint64_t token) override;
   OneSidedResult post_write(int peer, const MemoryKey& key, std::size_t offset, const void* src,

@@ -4,6 +4,7 @@
 // it. Its set-up agrees on one segment with the host's ranks over the control sockets (every
 // rank of the host gets the same answer, so all of them wrap or none), and probes peer memory
 // when the whole group is on this host.
+#include "cpu/transports/shm/shm_price.hpp"
 #include "cpu/transports/shm/shm_segment.hpp"
 #include "cpu/transports/shm/shm_transport.hpp"
 #include "cpu/transports/transport_stack.hpp"
@@ -61,6 +62,17 @@ TransportLayer shm_layer() {
       return std::make_unique<ShmTransport>(ctx.rank, ctx.size, ctx.host_ranks, segment,
                                             std::move(below), ctx.whole_group);
     };
+  };
+  layer.probes = {{"shm", kShmFallback, measure_shm_rings}};
+  // The ranks of one host, wherever the rings carry their streams: in a group spread over
+  // hosts (every host with several ranks sets up its rings, and a host of one has no same-host
+  // peer to price), or in a one-host group whose ranks agreed on a segment.
+  layer.price = [](const StackContext& ctx, const PriceList& prices, LinkCosts& costs) {
+    if (env::transport_choice() == env::TransportChoice::tcp ||
+        (ctx.whole_group && !ctx.shared_memory)) {
+      return;
+    }
+    costs.same_host = prices.link("shm", kShmFallback);
   };
   return layer;
 }

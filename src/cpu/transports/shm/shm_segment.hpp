@@ -23,7 +23,7 @@
 
 #include <chorus/deadline.hpp>
 
-#include "cpu/bootstrap/mesh.hpp"
+#include "cpu/transports/socket/mesh.hpp"
 
 namespace chorus::cpu {
 

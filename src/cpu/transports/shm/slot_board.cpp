@@ -66,20 +66,20 @@ struct alignas(64) SlotBoard::Line {
 
 namespace {
 
-constexpr std::size_t kLine = 64;
+constexpr std::size_t kBoardLine = 64;
 // Per rank: current line, wake word, the CPUs it may run on, then two buffers of (header line +
 // payload).
-constexpr std::size_t kBufferStride = kLine + SlotBoard::kSlotBytes;
+constexpr std::size_t kBufferStride = kBoardLine + SlotBoard::kSlotBytes;
 // A payload of up to kInlineBytes starts in its header line's spare bytes, after the seq and the
 // signature: a reader then gets it with the header in one cache-line transfer, not a second one
 // after ready() (8-byte allreduce at 2 ranks: see slot_board.hpp). Larger payloads start on the
 // line after the header, 64-byte aligned for the vector reductions.
 constexpr std::size_t kInlineOffset = 8 + kSignatureBytes;
-constexpr std::size_t kInlineBytes = kLine - kInlineOffset;
+constexpr std::size_t kInlineBytes = kBoardLine - kInlineOffset;
 static_assert(kInlineOffset % 8 == 0, "inline payloads keep every dtype's alignment");
 constexpr std::size_t kMaskWords = CPU_SETSIZE / 64;
-constexpr std::size_t kMaskOffset = 2 * kLine;
-constexpr std::size_t kBuffersOffset = kMaskOffset + 3 * kLine;
+constexpr std::size_t kMaskOffset = 2 * kBoardLine;
+constexpr std::size_t kBuffersOffset = kMaskOffset + 3 * kBoardLine;
 constexpr std::size_t kRankStride = kBuffersOffset + 2 * kBufferStride;
 
 // wait(): polls this many times (about 7 us: a `pause` takes some 28 ns here) before it yields,
@@ -143,7 +143,7 @@ struct alignas(64) SlotBoard::CpuMask {
 
 SlotBoard::SlotBoard(std::shared_ptr<ShmSegment> segment, int rank, int size) noexcept
     : segment_(std::move(segment)), area_(segment_->board()), rank_(rank), size_(size) {
-  static_assert(sizeof(Line) == kLine && sizeof(WakeWord) == kLine);
+  static_assert(sizeof(Line) == kBoardLine && sizeof(WakeWord) == kBoardLine);
   static_assert(sizeof(CpuMask) <= kBuffersOffset - kMaskOffset);
   static_assert(sizeof(cpu_set_t) == sizeof(CpuMask::bits));
   const cpu_set_t mine = usable_cpus();
@@ -187,8 +187,8 @@ SlotBoard::Line& SlotBoard::current(int rank) const noexcept {
 }
 
 WakeWord& SlotBoard::wake(int rank) const noexcept {
-  return *std::launder(
-      reinterpret_cast<WakeWord*>(area_ + kRankStride * static_cast<std::size_t>(rank) + kLine));
+  return *std::launder(reinterpret_cast<WakeWord*>(
+      area_ + kRankStride * static_cast<std::size_t>(rank) + kBoardLine));
 }
 
 SlotBoard::Line& SlotBoard::header(int rank, int buffer) const noexcept {
@@ -199,7 +199,7 @@ SlotBoard::Line& SlotBoard::header(int rank, int buffer) const noexcept {
 
 std::byte* SlotBoard::data(int rank, int buffer, std::size_t bytes) const noexcept {
   return reinterpret_cast<std::byte*>(&header(rank, buffer)) +
-         (bytes <= kInlineBytes ? kInlineOffset : kLine);
+         (bytes <= kInlineBytes ? kInlineOffset : kBoardLine);
 }
 
 void SlotBoard::announce(const OpSignature& sig) noexcept {

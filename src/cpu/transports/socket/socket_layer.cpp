@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: BSD-3-Clause
 // The socket transport's entry in the transport table (transport_stack.hpp): the bottom of
 // every production stack. It takes the mesh's links, so it builds after every layer's set-up.
+// It prices every peer (socket_price.hpp).
+#include "cpu/transports/socket/socket_price.hpp"
 #include "cpu/transports/socket/socket_transport.hpp"
 #include "cpu/transports/transport_stack.hpp"
 
@@ -21,6 +23,13 @@ TransportLayer socket_layer() {
       ctx.mesh = nullptr;  // taken
       return t;
     };
+  };
+  layer.probes = {{"socket", kSocketFallback, measure_loopback_tcp}};
+  // Every peer at first: loopback tcp on the host, the network to other hosts (agreed between
+  // ring neighbours when the group forms, network_probe.hpp). Layers above take over classes.
+  layer.price = [](const StackContext&, const PriceList& prices, LinkCosts& costs) {
+    costs.same_host = prices.link("socket", kSocketFallback);
+    costs.other_host = prices.link(kNetworkPriceName, kNetworkFallback);
   };
   return layer;
 }

@@ -32,7 +32,7 @@
 
 #include <chorus/deadline.hpp>
 
-#include "cpu/bootstrap/mesh.hpp"
+#include "cpu/transports/socket/mesh.hpp"
 #include "cpu/transports/transport.hpp"
 #include "cpu/transports/wire.hpp"
 #include "net/event_loop.hpp"

@@ -1,10 +1,10 @@
 // SPDX-License-Identifier: BSD-3-Clause
-// The connections of a group, built through the store: every rank listens on port 0 of the
-// chosen local address and joins the group's formation in the store (membership.hpp). Setup
-// links a rank only to the peers every group needs at once: its ring neighbours and the ranks
-// of its host when they share memory (shm_segment.hpp sets that up over their control
-// sockets). Every other link is made when an op first needs it, by the LinkConnector that
-// setup starts and hands over with the mesh (link_connector.hpp).
+// The socket transport's connections of a group, built through the store: every rank listens
+// on port 0 of the chosen local address and joins the group's formation in the store
+// (bootstrap/membership.hpp). Setup links a rank only to the peers every group needs at once:
+// its ring neighbours and the ranks of its host when they share memory (shm_segment.hpp sets
+// that up over their control sockets). Every other link is made when an op first needs it, by
+// the LinkConnector that setup starts and hands over with the mesh (link_connector.hpp).
 #pragma once
 
 #include "core/private.hpp"
@@ -18,8 +18,8 @@
 #include <chorus/deadline.hpp>
 #include <chorus/store.hpp>
 
-#include "cpu/bootstrap/link_connector.hpp"
 #include "cpu/bootstrap/membership.hpp"
+#include "cpu/transports/socket/link_connector.hpp"
 #include "net/listener.hpp"
 #include "net/socket.hpp"
 

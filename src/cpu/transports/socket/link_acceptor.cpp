@@ -9,7 +9,7 @@
 #include <fmt/format.h>
 
 #include "core/logging.hpp"
-#include "cpu/bootstrap/link_handshakes.hpp"
+#include "cpu/transports/socket/link_handshakes.hpp"
 
 namespace chorus::cpu {
 namespace {

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: BSD-3-Clause
-// Schedule: one collective as a dependency graph of sends, receives, copies and reductions,
-// plus the scratch memory it uses. Algorithms build schedules; an Executor runs them.
+// Schedule: one collective as a dependency graph of sends, receives, one-sided reads and
+// writes, copies and reductions, plus the scratch memory it uses. Algorithms build schedules; an
+// Executor runs them.
 //
 // Why a graph: pipelining falls out of it. A ring step's send of slice j depends only on the
 // reduction of slice j, so send, receive and reduce of different slices overlap without each
@@ -29,6 +30,7 @@
 #include <chorus/types.hpp>
 
 #include "core/signature.hpp"
+#include "cpu/plan/one_sided.hpp"
 
 namespace chorus::cpu {
 
@@ -65,7 +67,19 @@ StreamFraming stream_framing(std::size_t data_bytes) noexcept;
 
 // recv_reduce: a receive reduced as it arrives (Transport::post_recv_reduce); in the receive
 // FIFO like recv. round: data = its values after a trip over the op's wire (round_to_wire()).
-enum class TaskKind : std::uint8_t { send, recv, recv_reduce, copy, reduce, call, round };
+// read, write: one-sided transfers of a peer's registered memory (one_sided.hpp), which the
+// executor posts and completes by token, in any order: no stream, no FIFO, only dependencies.
+enum class TaskKind : std::uint8_t {
+  send,
+  recv,
+  recv_reduce,
+  copy,
+  reduce,
+  call,
+  round,
+  read,
+  write
+};
 
 // Local work that can fail because of a peer (a call task reading another rank's memory): what
 // went wrong, naming the peer by group rank. The op then fails as if that peer's link broke.
@@ -79,11 +93,12 @@ struct Task {
   TaskKind kind = TaskKind::copy;
   bool header = false;  // a signature header (send or receive-and-verify)
   bool pad = false;     // zeros that end an op's stream on a kStreamAlign boundary
-  int peer = -1;        // send/recv
+  int peer = -1;        // send/recv, read/write
   void* dst = nullptr;
   const void* src = nullptr;
   const void* src2 = nullptr;  // reduce: dst = src op src2; recv_reduce: the staging slot
-  std::size_t size = 0;     // send/recv/copy: bytes; reduce, recv_reduce: elements; call: its index
+  std::size_t size =
+      0;  // send/recv/copy/read/write: bytes; reduce, recv_reduce: elements; call: its index
   int divisor = 0;          // reduce with avg: divide the result by this (0: don't)
   bool local_first = true;  // recv_reduce: dst = src op received (false: received op src)
   // send, recv, recv_reduce: the data travels in the op's wire type (Schedule::wire_to()): a
@@ -91,7 +106,11 @@ struct Task {
   // (recv: into the end of dst, widened in place; recv_reduce: into its slot) and widens them.
   bool wire = false;
   std::uint8_t staging = 0;  // a wire send's staging slot (the executor's)
-  std::uint32_t deps = 0;    // unfinished predecessors (the executor counts down)
+  // read, write: the peer's memory (its key, read when the task is posted) and the byte offset
+  // into it; dst (read) or src (write) is this rank's side.
+  const MemoryKey* key = nullptr;
+  std::size_t offset = 0;
+  std::uint32_t deps = 0;  // unfinished predecessors (the executor counts down)
   std::uint32_t succ_begin = 0;
   std::uint32_t succ_count = 0;
 };
@@ -195,8 +214,18 @@ class Schedule {
   // Bytes a transfer task moves on its stream (a wire transfer: its message, core/wire.hpp).
   std::size_t wire_bytes(const Task& t) const noexcept;
 
-  // Runs `work` on the progress thread once `deps` are done (algorithms that move data
-  // themselves, e.g. through another process's memory: peer_memory.hpp).
+  // One-sided transfers (one_sided.hpp): copies `bytes` at byte `offset` of the memory `key`
+  // names (registered by `peer`) to `dst`, or from `src` to there. The executor posts them
+  // through the transport's one-sided capability and completes them by token, possibly later
+  // and in any order: their order is only what `deps` say. `*key` is read when the task is
+  // posted (it may be received by an earlier task) and must stay valid until then.
+  TaskId read(int peer, const MemoryKey* key, std::size_t offset, void* dst, std::size_t bytes,
+              std::initializer_list<TaskId> deps = {});
+  TaskId write(int peer, const MemoryKey* key, std::size_t offset, const void* src,
+               std::size_t bytes, std::initializer_list<TaskId> deps = {});
+
+  // Runs `work` on the progress thread once `deps` are done (local work an algorithm does
+  // itself, e.g. through peers' memory mapped here: OneSided::map).
   TaskId call(LocalWork work, std::initializer_list<TaskId> deps = {});
   void depend(TaskId later, TaskId earlier);
 
@@ -303,6 +332,8 @@ class Schedule {
   // A send (src) or recv (dst) task, appended to the peer's FIFO.
   TaskId transfer(TaskKind kind, int peer, void* dst, const void* src, std::size_t bytes,
                   std::initializer_list<TaskId> deps);
+  TaskId one_sided(TaskKind kind, int peer, const MemoryKey* key, std::size_t offset, void* dst,
+                   const void* src, std::size_t bytes, std::initializer_list<TaskId> deps);
 
   int rank_;
   int size_;

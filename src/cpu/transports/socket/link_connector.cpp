@@ -4,7 +4,7 @@
 // non-blocking except reading a peer's address from the store when dialing it. This file holds
 // the public side, the thread's loop and the outcomes (links, failures, deadlines); the steps of
 // a dial are in link_dialer.cpp, those of an accepted connection in link_acceptor.cpp.
-#include "cpu/bootstrap/link_connector.hpp"
+#include "cpu/transports/socket/link_connector.hpp"
 
 #include <poll.h>
 #include <sys/eventfd.h>
@@ -20,7 +20,7 @@
 
 #include "core/format.hpp"
 #include "core/logging.hpp"
-#include "cpu/bootstrap/link_handshakes.hpp"
+#include "cpu/transports/socket/link_handshakes.hpp"
 
 namespace chorus::cpu {
 namespace {

@@ -6,7 +6,7 @@
 // waiting, a rank looks once a tick for a departure another member recorded, and about once a
 // second probes the lower setup peers that have not dialed yet: one whose listener refuses has
 // exited, which is named at once rather than at the timeout.
-#include "cpu/bootstrap/mesh.hpp"
+#include "cpu/transports/socket/mesh.hpp"
 
 #include <cerrno>
 

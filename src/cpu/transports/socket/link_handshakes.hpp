@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "cpu/bootstrap/handshake.hpp"
-#include "cpu/bootstrap/link_connector.hpp"
+#include "cpu/transports/socket/link_connector.hpp"
 #include "net/address.hpp"
 #include "net/hmac.hpp"
 #include "net/socket.hpp"

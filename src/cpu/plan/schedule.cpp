@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: BSD-3-Clause
 // Schedule construction: tasks, edges, per-peer FIFOs, signature headers.
-#include "cpu/engine/schedule.hpp"
+#include "cpu/plan/schedule.hpp"
 
 #include <algorithm>
 #include <cstring>
@@ -293,6 +293,36 @@ TaskId Schedule::reduce(void* dst, const void* a, const void* b, std::size_t cou
   t.src2 = b;
   t.size = count;
   t.divisor = divisor;
+  return add(t, deps);
+}
+
+TaskId Schedule::read(int peer, const MemoryKey* key, std::size_t offset, void* dst,
+                      std::size_t bytes, std::initializer_list<TaskId> deps) {
+  return one_sided(TaskKind::read, peer, key, offset, dst, nullptr, bytes, deps);
+}
+
+TaskId Schedule::write(int peer, const MemoryKey* key, std::size_t offset, const void* src,
+                       std::size_t bytes, std::initializer_list<TaskId> deps) {
+  return one_sided(TaskKind::write, peer, key, offset, nullptr, src, bytes, deps);
+}
+
+TaskId Schedule::one_sided(TaskKind kind, int peer, const MemoryKey* key, std::size_t offset,
+                           void* dst, const void* src, std::size_t bytes,
+                           std::initializer_list<TaskId> deps) {
+  if (bytes == 0) {
+    return kNoTask;
+  }
+  peer = group_rank(peer);
+  CHORUS_CHECK(peer >= 0 && peer < size_ && peer != rank_ && key != nullptr,
+               "a one-sided transfer with peer {}", peer);
+  Task t;
+  t.kind = kind;
+  t.peer = peer;
+  t.key = key;
+  t.offset = offset;
+  t.dst = dst;
+  t.src = src;
+  t.size = bytes;
   return add(t, deps);
 }
 

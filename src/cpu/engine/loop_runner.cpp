@@ -1,21 +1,38 @@
 // SPDX-License-Identifier: BSD-3-Clause
-// Engine: caller-driven progress, who runs the loop (see engine.hpp). The engine thread runs it
-// unless a caller waiting for a small op's Work holds the lease; then the engine thread parks
-// and looks in now and then. Kept apart from engine.cpp, which is what one turn of the loop does,
-// because this is only about handing the loop between threads.
-#include "cpu/engine/engine.hpp"
+// LoopRunner: hands the engine's loop between the engine thread and driving callers (see
+// loop_runner.hpp for the protocol and what guards what). What one turn of the loop does is
+// the Engine's (engine.cpp).
+#include "cpu/engine/loop_runner.hpp"
 
 #include <algorithm>
-
-#include <fmt/format.h>
+#include <utility>
 
 #include "core/futex.hpp"
 #include "core/logging.hpp"
 
 namespace chorus::cpu {
 
-void Engine::run() noexcept {
-  log::set_thread_context(fmt::format("{} r{}/{}", config_.group, config_.rank, config_.size));
+LoopRunner::LoopRunner(Loop& loop) : loop_(loop), gate_(std::make_shared<Gate>(this)) {}
+
+LoopRunner::~LoopRunner() = default;
+
+void LoopRunner::start(std::string thread_context) {
+  thread_ = std::thread([this, context = std::move(thread_context)] {
+    log::set_thread_context(context);
+    run();
+  });
+}
+
+void LoopRunner::stop() noexcept {
+  stopping_.store(true);
+  poke();          // a driver in poll() returns and sees stopping_
+  gate_->close();  // no new driver; waits for the ones inside
+  if (thread_.joinable()) {
+    thread_.join();
+  }
+}
+
+void LoopRunner::run() noexcept {
   std::unique_lock lease(lease_);
   runner_.store(std::this_thread::get_id());
   // Parked: a caller drove the loop within kParkKeep. The engine thread then stays off the
@@ -41,25 +58,23 @@ void Engine::run() noexcept {
         continue;
       }
       runner_.store(std::this_thread::get_id());
-      iterate(false);
-      // Work that no caller drives (an op nobody waits on yet, a tagged message, a probe)
-      // needs the engine thread's own loop.
-      parked = Clock::now() - last_drive_end_ < kParkKeep && !current_ && queue_.empty() &&
-               p2p_.empty() && !probe_ && !held_failure_;
+      loop_.turn(false, nullptr);
+      // Work that no caller drives needs the engine thread's own loop.
+      parked = Clock::now() - last_drive_end_ < kParkKeep && !loop_.holds_work();
       const std::uint64_t drives = std::exchange(drives_seen, drives_.load());
       tick = parked && drives != drives_seen ? std::min(2 * tick, kParkTickBusy) : kParkTick;
       continue;
     }
-    iterate(true);
+    loop_.turn(true, nullptr);
   }
   if (!lease.owns_lock()) {
     lease.lock();  // drivers give the loop back once stopping_ is set
   }
   runner_.store(std::this_thread::get_id());
-  shutdown();
+  loop_.finish();
 }
 
-void Engine::park(std::chrono::milliseconds tick) noexcept {
+void LoopRunner::park(std::chrono::milliseconds tick) noexcept {
   const std::uint32_t seq = park_seq_.load();
   parked_.store(true);
   // A poke() made before the load above set poked_ first; one made after it changed the word.
@@ -70,26 +85,26 @@ void Engine::park(std::chrono::milliseconds tick) noexcept {
   poked_.store(false);
 }
 
-void Engine::poke() noexcept {
+void LoopRunner::poke() noexcept {
   poked_.store(true);
   park_seq_.fetch_add(1);
   if (parked_.load()) {
     futex_wake(park_seq_);
   }
-  transport_->wakeup();
+  loop_.end_poll();
 }
 
-void Engine::Gate::drive(const WorkState& work) noexcept {
-  Engine* engine = nullptr;
+void LoopRunner::Gate::drive(const WorkState& work) noexcept {
+  LoopRunner* runner = nullptr;
   {
     std::lock_guard lock(mu_);
-    engine = engine_;
-    if (engine == nullptr) {
+    runner = runner_;
+    if (runner == nullptr) {
       return;
     }
     ++inside_;
   }
-  engine->drive(work);
+  runner->drive(work);
   {
     std::lock_guard lock(mu_);
     --inside_;
@@ -97,22 +112,22 @@ void Engine::Gate::drive(const WorkState& work) noexcept {
   cv_.notify_all();
 }
 
-void Engine::Gate::close() noexcept {
+void LoopRunner::Gate::close() noexcept {
   // Not bounded by a deadline, like the join after it: the engine cannot go while a driver
   // still runs its loop. Each driver returns within one poll of the poke() that follows
-  // stopping_ (the destructor makes both before it closes the gate).
+  // stopping_ (stop() makes both before it closes the gate).
   std::unique_lock lock(mu_);
-  engine_ = nullptr;
+  runner_ = nullptr;
   cv_.wait(lock, [&] { return inside_ == 0; });
 }
 
-void Engine::drive(const WorkState& work) noexcept {
+void LoopRunner::drive(const WorkState& work) noexcept {
   const std::thread::id me = std::this_thread::get_id();
   if (me == thread_.get_id() || runner_.load() == me) {
     return;
   }
   drivers_waiting_.fetch_add(1);
-  transport_->wakeup();  // the engine thread leaves its poll and parks
+  loop_.end_poll();  // the engine thread leaves its poll and parks
   std::unique_lock lease(lease_, std::defer_lock);
   while (!lease.try_lock()) {
     // Another caller drives: this one waits for its Work instead of for the loop.
@@ -129,7 +144,7 @@ void Engine::drive(const WorkState& work) noexcept {
   drives_.fetch_add(1);
   const Clock::time_point start = Clock::now();
   while (!work.is_completed() && !stopping_.load()) {
-    iterate(true, &work);
+    loop_.turn(true, &work);
   }
   const Clock::time_point end = Clock::now();
   last_drive_end_ = end;

@@ -13,7 +13,7 @@
 
 #include <chorus/errors.hpp>
 
-#include "cpu/bootstrap/link_handshakes.hpp"
+#include "cpu/transports/socket/link_handshakes.hpp"
 #include "net/connect.hpp"
 
 namespace chorus::cpu {
