@@ -48,7 +48,11 @@ for version in "$@"; do
   lib_dir=$("$py" -c 'import os, torch; print(os.path.join(os.path.dirname(torch.__file__), "lib"))')
   excludes=()
   for lib in "$lib_dir"/lib*.so*; do excludes+=(--exclude "$(basename "$lib")"); done
-  if ! PATH="$venv/bin:$PATH" "$py" -m auditwheel repair -w dist "${excludes[@]}" "$pinned" > "$work/auditwheel.log" 2>&1; then
+  # _C finds libchorus.so beside it ($ORIGIN), which auditwheel does not follow inside the wheel:
+  # it is shown the wheel's copy, and grafts it like any other library.
+  (cd "$work" && "$py" -m zipfile -e "$pinned" unpacked)
+  if ! LD_LIBRARY_PATH="$work/unpacked/chorus" PATH="$venv/bin:$PATH" \
+      "$py" -m auditwheel repair -w dist "${excludes[@]}" "$pinned" > "$work/auditwheel.log" 2>&1; then
     cat "$work/auditwheel.log" >&2
     echo "wheels: auditwheel repair failed for torch $torch_version" >&2
     exit 1
