@@ -28,7 +28,7 @@ SYMBOLIZER := /usr/lib/llvm-14/bin/llvm-symbolizer
 test test-asan build-asan test-tsan build-tsan: DEB_PACKAGES += llvm-14
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: all deps setup build test test-unit test-asan test-tsan test-torch26 test-torch test-torchnew test-torch-suite test-pip format-check format bench clean \
+.PHONY: all deps setup build test test-unit test-asan test-tsan test-torch26 test-torch test-torchnew test-torch-suite test-torch-matrix test-pip wheels test-wheels format-check format bench clean \
   build-unit build-asan build-tsan build-torch26 build-torchnew
 
 all: build
@@ -166,6 +166,9 @@ test-torch: | deps
 # `make test` starts making its environment in the background at its beginning (a download of
 # about 3 GB the first time on a machine; then cached); build-torchnew waits for it.
 TORCH_NEWEST := 2.15
+# The oldest torch release chorus supports from the package index (its wheels before 2.7 have the
+# pre-C++11 ABI: the whole build then takes it, python/probe).
+TORCH_OLDEST := 2.6
 test build-torchnew test-torchnew: DEB_PACKAGES += python3-venv
 build-torchnew: | deps
 	scripts/test_torch_venv.sh $(TORCH_NEWEST) true
@@ -173,12 +176,35 @@ build-torchnew: | deps
 test-torchnew: | deps
 	scripts/test_torch_venv.sh $(TORCH_NEWEST)
 
-# torch's own distributed test suite, whole, gloo and chorus side by side at 2 and 3 ranks, on
-# torch 1.13 and 2.6 (scripts/test_torch_suite.sh; 8 runs of 1-2 minutes on 2 cores, plus the
-# builds). `make test` runs a subset of it (case suite_subset of tests/torch/run_torch_tests.py,
-# in both torch legs).
+# The torch tests, torch's suite_subset and every workload against gloo on each supported torch
+# minor from the package index, 2.6 through 2.15 (scripts/test_torch_matrix.sh; a venv of several
+# GB each, made once; about 20 minutes a version on 2 cores): its table goes to docs/results.md.
+# `make test-torch-matrix TORCH_MATRIX="2.6 2.11 2.15"` runs some of them.
+test-torch-matrix: DEB_PACKAGES += python3-venv
+test-torch-matrix: | deps
+	scripts/test_torch_matrix.sh $(TORCH_MATRIX)
+
+# torch's own distributed test suite, whole, gloo and chorus side by side at 2 and 3 ranks (and
+# the group tests at 8), on torch 1.13, Debian 13's 2.6 and the package index's 2.15
+# (scripts/test_torch_suite.sh; 14 runs of 1-2 minutes on 2 cores, plus the builds).
+# `make test` runs a subset of it (case suite_subset of tests/torch/run_torch_tests.py, in every
+# torch leg).
+test-torch-suite: DEB_PACKAGES += python3-venv
 test-torch-suite: setup
 	scripts/test_torch_suite.sh
+
+# Binary wheels, one per torch release in $(WHEEL_TORCH) (`make wheels WHEEL_TORCH="2.6 2.15"`),
+# into dist/: built in that torch's cached virtual environment, pinned to its minor release,
+# repaired to a manylinux tag (scripts/build_wheels.sh). `make test-wheels` then installs each
+# into a fresh virtual environment holding only that torch and runs DDP there, with no compiler
+# (scripts/test_wheels.sh).
+WHEEL_TORCH ?= $(TORCH_OLDEST) $(TORCH_NEWEST)
+wheels test-wheels: DEB_PACKAGES += python3-venv
+wheels: | deps
+	scripts/build_wheels.sh $(WHEEL_TORCH)
+
+test-wheels: wheels
+	scripts/test_wheels.sh $(WHEEL_TORCH)
 
 # `pip install --no-build-isolation .` into a virtual environment whose torch is not the
 # system's (a wheel-layout copy; as root the system's is hidden), then DDP under the

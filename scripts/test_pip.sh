@@ -93,7 +93,7 @@ if [ "${1:-}" = --inside ]; then
      --config-settings builddir="$work/build" .) > "$work/pip-wheel.log" 2>&1 \
     || { tail -40 "$work/pip-wheel.log"; fail "pip wheel"; }
   echo "test-pip: pip wheel --no-build-isolation . took $((SECONDS - t0)) s (the install's build dir)"
-  wheel="$(ls "$work"/wheels/chorus-*.whl)"
+  wheel="$(ls "$work"/wheels/chorus_collectives-*.whl)"
   $py - "$wheel" <<'EOF' || fail "wheel contents"
 import sys, zipfile
 names = zipfile.ZipFile(sys.argv[1]).namelist()
@@ -111,15 +111,15 @@ print(f"test-pip: the wheel {sys.argv[1].rsplit('/', 1)[1]} holds {len(names)} f
       f"package, _C, libchorus.so, {', '.join(tools)}; nothing else")
 EOF
 
-  $py -m pip uninstall -y -q chorus > "$work/pip-uninstall.log" 2>&1 || fail "pip uninstall"
-  left="$(ls -d "$site"/chorus "$site"/chorus-*.dist-info "$venv"/bin/chorus* 2>/dev/null || true)"
+  $py -m pip uninstall -y -q chorus-collectives > "$work/pip-uninstall.log" 2>&1 || fail "pip uninstall"
+  left="$(ls -d "$site"/chorus "$site"/chorus_collectives-*.dist-info "$venv"/bin/chorus* 2>/dev/null || true)"
   [ -z "$left" ] || fail "pip uninstall left: $left"
-  echo "test-pip: pip uninstall chorus removed the package, its record and the tools"
+  echo "test-pip: pip uninstall chorus-collectives removed the package, its record and the tools"
   $py -m pip install --no-index --no-deps -q "$wheel" > "$work/pip-wheel-install.log" 2>&1 \
     || fail "installing the wheel"
   CHORUS_CHORUSRUN="$venv/bin/chorusrun" $py "$src/tests/torch/package_check.py" "$site/chorus" \
     > /dev/null || fail "package_check.py on the installed wheel"
-  $py -m pip uninstall -y -q chorus > /dev/null 2>&1 || fail "pip uninstall (wheel)"
+  $py -m pip uninstall -y -q chorus-collectives > /dev/null 2>&1 || fail "pip uninstall (wheel)"
   echo "test-pip: the wheel installs, passes package_check.py, uninstalls"
   exit 0
 fi

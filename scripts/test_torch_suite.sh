@@ -1,18 +1,20 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: BSD-3-Clause
 # `make test-torch-suite`: torch's own distributed test suite (tests/torch/suite/run_suite.py),
-# whole, for gloo and for chorus, at each world size, on the system's torch 1.13 and on torch
-# 2.6 in the Debian 13 root (scripts/test_torch26.sh). Then tests/torch/suite/compare.py per
-# pair: totals side by side, and a failure for every test that passes on gloo but not on chorus
-# unless tests/torch/suite/known_differences.txt lists it with its reason. On torch 2.6 also the
-# group tests at 8 ranks (that suite skips them below 8). Results (one JSON per
-# run) go to build/torch-suite/ and build-torch26/torch-suite/. 1-2 minutes per run on 2 cores
-# (forked ranks, see run_suite.py), 8 runs by default.
-#   CHORUS_SUITE_WORLD_SIZES="2 3"  CHORUS_SUITE_TORCH="1.13 2.6"  scripts/test_torch_suite.sh
+# whole, for gloo and for chorus, at each world size, on the system's torch 1.13, on torch 2.6
+# in the Debian 13 root (scripts/test_torch26.sh) and on the newest torch from the package index
+# (2.15, scripts/test_torch_venv.sh; any release there can be named). Then
+# tests/torch/suite/compare.py per pair: totals side by side, and a failure for every test that
+# passes on gloo but not on chorus unless tests/torch/suite/known_differences.txt lists it with
+# its reason. On torch 2.x also the group tests at 8 ranks (that suite skips them below 8).
+# Results (one JSON per run) go to build/torch-suite/, build-torch26/torch-suite/ and
+# build-torch-suite-VERSION/. 1-2 minutes per run on 2 cores (forked ranks, see run_suite.py),
+# 14 runs by default.
+#   CHORUS_SUITE_WORLD_SIZES="2 3"  CHORUS_SUITE_TORCH="1.13 2.6 2.15"  scripts/test_torch_suite.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
 sizes=${CHORUS_SUITE_WORLD_SIZES:-2 3}
-versions=${CHORUS_SUITE_TORCH:-1.13 2.6}
+versions=${CHORUS_SUITE_TORCH:-1.13 2.6 2.15}
 known=tests/torch/suite/known_differences.txt
 
 # Runs the suite for each backend and world size, then compares; in the current environment.
@@ -51,8 +53,14 @@ for version in $versions; do
       $sudo scripts/test_torch26.sh bash -c "sizes='$sizes' known='$known'; $(declare -f run_all);
         run_all build-torch26/torch-suite python3 8" || status=1
       ;;
+    [0-9]*.[0-9]*)
+      # A torch from the package index, in its cached virtual environment (test_torch_venv.sh
+      # builds chorus against it and puts the venv's python first on PATH).
+      scripts/test_torch_venv.sh "$version" bash -c "sizes='$sizes' known='$known'; $(declare -f run_all);
+        run_all build-torch-suite-$version python3 8" || status=1
+      ;;
     *)
-      echo "test_torch_suite: unknown torch version $version (1.13 or 2.6)" >&2
+      echo "test_torch_suite: '$version' is not a torch version (1.13, 2.6 for Debian 13's, or a release on the package index)" >&2
       exit 2
       ;;
   esac

@@ -15,7 +15,10 @@ import inspect
 
 import torch.distributed as _dist
 
-from . import _C
+from ._torch_check import check_torch as _check_torch
+
+_check_torch()
+from . import _C  # noqa: E402  (after the check: _C under another torch may crash)
 
 __all__ = ["ProcessGroupChorus", "BACKEND", "shared_empty", "share_", "allreduce_hook",
            "wire_dtype", "bf16_wire_hook", "ElasticGroup"]

@@ -415,6 +415,30 @@ TEST_CASE("a relaunch over an earlier launch's records forms the group", "[tcp][
   REQUIRE_ALL_OK(third);
 }
 
+// A process that makes its group again in the same namespace (a new store object over the same
+// server, as torch's init_process_group after destroy_process_group with the same store does)
+// while the other rank is still leaving the old group: the last member out removes `current`
+// when it names the old group, and rank 0's new record can land between that rank's read and
+// its removal. No barrier between rounds: the ranks race through 60 of them.
+TEST_CASE("groups made again in one namespace while the last member leaves the old one",
+          "[tcp][mp][membership]") {
+  StoreServerProcess server;
+  const auto port = server.port();
+  auto results = run_processes(
+      2,
+      [port](int rank) {
+        auto tcp = std::make_shared<TcpStore>(
+            TcpStoreOptions{.host = "127.0.0.1", .port = port, .timeout = 30s});
+        for (int i = 0; i < 60; ++i) {
+          // A new object each round: the namespace is "tcp/g1" every time.
+          auto pg = make_tcp_group(make_prefix_store("job", tcp), rank, 2, loopback_options(30s));
+          CHILD_CHECK(allreduce_one(*pg, 1.0f) == 2.0f);
+        }
+      },
+      120s);
+  REQUIRE_ALL_OK(results);
+}
+
 // 200 groups created and destroyed on one store leave none of their keys behind.
 TEST_CASE("destroyed groups remove their store keys", "[tcp][mp][membership]") {
   StoreServerProcess server;

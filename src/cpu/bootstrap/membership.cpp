@@ -123,8 +123,10 @@ void give_up_if_asked(Store& store, const std::string& epoch, const MembershipOp
 // Waits for the formation's state. Throws its clash; returns formed (host ids set),
 // superseded, timed_out (the deadline passed first), or clashed (`watch` gave up on the ranks
 // still missing: `clash_message` says why).
+// `leader_record`: rank 0's record in `current`, put back when it goes missing while rank 0 waits.
 Outcome await_state(Store& store, Membership& m, const MembershipOptions& o,
-                    ClashWatch* watch = nullptr, std::string* clash_message = nullptr) {
+                    ClashWatch* watch = nullptr, std::string* clash_message = nullptr,
+                    const std::string* leader_record = nullptr) {
   const std::string key = epoch_key(m.epoch, "state");
   const Duration slice = o.rank == 0 ? kLeaderSlice : follower_slice(o.size);
   std::vector<std::string> prefetch;
@@ -157,6 +159,13 @@ Outcome await_state(Store& store, Membership& m, const MembershipOptions& o,
       // one of theirs), or a new rank 0 replaced it.
       if (o.rank != 0 && read_current(store).epoch != m.epoch) {
         return Outcome::superseded;
+      }
+      // The last member of this namespace's previous group, leaving, removes `current` when
+      // it still names that group; its read and its removal are two requests, and rank 0's
+      // new record can land between them. Members never find a removed record: put it back
+      // (only where it is missing; a record another rank 0 wrote stays).
+      if (leader_record != nullptr) {
+        store.compare_set(kCurrentEpochKey, {}, to_bytes(*leader_record));
       }
       continue;
     }
@@ -245,8 +254,15 @@ Membership lead(Store& store, const MembershipOptions& o) {
   // The claim first, `current` last: whoever reads `current` finds rank 0's claim.
   store.set(claim_key(epoch, 0), claim_record(o));
   const std::string mine = epoch + " " + leader_record(me);
-  const Current now = parse_current(
+  Current now = parse_current(
       to_string(store.compare_set(kCurrentEpochKey, to_bytes(previous.raw), to_bytes(mine))));
+  if (!previous.raw.empty() && (now.raw.empty() || now.raw == previous.raw)) {
+    // `current` was removed between the read and this write: the last member of the group it
+    // named left (leave_group) while this process made its next group in the same namespace
+    // (torch's init_process_group again on the same store). A compare-and-set of a missing key
+    // answers nothing (chorus's store) or the expected value (torch's): create the record.
+    now = parse_current(to_string(store.compare_set(kCurrentEpochKey, {}, to_bytes(mine))));
+  }
   if (now.raw != mine) {
     // Another rank 0 started a formation between our read and our write.
     const std::string message = fmt::format(
@@ -264,7 +280,7 @@ Membership lead(Store& store, const MembershipOptions& o) {
   // in another job's) will not come here: wait for the missing ranks only kClashGrace more.
   ClashWatch watch(1);
   std::string clashed;
-  switch (await_state(store, m, o, &watch, &clashed)) {
+  switch (await_state(store, m, o, &watch, &clashed, &mine)) {
     case Outcome::formed:
       return m;
     case Outcome::clashed: {
@@ -581,8 +597,12 @@ void leave_group(Store& store, const Membership& m, int rank) noexcept {
     if (read_current(store).epoch == m.epoch) {
       store.delete_key(kCurrentEpochKey);
     }
+    // `state` before `joined`: a rank of this namespace's next group that read `current`
+    // before it was removed may still claim and count here. While `joined` stands, its count
+    // comes out past the size and it moves on; once `joined` is gone, so is a "formed" state
+    // that would have let it through (into a group whose members have left).
     for (const char* name :
-         {"joined", "state", "gone", "missing", "timeouts", "left", kLinkCostsRecord}) {
+         {"state", "joined", "gone", "missing", "timeouts", "left", kLinkCostsRecord}) {
       store.delete_key(epoch_key(m.epoch, name));
     }
   } catch (const std::exception& e) {

@@ -10,6 +10,8 @@ Prints one `key<TAB>value` a line:
   libdir    a directory holding libtorch.so and the other libraries _C links
   pybind11  "torch" when torch ships its own pybind11 headers (wheels do; they must be used),
             "system" when it does not (Debian: pybind11-dev)
+  pybind11_define  NAME="value": a PYBIND11_* define torch's own extensions are built with
+            (several lines; none from torch 2.10 on)
 
 The headers are where torch.utils.cpp_extension.include_paths() says (a wheel or conda torch:
 site-packages/torch/include). Debian's python3-torch points torch/include at /usr/include with
@@ -66,6 +68,15 @@ def main():
     has_pybind11 = (root == cpp_extension.include_paths()[0]
                     and os.path.isfile(os.path.join(root, "pybind11", "pybind11.h")))
     print("pybind11\t" + ("torch" if has_pybind11 else "system"))
+    # pybind11 keeps its type registry under a key made of the compiler, standard library and
+    # C++ ABI; an extension whose key differs from torch's cannot see torch's classes
+    # ("referenced unknown base type c10d::Backend"). torch before 2.10 says what it was built
+    # with (its wheels before 2.7: _cxxabi1011, which g++ 12 would not name on its own), and its
+    # own extensions are compiled with the same defines; later torches leave it to pybind11.
+    for name in ("COMPILER_TYPE", "STDLIB", "BUILD_ABI"):
+        value = getattr(torch._C, f"_PYBIND11_{name}", None)
+        if value:
+            print(f"pybind11_define\tPYBIND11_{name}=\"{value}\"")
 
 
 if __name__ == "__main__":
