@@ -8,7 +8,8 @@ chorus._C runs only under the torch minor it was compiled against, so each wheel
 says so: its version gets the local label +torchX.Y (wheels for several torches side by side,
 `pip install 'chorus-collectives==0.7.0+torch2.11'` picks one) and its requirement on torch
 becomes torch==X.Y.* (pip never installs it beside another torch). Writes the new wheel into
-OUTDIR with the dist-info folder renamed and RECORD's hashes made anew; prints its path.
+OUTDIR with the dist-info and .data folders renamed and RECORD's hashes made anew; prints its
+path.
 """
 import base64
 import hashlib
@@ -32,6 +33,7 @@ def pin(wheel, minor, outdir):
         sys.exit(f"pin_wheel: '{minor}' is not a torch minor release (X.Y)")
     pinned = f"{version}+torch{minor}"
     old_info, new_info = f"{dist}-{version}.dist-info", f"{dist}-{pinned}.dist-info"
+    old_data, new_data = f"{dist}-{version}.data/", f"{dist}-{pinned}.data/"
     out = os.path.join(outdir, f"{dist}-{pinned}-{rest}")
     with zipfile.ZipFile(wheel) as src:
         files = {}
@@ -39,7 +41,11 @@ def pin(wheel, minor, outdir):
             if item.filename == f"{old_info}/RECORD":
                 continue
             data = src.read(item)
-            target = item.filename.replace(old_info + "/", new_info + "/", 1)
+            # The dist-info and .data folders are named by the version, so they move with it.
+            target = item.filename
+            for old, new in ((old_info + "/", new_info + "/"), (old_data, new_data)):
+                if target.startswith(old):
+                    target = new + target[len(old):]
             if target == f"{new_info}/METADATA":
                 text = data.decode()
                 text, n_version = re.subn(r"(?m)^Version: .*$", f"Version: {pinned}", text)
