@@ -147,11 +147,16 @@ std::string chorusrun_run_id(const chorusrun::RunArgs& args, const chorusrun::La
   return store.get_string(key);
 }
 
-// A TCP port on `host` that nothing listens on now: bind port 0 there and read what the kernel
-// chose. The socket is closed before any rank starts, so another program could take the port
-// in between (torchrun has the same window); the kernel hands out ephemeral ports in turn, so
-// that is rare. 0 if `host` has no address here (a remote store host: node 0 picks).
-int free_port_on(const std::string& host) {
+// A TCP port on `host` that nothing listens on now, held for the rest of chorusrun's life: a
+// socket bound to it with SO_REUSEADDR that never listens (CLOEXEC: the ranks do not inherit
+// it). While it is bound the kernel hands the port to no other bind(0) or connect(), so no
+// program that looks for a free port at the same time (another chorusrun, a test, torchrun)
+// takes MASTER_PORT before rank 0's store binds it; the store still binds and listens there,
+// because torch's TCPStore (like every server that rebinds after a restart) sets SO_REUSEADDR
+// too, and only a listener blocks that. Releasing the port at once instead left a window of
+// seconds (the ranks' Python and torch imports) in which a busy machine handed it out again.
+// 0 if `host` has no address here (a remote store host: node 0 picks).
+int hold_free_port_on(const std::string& host) {
   addrinfo hints{};
   hints.ai_socktype = SOCK_STREAM;
   hints.ai_flags = AI_PASSIVE;
@@ -165,32 +170,36 @@ int free_port_on(const std::string& host) {
     if (fd < 0) {
       continue;
     }
+    const int one = 1;
     sockaddr_storage bound{};
     socklen_t len = sizeof(bound);
-    if (::bind(fd, a->ai_addr, a->ai_addrlen) == 0 &&
+    if (::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)) == 0 &&
+        ::bind(fd, a->ai_addr, a->ai_addrlen) == 0 &&
         ::getsockname(fd, reinterpret_cast<sockaddr*>(&bound), &len) == 0) {
       port = ntohs(bound.ss_family == AF_INET6 ? reinterpret_cast<sockaddr_in6*>(&bound)->sin6_port
                                                : reinterpret_cast<sockaddr_in*>(&bound)->sin_port);
     }
-    ::close(fd);
+    if (port == 0) {
+      ::close(fd);
+    }  // else: held (leaked on purpose) until chorusrun exits
   }
   ::freeaddrinfo(found);
   return port;
 }
 
-// The ranks' MASTER_PORT (see LaunchPlan::torch_master_port): node 0 picks it and keeps it in
-// its store, where the other nodes' chorusruns read it.
+// The ranks' MASTER_PORT (see LaunchPlan::torch_master_port): node 0 picks it, holds it (see
+// hold_free_port_on) and keeps it in its store, where the other nodes' chorusruns read it.
 int torch_master_port(const chorusrun::RunArgs& args, const chorusrun::LaunchPlan& plan) {
   const std::string key = "chorusrun/torch_master_port";
   if (args.nnodes == 1) {
-    return free_port_on(plan.store_host);
+    return hold_free_port_on(plan.store_host);
   }
   chorus::TcpStore store(
       chorus::TcpStoreOptions{.host = plan.store_host,
                               .port = static_cast<std::uint16_t>(plan.store_port),
                               .token = plan.store_token});
   if (args.node_rank == 0) {
-    store.set(key, std::to_string(free_port_on(plan.store_host)));
+    store.set(key, std::to_string(hold_free_port_on(plan.store_host)));
   }
   return std::atoi(store.get_string(key).c_str());
 }

@@ -5,16 +5,19 @@
 //
 // Synchronization is by output: a rank prints "ready" and the test reads chorusrun's output
 // until every rank did. Time bounds are upper bounds only.
+#include <netinet/in.h>
 #include <poll.h>
 #include <sched.h>
 #include <signal.h>
 #include <sys/prctl.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
 
+#include <cerrno>
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
@@ -102,6 +105,51 @@ TEST_CASE("chorusrun sets torchrun's variables; --prefix prefixes every line wit
   CHECK(m[1] != m[2]);
   CHECK(std::stoi(m[1]) > 0);
   CHECK(count(p.output, m.str(0) + "\n") == 3);
+}
+
+namespace {
+
+// Binds 127.0.0.1:port as a server would: with SO_REUSEADDR or without; listens when `listen`.
+// The errno of the failed step, 0 when every step succeeded.
+int bind_loopback(int port, bool reuse_address, bool listen) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  REQUIRE(fd >= 0);
+  const int one = 1;
+  if (reuse_address) {
+    ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+  }
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<std::uint16_t>(port));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  int error = 0;
+  if (::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 ||
+      (listen && ::listen(fd, 1) != 0)) {
+    error = errno;
+  }
+  ::close(fd);
+  return error;
+}
+
+}  // namespace
+
+TEST_CASE("MASTER_PORT stays held while the job runs: nothing else is handed it, torch's store "
+          "(SO_REUSEADDR) still listens there",
+          "[launcher][chorusrun]") {
+  Process p = start_script({"--standalone", "-n", "2"},
+                           "trap 'exit 0' TERM; echo \"port $MASTER_PORT ready\"; sleep 60 & wait $!");
+  INFO(p.output);
+  REQUIRE(read_until(p, "ready\n", 2, Seconds(30)));
+  std::smatch m;
+  REQUIRE(std::regex_search(p.output, m, std::regex(R"(port ([0-9]+) ready)")));
+  const int port = std::stoi(m[1]);
+  // A bind(0) elsewhere never gets the port (the kernel skips a bound port), and a bind of it
+  // without SO_REUSEADDR fails; a server that sets it, as torch's TCPStore does, binds and
+  // listens.
+  CHECK(bind_loopback(port, false, false) == EADDRINUSE);
+  CHECK(bind_loopback(port, true, true) == 0);
+  ::kill(p.pid, SIGTERM);
+  REQUIRE(finish(p, Seconds(30)));
 }
 
 TEST_CASE("output one rank writes stays bare; a second writer turns prefixes on and says so",
