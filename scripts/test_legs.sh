@@ -94,6 +94,25 @@ while [ "${#pending[@]}" -gt 0 ]; do
 done
 show_finished
 
+# What failed, in a few lines per failed step, next to the table: a CI log cut to its tail still
+# names every failure (each step's whole output is above).
+digest=""
+for log in "$logs"/*.log; do
+  [ -f "$log.result" ] || continue
+  read -r status _ <"$log.result"
+  [ "$status" = 0 ] && continue
+  # meson's failed tests, a torch case's FAIL line and the two after it (its reason), sanitizer
+  # summaries, ninja's failed commands and compiler errors.
+  lines=$(awk '/^(FAIL|TIMEOUT|ERROR) / { n = 3 }
+    n > 0 || /^ *[0-9]+\/[0-9]+ .* (FAIL|TIMEOUT|ERROR) |SUMMARY: |^FAILED:|: error: / { print; n-- }' \
+    "$log" | head -n 16)
+  digest+=$'\n'"$(basename "$log" .log):"$'\n'"${lines:-  (no failure line recognised: see its output above)}"
+done
+if [ -n "$digest" ]; then
+  echo
+  echo "make test: what failed (each step's whole output is above)${digest}"
+fi
+
 echo
 echo "make test: every leg, in $((SECONDS - start)) s"
 printf '%-14s %-22s %8s %8s\n' step result "wall s" "CPU s"

@@ -9,7 +9,7 @@
 set -euo pipefail
 root="${CHORUS_TORCH26_ROOT:-${XDG_CACHE_HOME:-$HOME/.cache}/chorus/debian13-torch}"
 stamp="$root/.chorus-root-complete"
-packages=python3-torch,libtorch-dev,pybind11-dev,python3-dev,meson,ninja-build,pkg-config,g++,libfmt-dev,libssl-dev,nlohmann-json3-dev,libdlpack-dev,procps,ccache
+packages=python3-torch,libtorch-dev,pybind11-dev,python3-dev,meson,ninja-build,pkg-config,g++,libfmt-dev,libssl-dev,nlohmann-json3-dev,libdlpack-dev,procps,ccache,gdb
 mkdir -p "$(dirname "$root")"
 exec 9>"$root.lock"
 flock 9

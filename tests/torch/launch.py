@@ -5,6 +5,7 @@ Every launch has a hard deadline: ranks still running past it are killed and the
 with their output, so a hang is a failure, never a stuck CI.
 """
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -14,6 +15,52 @@ import threading
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+GDB = shutil.which("gdb")
+
+
+def session_processes(leader):
+    """The pids of the processes in session `leader` (a launch's command and everything it
+    started), leader first."""
+    pids = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[3]) == leader:  # field 6 of stat, the session id
+            pids.append(int(entry))
+    return sorted(pids, key=lambda pid: pid != leader)
+
+
+def stacks_of_session(leader, bound_s=60):
+    """What the launch's processes still running at its deadline are doing: each one's command
+    line and every thread's native stack (gdb, when installed), so that a hang in CI says where
+    it hangs. Bounded: gdb gets `bound_s` in all."""
+    until = time.monotonic() + bound_s
+    parts = []
+    for pid in session_processes(leader):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                cmdline = f.read().replace(b"\0", b" ").decode(errors="replace").strip()
+        except OSError:
+            continue
+        parts.append(f"=== pid {pid}: {cmdline}")
+        left = until - time.monotonic()
+        if GDB is None or left <= 1:
+            parts.append("(no stacks: gdb is not installed or the bound is spent)")
+            continue
+        try:
+            got = subprocess.run([GDB, "-p", str(pid), "-batch", "-nx", "-ex", "set pagination off",
+                                  "-ex", "thread apply all bt 25"], capture_output=True, text=True,
+                                 timeout=left, stdin=subprocess.DEVNULL)
+            parts.append("\n".join(ln for ln in got.stdout.splitlines()
+                                   if ln.startswith(("#", "Thread "))))
+        except subprocess.TimeoutExpired:
+            parts.append("(gdb ran out of time)")
+    return "\n".join(parts)
 
 
 def reserve_port():
@@ -63,12 +110,14 @@ class Launch:
         try:
             out, _ = p.communicate(timeout=left)
         except subprocess.TimeoutExpired:
+            stacks = stacks_of_session(p.pid)
             self.kill_all()
             out, _ = p.communicate()
             self.codes[i] = "timeout"
             self.outputs[i] = out
             raise AssertionError(f"{self.what}: process {i} still running at the deadline; "
-                                 f"output:\n{out}\n" + self.report())
+                                 f"output:\n{out}\n" + self.report() +
+                                 f"\nits processes at the deadline:\n{stacks}")
         self.codes[i] = p.returncode
         self.outputs[i] = out
         return p.returncode
@@ -217,9 +266,11 @@ class Follow:
         try:
             self.proc.wait(timeout=max(0.1, deadline - time.monotonic()))
         except subprocess.TimeoutExpired:
+            stacks = stacks_of_session(self.proc.pid)
             os.killpg(self.proc.pid, signal.SIGKILL)
             self.proc.wait()
             self._thread.join(10)
-            raise AssertionError("still running at the deadline; output:\n" + self.output())
+            raise AssertionError("still running at the deadline; output:\n" + self.output() +
+                                 f"\nits processes at the deadline:\n{stacks}")
         self._thread.join(10)
         return self.proc.returncode
