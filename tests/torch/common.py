@@ -6,6 +6,7 @@ import sys
 
 import torch
 import torch.distributed as dist
+import torch.nn as nn
 
 import chorus.torch  # noqa: F401  (registers the backend)
 
@@ -42,3 +43,28 @@ def all_gather_into_tensor(out, inp, group=None):
 def reduce_scatter_tensor(out, inp, op=dist.ReduceOp.SUM, group=None):
     f = getattr(dist, "reduce_scatter_tensor", None) or dist._reduce_scatter_base
     return f(out, inp, op=op, group=group)
+
+
+# ---------------------------------------------------------------- small models
+
+class Mlp(nn.Module):
+    def __init__(self, din=8, hidden=16, dout=4):
+        super().__init__()
+        self.net = nn.Sequential(nn.Linear(din, hidden), nn.ReLU(), nn.Linear(hidden, dout))
+
+    def forward(self, x):
+        return self.net(x)
+
+
+class Branchy(nn.Module):
+    """Two heads, one per call: DDP needs find_unused_parameters or static_graph."""
+
+    def __init__(self):
+        super().__init__()
+        self.trunk = nn.Linear(8, 8)
+        self.head_a = nn.Linear(8, 4)
+        self.head_b = nn.Linear(8, 4)
+
+    def forward(self, x, use_b=False):
+        h = torch.relu(self.trunk(x))
+        return self.head_b(h) if use_b else self.head_a(h)

@@ -15,36 +15,13 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.data import DataLoader, TensorDataset
 from torch.utils.data.distributed import DistributedSampler
 
-from common import check, init, say
+from common import Branchy, Mlp, check, init, say
 
 rank, n = init()
 gloo = dist.new_group(backend="gloo")
 checkpoint_dir = sys.argv[1]
 TOLERANCE = 1e-5
 results = {}
-
-
-class Mlp(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.net = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 4))
-
-    def forward(self, x):
-        return self.net(x)
-
-
-class Branchy(nn.Module):
-    """A head that only some steps use: DDP needs find_unused_parameters=True."""
-
-    def __init__(self):
-        super().__init__()
-        self.trunk = nn.Linear(8, 8)
-        self.head_a = nn.Linear(8, 4)
-        self.head_b = nn.Linear(8, 4)
-
-    def forward(self, x, use_b):
-        h = torch.relu(self.trunk(x))
-        return self.head_b(h) if use_b else self.head_a(h)
 
 
 class WithBatchNorm(nn.Module):

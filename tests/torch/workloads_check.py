@@ -21,7 +21,7 @@ import torch
 import torch.distributed as dist
 import torch.nn as nn
 
-from common import check, fail, init, reduce_scatter_tensor, say
+from common import Branchy, Mlp, check, fail, init, reduce_scatter_tensor, say
 
 REL = 1e-5
 TORCH = tuple(int(x) for x in torch.__version__.split("+")[0].split(".")[:2])
@@ -92,29 +92,6 @@ def gloo_avg_faults(gloo, n, rank):
 
 
 # ---------------------------------------------------------------- models and data
-
-class Mlp(nn.Module):
-    def __init__(self, din=8, hidden=16, dout=4):
-        super().__init__()
-        self.net = nn.Sequential(nn.Linear(din, hidden), nn.ReLU(), nn.Linear(hidden, dout))
-
-    def forward(self, x):
-        return self.net(x)
-
-
-class Branchy(nn.Module):
-    """Two heads, one per call: DDP needs find_unused_parameters or static_graph."""
-
-    def __init__(self):
-        super().__init__()
-        self.trunk = nn.Linear(8, 8)
-        self.head_a = nn.Linear(8, 4)
-        self.head_b = nn.Linear(8, 4)
-
-    def forward(self, x, use_b=False):
-        h = torch.relu(self.trunk(x))
-        return self.head_b(h) if use_b else self.head_a(h)
-
 
 def deep():
     """Eight 256x256 layers (2 MB of parameters): DDP's buckets after the first step are 1 MB
