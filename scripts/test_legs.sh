@@ -104,7 +104,7 @@ for log in "$logs"/*.log; do
   # meson's failed tests, a torch case's FAIL line and the two after it (its reason), sanitizer
   # summaries, ninja's failed commands and compiler errors.
   lines=$(awk '/^(FAIL|TIMEOUT|ERROR) / { n = 3 }
-    n > 0 || /^ *[0-9]+\/[0-9]+ .* (FAIL|TIMEOUT|ERROR) |SUMMARY: |^FAILED:|: error: / { print; n-- }' \
+    n > 0 || /^ *[0-9]+\/[0-9]+ .* (FAIL|TIMEOUT|ERROR) |SUMMARY: |^FAILED:|: error: |^format: / { print; n-- }' \
     "$log" | head -n 16)
   digest+=$'\n'"$(basename "$log" .log):"$'\n'"${lines:-  (no failure line recognised: see its output above)}"
 done

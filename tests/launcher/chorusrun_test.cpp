@@ -30,6 +30,7 @@
 
 #include "../../tools/chorusrun_bind.hpp"
 #include "spawn.hpp"
+#include "support/held_port.hpp"
 
 using namespace launcher_test;
 using Clock = std::chrono::steady_clock;
@@ -133,11 +134,13 @@ int bind_loopback(int port, bool reuse_address, bool listen) {
 
 }  // namespace
 
-TEST_CASE("MASTER_PORT stays held while the job runs: nothing else is handed it, torch's store "
-          "(SO_REUSEADDR) still listens there",
-          "[launcher][chorusrun]") {
-  Process p = start_script({"--standalone", "-n", "2"},
-                           "trap 'exit 0' TERM; echo \"port $MASTER_PORT ready\"; sleep 60 & wait $!");
+TEST_CASE(
+    "MASTER_PORT stays held while the job runs: nothing else is handed it, torch's store "
+    "(SO_REUSEADDR) still listens there",
+    "[launcher][chorusrun]") {
+  Process p =
+      start_script({"--standalone", "-n", "2"},
+                   "trap 'exit 0' TERM; echo \"port $MASTER_PORT ready\"; sleep 60 & wait $!");
   INFO(p.output);
   REQUIRE(read_until(p, "ready\n", 2, Seconds(30)));
   std::smatch m;
@@ -623,7 +626,8 @@ TEST_CASE("chorusrun names each launch with a CHORUS_RUN_ID of its own, or keeps
 }
 
 TEST_CASE("every node's chorusrun gives its ranks node 0's run id", "[launcher][chorusrun]") {
-  const std::string port = free_loopback_port();
+  const chorus::test::HeldLoopbackPort held;
+  const std::string port = std::to_string(held.port());
   // Node 0's rank keeps the store up until node 1's rank has run.
   const std::string client =
       binary("CHORUS_STORE_BIN") + " --connect $CHORUS_STORE_ADDR --timeout 20 ";
@@ -648,7 +652,8 @@ TEST_CASE("every node's chorusrun gives its ranks node 0's run id", "[launcher][
 // the test chorusrun_restarts with the tag as argument.
 TEST_CASE("with --nnodes 2 a rank failure restarts every node's ranks; the job resumes",
           "[.restarts]") {
-  const std::string port = free_loopback_port();
+  const chorus::test::HeldLoopbackPort held;
+  const std::string port = std::to_string(held.port());
   const std::string dir = temp_dir();
   const std::string ddp_train = std::string(std::getenv("EXAMPLES_DIR")) + "/ddp_train";
   // 2 nodes x 2 ranks; rank 3 (node 1) crashes once at the start of epoch 2.

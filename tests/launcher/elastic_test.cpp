@@ -21,6 +21,7 @@
 
 #include "../../examples/elastic_model.hpp"
 #include "spawn.hpp"
+#include "support/held_port.hpp"
 
 using namespace launcher_test;
 
@@ -274,7 +275,8 @@ TEST_CASE("elastic_train under chorusrun --elastic --max-restarts 1: the killed 
 
 TEST_CASE("elastic_train under chorusrun --elastic --nnodes 2: a lost node's ranks leave together",
           "[.elastic]") {
-  const std::string port = free_loopback_port();
+  const chorus::test::HeldLoopbackPort held;
+  const std::string port = std::to_string(held.port());
   auto node = [&](const char* node_rank) {
     return start({binary("CHORUSRUN"), "--elastic", "--nnodes", "2", "--node-rank", node_rank, "-n",
                   "2", "--master-addr", "127.0.0.1", "--master-port", port,
@@ -323,7 +325,8 @@ TEST_CASE(
     "a process started by hand joins a running elastic_train with the store address, run id "
     "and token only",
     "[.elastic]") {
-  const std::string port = free_loopback_port();
+  const chorus::test::HeldLoopbackPort held;
+  const std::string port = std::to_string(held.port());
   const std::string token = "by-hand-joiner-test-token-0123456789";
   // No launcher variables for the joiner: CHORUS_STORE_ADDR, CHORUS_RUN_ID, CHORUS_STORE_TOKEN
   // and CHORUS_ELASTIC_JOIN=1 are all it is given.
@@ -362,7 +365,8 @@ TEST_CASE(
     "its message, never through std::terminate",
     "[.elastic]") {
   const std::string train = std::string(std::getenv("EXAMPLES_DIR")) + "/elastic_train";
-  const std::string port = free_loopback_port();
+  const chorus::test::HeldLoopbackPort held;
+  const std::string port = std::to_string(held.port());
   const std::string address = "127.0.0.1:" + port;
   const std::vector<std::string> joiner{"CHORUS_STORE_ADDR=" + address, "CHORUS_RUN_ID=setup",
                                         "CHORUS_ELASTIC_JOIN=1", "CHORUS_TIMEOUT=2s"};

@@ -213,16 +213,4 @@ bool gone(pid_t pid) {
   return errno == ESRCH;
 }
 
-std::string free_loopback_port() {
-  const int probe = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in sa{};
-  sa.sin_family = AF_INET;
-  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof(sa);
-  REQUIRE(::bind(probe, reinterpret_cast<sockaddr*>(&sa), sizeof(sa)) == 0);
-  REQUIRE(::getsockname(probe, reinterpret_cast<sockaddr*>(&sa), &len) == 0);
-  ::close(probe);
-  return std::to_string(ntohs(sa.sin_port));
-}
-
 }  // namespace launcher_test

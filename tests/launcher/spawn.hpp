@@ -50,10 +50,6 @@ std::string binary(const char* env_name);
 // True if the process `pid` no longer exists (not even as a zombie).
 bool gone(pid_t pid);
 
-// A loopback port that was free a moment ago (for node 0's store in multi-node launches: the
-// probe socket is closed just before chorusrun binds the port).
-std::string free_loopback_port();
-
 // Launch variables a test's own environment must not pass to the processes it starts.
 const std::vector<std::string>& launcher_vars();
 

@@ -4,7 +4,6 @@
 // 10,000+ malformed frames while a well-behaved client keeps getting correct answers.
 #include <catch2/catch.hpp>
 
-#include <netinet/in.h>
 #include <sys/epoll.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -27,6 +26,7 @@
 #include "net/listener.hpp"
 #include "store/protocol.hpp"
 #include "store/store_test_util.hpp"
+#include "support/held_port.hpp"
 
 using namespace std::chrono_literals;
 using namespace chorus;
@@ -40,34 +40,6 @@ TcpStoreOptions client_options(std::uint16_t port, Duration timeout = 10s) {
   o.timeout = timeout;
   return o;
 }
-
-// A loopback port that nothing listens on, held until the test case ends: bound with
-// SO_REUSEADDR and never listening, so that no other test on the machine is handed it in the
-// meantime (a port bound and released at once could be), while a connect to it is refused and a
-// server (net::Listener sets SO_REUSEADDR too) still binds and listens there.
-class UnusedPort {
- public:
-  UnusedPort() : fd_(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0)) {
-    REQUIRE(fd_ >= 0);
-    const int one = 1;
-    REQUIRE(::setsockopt(fd_, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)) == 0);
-    sockaddr_in addr{};
-    addr.sin_family = AF_INET;
-    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    socklen_t len = sizeof(addr);
-    REQUIRE(::bind(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0);
-    REQUIRE(::getsockname(fd_, reinterpret_cast<sockaddr*>(&addr), &len) == 0);
-    port_ = ntohs(addr.sin_port);
-  }
-  ~UnusedPort() { ::close(fd_); }
-  UnusedPort(const UnusedPort&) = delete;
-  UnusedPort& operator=(const UnusedPort&) = delete;
-  std::uint16_t port() const { return port_; }
-
- private:
-  int fd_;
-  std::uint16_t port_ = 0;
-};
 
 // Waits (bounded) until the server reports `n` clients.
 bool await_clients(const TcpStoreServer& server, std::size_t n, Duration bound) {
@@ -194,8 +166,8 @@ TEST_CASE("net: no wakeup() is lost, whether the loop is asleep, about to sleep 
 }
 
 TEST_CASE("TcpStore: connect failure names host:port, time waited and the OS error", "[store]") {
-  const UnusedPort unused;
-  const std::uint16_t port = unused.port();
+  const test::HeldLoopbackPort held;
+  const std::uint16_t port = held.port();
   const auto start = Clock::now();
   try {
     TcpStore store(client_options(port, 400ms));
@@ -213,8 +185,8 @@ TEST_CASE("TcpStore: connect failure names host:port, time waited and the OS err
 
 TEST_CASE("TcpStore: a client started before its server connects once the server is up",
           "[store]") {
-  const UnusedPort unused;
-  const std::uint16_t port = unused.port();
+  const test::HeldLoopbackPort held;
+  const std::uint16_t port = held.port();
   std::atomic<bool> ok{false};
   std::string error;
   std::thread client([&] {
@@ -242,8 +214,8 @@ TEST_CASE("TcpStore: once its server is gone, a call fails at once instead of at
           "[store]") {
   // A job's store host (rank 0) that exits first must not hold every other rank's group
   // cleanup for the whole store timeout.
-  const UnusedPort unused;
-  const std::uint16_t port = unused.port();
+  const test::HeldLoopbackPort held;
+  const std::uint16_t port = held.port();
   auto server = std::make_unique<TcpStoreServer>([&] {
     TcpStoreServerOptions so;
     so.host = "127.0.0.1";
