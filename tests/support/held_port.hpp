@@ -7,12 +7,15 @@
 namespace chorus::test {
 
 // A port of 127.0.0.1 that nothing listens on, held for this object's life: a socket bound to
-// it with SO_REUSEADDR that never listens. While it is bound the kernel hands the port to no
-// other bind(0) or connect(), so a test beside this one (meson runs them side by side, and the
-// torch legs reserve their stores' ports the same way) cannot be given it before this test's
-// server binds it, as it could in the window of a port bound and released at once. A connect
-// to it is refused; a server that sets SO_REUSEADDR (net::Listener, chorusrun's store, torch's
-// TCPStore) binds and listens there.
+// it that never listens, so that no program looking for a free port meanwhile (meson runs tests
+// side by side, beside torch's own suite) is handed it before this test's server binds it:
+// - bind(0) and connect(): the kernel never hands them a bound port, and the port is picked
+//   below the kernel's ephemeral range, so a "bind 0, close, bind again later" picker cannot
+//   have been handed it just before either;
+// - another HeldLoopbackPort (or tests/torch/launch.py's reserve_port): each binds without
+//   SO_REUSEADDR, which fails on a port any socket holds; SO_REUSEADDR is set after the bind.
+// A connect to it is refused; a server that sets SO_REUSEADDR (net::Listener, chorusrun's
+// store, torch's TCPStore) binds and listens there.
 class HeldLoopbackPort {
  public:
   HeldLoopbackPort();

@@ -5,6 +5,7 @@ Every launch has a hard deadline: ranks still running past it are killed and the
 with their output, so a hang is a failure, never a stuck CI.
 """
 import os
+import random
 import shutil
 import signal
 import socket
@@ -63,21 +64,44 @@ def stacks_of_session(leader, bound_s=60):
     return "\n".join(parts)
 
 
+def ephemeral_port_range():
+    """The kernel's range for bind(0) and connect() (net.ipv4.ip_local_port_range)."""
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            low, high = (int(x) for x in f.read().split())
+        return low, high
+    except (OSError, ValueError):
+        return 32768, 60999
+
+
 def reserve_port():
-    """A port for a launch's store, held until the launch ends: a socket bound to it with
-    SO_REUSEADDR that never listens. Binding port 0 and closing at once is not enough when
-    launches start together (exit_in_callback starts four, and meson runs test groups side by
-    side): between the close and rank 0's bind, seconds of importing torch, another launch's
-    pick or any connect() may take the same port, and two launches then share one store ("two
-    processes claim rank 1"). While this socket is bound, the kernel hands the port to no bind(0)
-    and no connect(); rank 0's store still binds and listens on it, because torch's TCPStore
-    sets SO_REUSEADDR too and this socket never listens (checked on torch 1.13 and 2.6), and a
-    second store on the port still fails with EADDRINUSE. Returns the socket (the port is
-    sock.getsockname()[1]); Launch closes it."""
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind(("127.0.0.1", 0))
-    return sock
+    """A port for a launch's store, held until the launch ends: a socket bound to it that never
+    listens. Between the reservation and rank 0's bind lie seconds of importing torch, and a
+    busy machine has many programs looking for a free port meanwhile; three kinds could take it:
+    - bind(0) and connect(): the kernel never hands them a bound port;
+    - another reservation: each binds without SO_REUSEADDR, which fails on a port any socket
+      holds (SO_REUSEADDR is set only after the bind, so that rank 0's store can bind later);
+    - a "bind port 0, read it, close, bind it again later" picker (torch's own test suite finds
+      its MASTER_PORT so, and runs beside these tests): it may have been handed the port just
+      before this reservation, and its later bind with SO_REUSEADDR succeeds beside a socket that
+      does not listen. So the port is picked below the kernel's ephemeral range, where no
+      bind(0) ever lands.
+    rank 0's store still binds and listens on it, because torch's TCPStore sets SO_REUSEADDR
+    (checked on torch 1.13, 2.6 and 2.15), and a second store on the port still fails with
+    EADDRINUSE. Returns the socket (the port is sock.getsockname()[1]); Launch closes it."""
+    low, _ = ephemeral_port_range()
+    first = 10000 if low > 12000 else 1024
+    rng = random.SystemRandom()
+    for _ in range(500):
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        try:
+            sock.bind(("127.0.0.1", rng.randrange(first, low)))
+        except OSError:
+            sock.close()
+            continue
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        return sock
+    raise AssertionError(f"no free port in {first}..{low - 1} to reserve after 500 tries")
 
 
 def base_env(extra=None):
