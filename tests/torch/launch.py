@@ -54,9 +54,14 @@ def stacks_of_session(leader, bound_s=60):
             parts.append("(no stacks: gdb is not installed or the bound is spent)")
             continue
         try:
-            got = subprocess.run([GDB, "-p", str(pid), "-batch", "-nx", "-ex", "set pagination off",
-                                  "-ex", "thread apply all bt 25"], capture_output=True, text=True,
-                                 timeout=left, stdin=subprocess.DEVNULL)
+            # Symbols of chorus, libc and libstdc++ only: reading libtorch's takes gdb minutes
+            # on a busy machine (its frames show as ??).
+            got = subprocess.run([GDB, "-p", str(pid), "-batch", "-nx",
+                                  "-iex", "set auto-solib-add off",
+                                  "-ex", r"sharedlibrary chorus|_C\.|libc\.|libstdc",
+                                  "-ex", "set pagination off", "-ex", "thread apply all bt 25"],
+                                 capture_output=True, text=True, timeout=left,
+                                 stdin=subprocess.DEVNULL)
             parts.append("\n".join(ln for ln in got.stdout.splitlines()
                                    if ln.startswith(("#", "Thread "))))
         except subprocess.TimeoutExpired:
